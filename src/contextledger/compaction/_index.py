@@ -1,0 +1,553 @@
+"""The message index: a flat message list seen as atomic groups, with running metrics.
+
+Strategies never delete anything.  They mark groups excluded (with a reason) or
+insert summary groups, and the *projection* — the included messages, in
+order — is what gets sent.  Every metric a trigger reads is a running total
+kept up to date on each exclusion, so checking a trigger is O(1) and a
+strategy that excludes k groups costs O(k), not O(k·n).
+
+Appending messages to an indexed history groups and counts only what was
+appended; if earlier messages changed, the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from contextledger.exceptions import CompactionError, InvalidMessageError
+from contextledger.messages import (
+    SUMMARY_SOURCE_PROPERTY,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    ReasoningContent,
+    TextContent,
+)
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
+
+__all__ = ["CompactionEvent", "GroupKind", "MessageGroup", "MessageIndex", "gc_paused"]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector during a burst of allocations that creates no cycles.
+
+    Indexing 100,000 messages allocates a few hundred thousand small objects;
+    with the collector running, each young-generation pass re-walks them and
+    the build slows by a third.  Reference counting still frees everything.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+class GroupKind(str, Enum):
+    """What a group is, which decides what each strategy may do with it."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT_TEXT = "assistant_text"
+    TOOL_CALL = "tool_call"
+    SUMMARY = "summary"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class MessageGroup:
+    """Messages that are kept or excluded together.
+
+    A tool-call group holds the assistant message that made the calls and every
+    result that answers them, so excluding it can never separate a call from its
+    result.  ``turn`` is ``None`` for system groups and for summaries written by
+    summarisation (they belong to no turn); messages before the first user
+    message are turn 0.
+    """
+
+    __slots__ = (
+        "_byte_count",
+        "call_ids",
+        "excluded",
+        "exclusion_reason",
+        "kind",
+        "messages",
+        "orphan",
+        "origin",
+        "replaces",
+        "token_count",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        kind: GroupKind,
+        messages: list[Message],
+        turn: int | None,
+        token_count: int,
+        *,
+        orphan: bool = False,
+        origin: str = "input",
+        replaces: tuple[MessageGroup, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.messages = messages
+        self.turn = turn
+        self.token_count = token_count
+        self.orphan = orphan
+        self.origin = origin
+        self.replaces = replaces
+        self.excluded = False
+        self.exclusion_reason: str | None = None
+        self.call_ids: frozenset[str] | None = None
+        self._byte_count: int | None = None
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+    @property
+    def byte_count(self) -> int:
+        """UTF-8 bytes of the payload (text, reasoning, call names and arguments, results)."""
+        if self._byte_count is None:
+            total = 0
+            for message in self.messages:
+                for text in message.payload_texts():
+                    total += len(text) if text.isascii() else len(text.encode("utf-8"))
+            self._byte_count = total
+        return self._byte_count
+
+    @property
+    def included(self) -> bool:
+        return not self.excluded
+
+    @property
+    def is_complete(self) -> bool:
+        """For a tool-call group: every call has a result.  Other groups are always complete."""
+        if self.kind is not GroupKind.TOOL_CALL or self.orphan or not self.call_ids:
+            return True
+        answered = {
+            c.call_id for m in self.messages if m.role == "tool" for c in m.contents
+            if isinstance(c, FunctionResultContent)
+        }
+        return self.call_ids <= answered
+
+    def __repr__(self) -> str:
+        state = f"excluded:{self.exclusion_reason}" if self.excluded else "included"
+        return (
+            f"MessageGroup({self.kind.value}, turn={self.turn}, messages={len(self.messages)}, "
+            f"tokens={self.token_count}, {state})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEvent:
+    """One thing a strategy did, for reports and the CLI."""
+
+    strategy: str
+    action: str  # "excluded", "collapsed", "summarized", "restored", "failed", "fallback"
+    kind: str | None = None
+    turn: int | None = None
+    messages: int = 0
+    tokens: int = 0
+    detail: str = ""
+    usage: Any = field(default=None, compare=False)
+    groups: tuple[MessageGroup, ...] = field(default=(), compare=False, repr=False)
+
+
+def _has_call(message: Message) -> bool:
+    for c in message.contents:
+        if isinstance(c, FunctionCallContent):
+            return True
+    return False
+
+
+def _summary_turn(message: Message, turn: int) -> int | None:
+    # Tool-result summaries stand in for a tool group and stay in its turn; a conversation
+    # summary belongs to no turn, so it never keeps an old turn alive.
+    return turn if message.additional_properties.get(SUMMARY_SOURCE_PROPERTY) == "tool_results" else None
+
+
+class MessageIndex:
+    """A flat message list grouped into atomic units, with included/excluded state and metrics.
+
+    Build one from a message list (``MessageIndex(messages, tokenizer=...)``),
+    let strategies mark it, then read :meth:`projection`.  Reuse it across calls
+    with :meth:`update` so only new messages are grouped and counted.
+    """
+
+    def __init__(self, messages: Iterable[Message] = (), *, tokenizer: Tokenizer | None = None) -> None:
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
+        self.events: list[CompactionEvent] = []
+        self._reset()
+        self.append(messages)
+
+    # Building -------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._groups: list[MessageGroup] = []
+        self._source: list[Message] = []
+        self._pending: dict[int, list[MessageGroup]] = {}  # id(anchor) -> groups to insert before it
+        self._turn = 0
+        self._open_tool: MessageGroup | None = None
+        self._provisional: list[MessageGroup] = []  # trailing reasoning-only groups that may still join a call
+        self.total_groups = 0
+        self.total_messages = 0
+        self.total_tokens = 0
+        self.included_groups = 0
+        self.included_messages = 0
+        self.included_tokens = 0
+        self.included_non_system_groups = 0
+        self.included_non_system_messages = 0
+        self.included_tool_call_groups = 0
+        self.included_turns = 0
+        self._turn_groups: dict[int, int] = {}
+        self.total_turns = 0
+
+    def _count(self, group: MessageGroup, sign: int) -> None:
+        """Add (sign=1) or remove (sign=-1) one group's contribution to the included metrics.
+
+        The per-exclusion path of every strategy: O(1), no loops."""
+        size = sign * len(group.messages)
+        self.included_groups += sign
+        self.included_messages += size
+        self.included_tokens += sign * group.token_count
+        kind = group.kind
+        if kind is not GroupKind.SYSTEM:
+            self.included_non_system_groups += sign
+            self.included_non_system_messages += size
+            if kind is GroupKind.TOOL_CALL:
+                self.included_tool_call_groups += sign
+        turn = group.turn
+        if turn:
+            before = self._turn_groups.get(turn, 0)
+            after = before + sign
+            self._turn_groups[turn] = after
+            if before == 0 and after > 0:
+                self.included_turns += 1
+            elif before > 0 and after == 0:
+                self.included_turns -= 1
+
+    def _tally(self, groups: Iterable[MessageGroup], sign: int, *, totals: bool = True) -> None:
+        """Add or remove many groups' contributions in one pass (totals, and included metrics for
+        the included ones).  Appending a long history goes through here once."""
+        total_groups = total_messages = total_tokens = 0
+        groups_in = messages_in = tokens_in = non_system = non_system_messages = tool_calls = 0
+        turns_delta = 0
+        turn_groups = self._turn_groups
+        system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
+        for group in groups:
+            size = len(group.messages)
+            tokens = group.token_count
+            total_groups += 1
+            total_messages += size
+            total_tokens += tokens
+            if group.excluded:
+                continue
+            groups_in += 1
+            messages_in += size
+            tokens_in += tokens
+            kind = group.kind
+            if kind is not system:
+                non_system += 1
+                non_system_messages += size
+                if kind is tool:
+                    tool_calls += 1
+            turn = group.turn
+            if turn:
+                before = turn_groups.get(turn, 0)
+                after = before + sign
+                turn_groups[turn] = after
+                if before == 0 and after > 0:
+                    turns_delta += 1
+                elif before > 0 and after == 0:
+                    turns_delta -= 1
+        if totals:
+            self.total_groups += sign * total_groups
+            self.total_messages += sign * total_messages
+            self.total_tokens += sign * total_tokens
+        self.included_groups += sign * groups_in
+        self.included_messages += sign * messages_in
+        self.included_tokens += sign * tokens_in
+        self.included_non_system_groups += sign * non_system
+        self.included_non_system_messages += sign * non_system_messages
+        self.included_tool_call_groups += sign * tool_calls
+        self.included_turns += turns_delta
+
+    def append(self, messages: Iterable[Message]) -> None:
+        """Group and count ``messages`` as if they followed what is already indexed.
+
+        Only the tail that can still change (an open tool-call group waiting for
+        results, and reasoning messages that may belong to the next call) is
+        re-examined; everything before it is left alone.
+        """
+        new = messages if isinstance(messages, list) else list(messages)
+        if not new:
+            return
+        for position, message in enumerate(new):
+            if not isinstance(message, Message):
+                raise InvalidMessageError(
+                    f"item {len(self._source) + position} is {type(message).__name__}, not a Message; "
+                    "convert OpenAI dicts with contextledger.from_openai first"
+                )
+        with gc_paused():
+            self._append(new)
+
+    def _append(self, new: list[Message]) -> None:
+        self._flush()
+        counts = self.tokenizer.count_messages(new)
+        groups = self._groups
+        # Take the still-open tail out of the metrics; it is counted again, as it ends up, below.
+        start = len(groups)
+        open_tool = self._open_tool
+        provisional = self._provisional
+        if open_tool is not None or provisional:
+            first = open_tool if open_tool is not None else provisional[0]
+            start = len(groups) - 1
+            while groups[start] is not first:
+                start -= 1
+            self._tally(groups[start:], -1)
+        turn = self._turn
+        system_kind, user_kind, text_kind, tool_kind, summary_kind = (
+            GroupKind.SYSTEM,
+            GroupKind.USER,
+            GroupKind.ASSISTANT_TEXT,
+            GroupKind.TOOL_CALL,
+            GroupKind.SUMMARY,
+        )
+        add = groups.append
+        for message, tokens in zip(new, counts):
+            role = message.role
+            if role == "tool":
+                contents = message.contents
+                if (
+                    open_tool is not None
+                    and open_tool.call_ids is not None
+                    and len(contents) == 1
+                    and type(contents[0]) is FunctionResultContent
+                ):
+                    belongs = contents[0].call_id in open_tool.call_ids  # type: ignore[union-attr]
+                else:
+                    result_ids = [c.call_id for c in contents if type(c) is FunctionResultContent]
+                    belongs = (
+                        open_tool is not None
+                        and open_tool.call_ids is not None
+                        and bool(result_ids)
+                        and all(call_id in open_tool.call_ids for call_id in result_ids)
+                    )
+                if belongs and open_tool is not None:
+                    if provisional:  # reasoning between results joins the tool group
+                        for group in provisional:
+                            groups.pop()
+                            open_tool.messages.extend(group.messages)
+                            open_tool.token_count += group.token_count
+                        provisional = []
+                    open_tool.messages.append(message)
+                    open_tool.token_count += tokens
+                    open_tool._byte_count = None
+                else:
+                    open_tool = None
+                    provisional = []
+                    add(MessageGroup(tool_kind, [message], turn, tokens, orphan=True))
+            elif role == "user":
+                open_tool = None
+                provisional = []
+                turn += 1
+                add(MessageGroup(user_kind, [message], turn, tokens))
+            elif role == "assistant":
+                contents = message.contents
+                first = type(contents[0]) if len(contents) == 1 else None
+                if first is TextContent and not message.additional_properties:
+                    # The common case, decided without scanning anything.
+                    open_tool = None
+                    provisional = []
+                    add(MessageGroup(text_kind, [message], turn, tokens))
+                    continue
+                if first is FunctionCallContent:
+                    call_ids: frozenset[str] = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
+                else:
+                    call_ids = frozenset(c.call_id for c in contents if type(c) is FunctionCallContent)
+                if call_ids:
+                    group = MessageGroup(tool_kind, [message], turn, tokens)
+                    group.call_ids = call_ids
+                    if provisional:  # reasoning right before a call belongs to it
+                        del groups[len(groups) - len(provisional):]
+                        group.messages[:0] = [m for g in provisional for m in g.messages]
+                        group.token_count += sum(g.token_count for g in provisional)
+                        provisional = []
+                    open_tool = group
+                    add(group)
+                elif message.is_summary:
+                    open_tool = None
+                    provisional = []
+                    origin = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
+                    add(MessageGroup(summary_kind, [message], _summary_turn(message, turn), tokens, origin=origin))
+                elif contents and all(type(c) is ReasoningContent for c in contents):
+                    group = MessageGroup(text_kind, [message], turn, tokens)
+                    provisional.append(group)
+                    add(group)
+                else:
+                    open_tool = None
+                    provisional = []
+                    add(MessageGroup(text_kind, [message], turn, tokens))
+            else:  # system
+                open_tool = None
+                provisional = []
+                add(MessageGroup(system_kind, [message], None, tokens))
+        self._open_tool = open_tool
+        self._provisional = provisional
+        self._turn = self.total_turns = turn
+        self._tally(groups[start:], 1)
+        self._source.extend(new)
+
+    def update(self, messages: Sequence[Message]) -> bool:
+        """Bring the index in line with ``messages``: append what is new, or rebuild if the
+        already-indexed prefix changed.  Exclusions survive an append; a rebuild clears them.
+        Returns True if it had to rebuild."""
+        indexed = len(self._source)
+        if len(messages) >= indexed and (indexed == 0 or list(messages[:indexed]) == self._source):
+            self.append(list(messages[indexed:]))
+            return False
+        self._reset()
+        self.append(list(messages))
+        return True
+
+    # Marking ----------------------------------------------------------------------------------
+
+    def exclude(self, group: MessageGroup, reason: str) -> bool:
+        """Mark a group excluded; returns False if it already was."""
+        if group.excluded:
+            return False
+        self._count(group, -1)  # while still included, so its contribution is taken out
+        group.excluded = True
+        group.exclusion_reason = reason
+        return True
+
+    def exclude_many(self, groups: Sequence[MessageGroup], reason: str) -> list[MessageGroup]:
+        """Exclude several groups in one pass; returns those that were not already excluded."""
+        fresh = [g for g in groups if not g.excluded]
+        self._tally(fresh, -1, totals=False)
+        for group in fresh:
+            group.excluded = True
+            group.exclusion_reason = reason
+        return fresh
+
+    def include(self, group: MessageGroup) -> bool:
+        """Undo an exclusion; returns False if the group was already included."""
+        if not group.excluded:
+            return False
+        group.excluded = False
+        group.exclusion_reason = None
+        self._count(group, 1)
+        return True
+
+    def make_summary_group(
+        self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
+    ) -> MessageGroup:
+        """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
+        tokens = self.tokenizer.count_messages([message])[0]
+        return MessageGroup(GroupKind.SUMMARY, [message], turn, tokens, origin=origin, replaces=replaces)
+
+    def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
+        """Insert ``group`` just before ``anchor``.
+
+        Insertions are batched: the group list is rebuilt once, the next time it
+        is read, so collapsing thousands of groups costs one pass, not one per group.
+        """
+        self._pending.setdefault(id(anchor), []).append(group)
+        self.total_groups += 1
+        self.total_messages += len(group.messages)
+        self.total_tokens += group.token_count
+        if not group.excluded:
+            self._count(group, 1)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending = self._pending
+        merged: list[MessageGroup] = []
+        for group in self._groups:
+            inserted = pending.pop(id(group), None)
+            if inserted is not None:
+                merged.extend(inserted)
+            merged.append(group)
+        if pending:  # an anchor that is not in the index: a strategy bug, never silently dropped
+            raise CompactionError("a summary group was anchored to a group that is not in this index")
+        self._groups = merged
+
+    # Reading ----------------------------------------------------------------------------------
+
+    @property
+    def groups(self) -> list[MessageGroup]:
+        """Every group in order, excluded ones included.  Do not mutate the list."""
+        self._flush()
+        return self._groups
+
+    @property
+    def source_messages(self) -> list[Message]:
+        """The messages that were indexed, as given (summaries written by strategies are not here)."""
+        return self._source
+
+    @property
+    def included_bytes(self) -> int:
+        return sum(g.byte_count for g in self.groups if not g.excluded)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(g.byte_count for g in self.groups)
+
+    def projection(self) -> list[Message]:
+        """The included messages, in order: what is sent to the model."""
+        out: list[Message] = []
+        for group in self.groups:
+            if not group.excluded:
+                out.extend(group.messages)
+        return out
+
+    def included_groups_list(self) -> list[MessageGroup]:
+        return [g for g in self.groups if not g.excluded]
+
+    def metrics(self) -> dict[str, int]:
+        """Totals and included counts, for reports."""
+        return {
+            "groups": self.total_groups,
+            "messages": self.total_messages,
+            "tokens": self.total_tokens,
+            "turns": self.total_turns,
+            "included_groups": self.included_groups,
+            "included_messages": self.included_messages,
+            "included_tokens": self.included_tokens,
+            "included_turns": self.included_turns,
+        }
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageIndex(groups={self.included_groups}/{self.total_groups}, "
+            f"messages={self.included_messages}/{self.total_messages}, "
+            f"tokens={self.included_tokens}/{self.total_tokens} ({self.tokenizer.name}))"
+        )
+
+
+def text_of(message: Message) -> str:
+    """Everything readable in a message, on one line, for summaries and transcripts."""
+    parts: list[str] = []
+    for c in message.contents:
+        if isinstance(c, TextContent):
+            parts.append(c.text)
+        elif isinstance(c, FunctionCallContent):
+            parts.append(f"{c.name}({c.arguments})")
+        elif isinstance(c, FunctionResultContent):
+            parts.append(c.result)
+    return " ".join(parts)

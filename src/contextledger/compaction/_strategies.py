@@ -1,0 +1,913 @@
+"""Compaction strategies: what to exclude, collapse or summarise, and when to stop.
+
+Each strategy works on a :class:`MessageIndex`.  It does nothing when one or
+fewer non-system groups are included, then asks its *trigger* whether to
+start; it then takes one step at a time (a group, or a whole turn for the
+turn-based sliding window) and re-checks its *target* after each step.  The
+default target is "the trigger no longer fires".  A preserved floor of the
+newest groups is never touched, and the newest included non-system group is
+never excluded, so the projection is never empty.
+
+Both API styles of the seed document are accepted: the trigger/target style
+(``TruncationStrategy(trigger=tokens_exceed(32_000), minimum_preserved=10)``)
+and the keyword style (``TruncationStrategy(max_n=32_000, compact_to=16_000,
+tokenizer=...)``).  Mixing the two in one call is rejected, because the
+result would be ambiguous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
+
+from contextledger.clients._protocol import ChatClient, Usage
+from contextledger.compaction._index import (
+    CompactionEvent,
+    GroupKind,
+    MessageGroup,
+    MessageIndex,
+    gc_paused,
+)
+from contextledger.compaction.triggers import (
+    Trigger,
+    _GroupsExceed,
+    _MessagesExceed,
+    _TokensBelow,
+    _TokensExceed,
+    always,
+    messages_exceed,
+    tokens_exceed,
+)
+from contextledger.exceptions import ConfigurationError, SummarizationError
+from contextledger.messages import (
+    SUMMARY_PROPERTY,
+    SUMMARY_SOURCE_PROPERTY,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    assistant_text_message,
+)
+from contextledger.tokenizers import Tokenizer
+
+__all__ = [
+    "DEFAULT_SUMMARIZATION_PROMPT",
+    "CompactionStrategy",
+    "PipelineStrategy",
+    "SelectiveToolCallCompactionStrategy",
+    "SlidingWindowStrategy",
+    "SummarizationStrategy",
+    "TokenBudgetComposedStrategy",
+    "ToolResultCompactionStrategy",
+    "TruncationStrategy",
+    "format_tool_results",
+]
+
+logger = logging.getLogger("contextledger.compaction")
+
+SYSTEM = GroupKind.SYSTEM
+TOOL_CALL = GroupKind.TOOL_CALL
+SUMMARY = GroupKind.SUMMARY
+
+
+def _count(value: object, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"{what} must be {minimum} or more, got {value}")
+    return value
+
+
+def _trigger(value: object, what: str) -> Trigger:
+    if not callable(value):
+        raise ConfigurationError(f"{what} must be a trigger (a callable on a MessageIndex), got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class _Not:
+    trigger: Trigger
+
+    def __call__(self, index: MessageIndex) -> bool:
+        return not self.trigger(index)
+
+    def __repr__(self) -> str:
+        return f"not {self.trigger!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class _NonSystemMessagesExceed:
+    limit: int
+
+    def __call__(self, index: MessageIndex) -> bool:
+        return index.included_non_system_messages > self.limit
+
+    def __repr__(self) -> str:
+        return f"non_system_messages_exceed({self.limit})"
+
+
+def _threshold_of(target: Trigger | None, trigger: Trigger) -> tuple[str, int] | None:
+    """If "target met" is just ``metric <= limit``, return (index attribute, limit)."""
+    if target is None:
+        check: object = trigger
+    elif isinstance(target, _Not):
+        check = target.trigger
+    elif isinstance(target, _TokensBelow):
+        return ("included_tokens", target.limit - 1)
+    else:
+        return None
+    if isinstance(check, _TokensExceed):
+        return ("included_tokens", check.limit)
+    if isinstance(check, _MessagesExceed):
+        return ("included_messages", check.limit)
+    if isinstance(check, _GroupsExceed):
+        return ("included_groups", check.limit)
+    return None
+
+
+def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[int]:
+    """Ids of the ``count`` newest included non-system groups (of ``kinds``, if given)."""
+    kept: set[int] = set()
+    if count <= 0:
+        return kept
+    for group in reversed(index.groups):
+        if group.excluded or group.kind is SYSTEM:
+            continue
+        if kinds is None or group.kind in kinds:
+            kept.add(id(group))
+            if len(kept) >= count:
+                break
+    return kept
+
+
+def _newest_non_system(index: MessageIndex) -> MessageGroup | None:
+    for group in reversed(index.groups):
+        if not group.excluded and group.kind is not SYSTEM:
+            return group
+    return None
+
+
+class CompactionStrategy(ABC):
+    """Base of every strategy: trigger, target, and the rules every strategy keeps.
+
+    Subclasses implement :meth:`_run`, which is only called when the trigger
+    fired and at least two non-system groups are included.
+    """
+
+    name: ClassVar[str] = "strategy"
+
+    def __init__(self, trigger: Trigger, target: Trigger | None = None) -> None:
+        self.trigger = _trigger(trigger, f"{type(self).__name__} trigger")
+        self.target = None if target is None else _trigger(target, f"{type(self).__name__} target")
+
+    @property
+    def tokenizers(self) -> Iterator[Tokenizer]:
+        """Tokenizers this strategy measures with; the index must count with the same one."""
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            yield tokenizer
+
+    def target_met(self, index: MessageIndex) -> bool:
+        if self.target is not None:
+            return self.target(index)
+        return not self.trigger(index)
+
+    calls_model: ClassVar[bool] = False
+    """Whether the strategy awaits a model; the others run without yielding to the event loop."""
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Apply the strategy to ``index``; True if anything changed."""
+        if index.included_non_system_groups <= 1:
+            return False
+        if not self.trigger(index):
+            return False
+        if self.calls_model:
+            return await self._run(index)
+        with gc_paused():
+            return await self._run(index)
+
+    @abstractmethod
+    async def _run(self, index: MessageIndex) -> bool: ...
+
+    def _log(self, index: MessageIndex, action: str, groups: Sequence[MessageGroup], detail: str) -> bool:
+        """Record one event for a batch of groups; True if there were any."""
+        if not groups:
+            return False
+        turns = [g.turn for g in groups if g.turn is not None]
+        span = f", turns {min(turns)}-{max(turns)}" if turns else ""
+        kinds = {g.kind for g in groups}
+        index.events.append(
+            CompactionEvent(
+                self.name,
+                action,
+                kinds.pop().value if len(kinds) == 1 else None,
+                turns[0] if len(set(turns)) == 1 else None,
+                sum(len(g.messages) for g in groups),
+                sum(g.token_count for g in groups),
+                f"{len(groups)} group{'s' if len(groups) != 1 else ''}{span}: {detail}",
+                groups=tuple(groups),
+            )
+        )
+        return True
+
+    def _exclude_oldest(
+        self, index: MessageIndex, candidates: Sequence[MessageGroup], reason: str
+    ) -> bool:
+        """Exclude ``candidates`` oldest first, one at a time, until the target is met.
+
+        When the target is a plain threshold on tokens, messages or groups (the
+        usual case) the stopping point is found with local arithmetic and the
+        groups are excluded in one batch; any other target is re-evaluated on
+        the index after every step.
+        """
+        threshold = _threshold_of(self.target, self.trigger)
+        doomed: list[MessageGroup] = []
+        if threshold is not None:
+            metric, limit = threshold
+            remaining = getattr(index, metric)
+            for group in candidates:
+                if remaining <= limit:
+                    break
+                if group.excluded:
+                    continue
+                doomed.append(group)
+                if metric == "included_tokens":
+                    remaining -= group.token_count
+                elif metric == "included_messages":
+                    remaining -= len(group.messages)
+                else:
+                    remaining -= 1
+            index.exclude_many(doomed, reason)
+        else:
+            for group in candidates:
+                if self.target_met(index):
+                    break
+                if index.exclude(group, reason):
+                    doomed.append(group)
+        return self._log(index, "excluded", doomed, reason)
+
+    def __repr__(self) -> str:
+        target = f", target={self.target!r}" if self.target is not None else ""
+        return f"{type(self).__name__}(trigger={self.trigger!r}{target})"
+
+
+# Truncation ----------------------------------------------------------------------------------
+
+
+class TruncationStrategy(CompactionStrategy):
+    """Exclude the oldest non-system groups until the target is met.
+
+    Trigger style: ``trigger`` (required), ``target``, ``minimum_preserved``
+    newest non-system groups kept (default 32).  Keyword style: ``max_n`` and
+    ``compact_to`` on tokens when a ``tokenizer`` is given, on included
+    messages otherwise; the newest group is the only floor (as in the seed).
+    """
+
+    name = "truncation"
+
+    def __init__(
+        self,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        target: Trigger | None = None,
+        max_n: int | None = None,
+        compact_to: int | None = None,
+        tokenizer: Tokenizer | None = None,
+        preserve_system: bool = True,
+        preserve_first_user_group: bool = False,
+    ) -> None:
+        if max_n is not None or compact_to is not None:
+            if trigger is not None or target is not None:
+                raise ConfigurationError(
+                    "TruncationStrategy takes either trigger=/target= or max_n=/compact_to=, not both"
+                )
+            if max_n is None:
+                raise ConfigurationError("TruncationStrategy: compact_to needs max_n (the trigger threshold)")
+            max_n = _count(max_n, "TruncationStrategy max_n", minimum=1)
+            compact_to = max_n if compact_to is None else _count(compact_to, "TruncationStrategy compact_to", minimum=1)
+            if compact_to > max_n:
+                raise ConfigurationError(
+                    f"TruncationStrategy compact_to ({compact_to}) must not exceed max_n ({max_n})"
+                )
+            if tokenizer is not None:
+                trigger, target = tokens_exceed(max_n), _Not(tokens_exceed(compact_to))
+            else:
+                trigger, target = messages_exceed(max_n), _Not(messages_exceed(compact_to))
+            default_floor = 1
+        else:
+            if trigger is None:
+                raise ConfigurationError(
+                    "TruncationStrategy needs a trigger (e.g. trigger=tokens_exceed(32_000)) "
+                    "or max_n= (e.g. max_n=32_000, compact_to=16_000)"
+                )
+            default_floor = 32
+        super().__init__(trigger, target)
+        self.max_n = max_n
+        self.compact_to = compact_to
+        self.tokenizer = tokenizer
+        self.minimum_preserved = (
+            default_floor if minimum_preserved is None
+            else _count(minimum_preserved, "TruncationStrategy minimum_preserved")
+        )
+        self.preserve_system = bool(preserve_system)
+        self.preserve_first_user_group = bool(preserve_first_user_group)
+
+    async def _run(self, index: MessageIndex) -> bool:
+        protected = _newest(index, max(self.minimum_preserved, 1))
+        if self.preserve_first_user_group:
+            first_user = next((g for g in index.groups if g.kind is GroupKind.USER and not g.excluded), None)
+            if first_user is not None:
+                protected.add(id(first_user))
+        candidates = [
+            g for g in index.groups
+            if not g.excluded and id(g) not in protected and not (g.kind is SYSTEM and self.preserve_system)
+        ]
+        return self._exclude_oldest(index, candidates, "truncation")
+
+
+# Sliding window --------------------------------------------------------------------------------
+
+
+def _always_kept_by_window(group: MessageGroup) -> bool:
+    """System groups, turn 0 and conversation summaries survive any window."""
+    return group.kind is SYSTEM or group.turn == 0 or (group.kind is SUMMARY and group.turn is None)
+
+
+class SlidingWindowStrategy(CompactionStrategy):
+    """Keep only the most recent part of the conversation.
+
+    Trigger style: excludes whole user turns, oldest first, until the target is
+    met, keeping ``minimum_preserved`` newest turns (default 1).  Keyword style:
+    ``keep_last_groups`` keeps that many newest groups and excludes the rest.
+    Either way system groups, turn 0 (what came before the first user message)
+    and summaries written by summarisation are always kept.
+    """
+
+    name = "sliding_window"
+
+    def __init__(
+        self,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        target: Trigger | None = None,
+        keep_last_groups: int | None = None,
+        minimum_preserved_turns: int | None = None,
+        preserve_system: bool = True,
+    ) -> None:
+        if minimum_preserved is not None and minimum_preserved_turns is not None:
+            raise ConfigurationError(
+                "SlidingWindowStrategy: minimum_preserved and minimum_preserved_turns are the same setting; give one"
+            )
+        if minimum_preserved_turns is not None:
+            minimum_preserved = minimum_preserved_turns
+        if keep_last_groups is not None:
+            if trigger is not None or target is not None or minimum_preserved is not None:
+                raise ConfigurationError(
+                    "SlidingWindowStrategy takes either keep_last_groups= or trigger=/minimum_preserved=, not both"
+                )
+            self.keep_last_groups: int | None = _count(
+                keep_last_groups, "SlidingWindowStrategy keep_last_groups", minimum=1
+            )
+            trigger = always()
+            self.minimum_preserved = self.keep_last_groups
+        else:
+            if trigger is None:
+                raise ConfigurationError(
+                    "SlidingWindowStrategy needs a trigger (e.g. trigger=turns_exceed(4)) or keep_last_groups="
+                )
+            self.keep_last_groups = None
+            self.minimum_preserved = (
+                1 if minimum_preserved is None else _count(minimum_preserved, "SlidingWindowStrategy minimum_preserved")
+            )
+        super().__init__(trigger, target)
+        if not preserve_system:
+            raise ConfigurationError(
+                "SlidingWindowStrategy always keeps system messages; use TruncationStrategy(preserve_system=False) "
+                "to drop them"
+            )
+        self.preserve_system = True
+
+    async def _run(self, index: MessageIndex) -> bool:
+        if self.keep_last_groups is not None:
+            return self._window_groups(index, self.keep_last_groups)
+        return self._window_turns(index)
+
+    def _window_groups(self, index: MessageIndex, keep: int) -> bool:
+        eligible = [g for g in index.groups if not g.excluded and not _always_kept_by_window(g)]
+        doomed = eligible[:-keep] if keep else eligible
+        newest = _newest_non_system(index)
+        if doomed and doomed[-1] is newest:
+            doomed.pop()
+        excluded = index.exclude_many(doomed, "sliding_window")
+        return self._log(index, "excluded", excluded, "sliding_window")
+
+    def _window_turns(self, index: MessageIndex) -> bool:
+        turns: dict[int, list[MessageGroup]] = {}
+        for group in index.groups:
+            if group.excluded or _always_kept_by_window(group) or group.turn is None:
+                continue
+            turns.setdefault(group.turn, []).append(group)
+        ordered = sorted(turns)
+        floor = self.minimum_preserved
+        candidates = ordered[: len(ordered) - floor] if floor else ordered
+        excluded: list[MessageGroup] = []
+        for turn in candidates:
+            if self.target_met(index):
+                break
+            groups = turns[turn]
+            if len(groups) >= index.included_non_system_groups:
+                break  # excluding this turn would leave nothing but system messages
+            excluded.extend(index.exclude_many(groups, "sliding_window"))
+        return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
+
+    def __repr__(self) -> str:
+        if self.keep_last_groups is not None:
+            return f"SlidingWindowStrategy(keep_last_groups={self.keep_last_groups})"
+        return f"SlidingWindowStrategy(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
+
+
+# Tool results ----------------------------------------------------------------------------------
+
+def _preview(text: str, limit: int) -> str:
+    # Only the head can survive the cut, so only the head is normalised (results can be megabytes).
+    flat = " ".join(text[: limit * 4].split())
+    if len(flat) <= limit and len(text) <= limit * 4:
+        return flat
+    return flat[: max(limit - 1, 0)].rstrip() + "…"
+
+
+def format_tool_results(messages: Sequence[Message], *, max_result_chars: int = 80, max_chars: int = 400) -> str:
+    """``[Tool results: get_weather: sunny, 18°C; search_docs: 3 documents]``, with each result
+    cut to ``max_result_chars`` and the whole line to ``max_chars``: a trace of what the tools
+    said, not a copy of it."""
+    if len(messages) == 2:  # the usual shape: one call, one result
+        call, result = messages[0].contents, messages[1].contents
+        if (
+            len(call) == 1 and len(result) == 1 and type(call[0]) is FunctionCallContent
+            and type(result[0]) is FunctionResultContent and call[0].call_id == result[0].call_id
+        ):
+            text = f"[Tool results: {call[0].name}: {_preview(result[0].result, max_result_chars) or '(empty)'}]"
+            if len(text) <= max_chars:
+                return text
+    names: dict[str, str] = {}
+    for message in messages:
+        for c in message.contents:
+            if isinstance(c, FunctionCallContent):
+                names[c.call_id] = c.name
+    items: list[str] = []
+    answered: set[str] = set()
+    for message in messages:
+        for c in message.contents:
+            if isinstance(c, FunctionResultContent):
+                answered.add(c.call_id)
+                name = names.get(c.call_id, "tool")
+                items.append(f"{name}: {_preview(c.result, max_result_chars) or '(empty)'}")
+    for call_id, name in names.items():
+        if call_id not in answered:
+            items.append(f"{name}: (no result)")
+    body = "; ".join(items) if items else "no results"
+    text = f"[Tool results: {body}]"
+    if len(text) > max_chars:
+        text = text[: max(max_chars - 2, 0)].rstrip() + "…]"
+    return text
+
+
+_TOOL_SUMMARY_PROPERTIES = MappingProxyType({SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "tool_results"})
+
+ToolResultFormatter = Callable[[Sequence[Message]], str]
+
+
+def _tool_floor(
+    trigger: Trigger | None,
+    target: Trigger | None,
+    minimum_preserved: int | None,
+    keep_last_tool_call_groups: int | None,
+    owner: str,
+    default_preserved: int,
+) -> tuple[Trigger, Trigger | None, int, bool]:
+    """Resolve the two styles of the tool strategies to (trigger, target, floor, floor_counts_tool_groups)."""
+    if keep_last_tool_call_groups is not None:
+        if trigger is not None or target is not None or minimum_preserved is not None:
+            raise ConfigurationError(
+                f"{owner} takes either keep_last_tool_call_groups= or trigger=/minimum_preserved=, not both"
+            )
+        return always(), None, _count(keep_last_tool_call_groups, f"{owner} keep_last_tool_call_groups"), True
+    if trigger is None:
+        if target is not None or minimum_preserved is not None:
+            raise ConfigurationError(f"{owner}: target= and minimum_preserved= need a trigger=")
+        return always(), None, 1, True
+    preserved = default_preserved if minimum_preserved is None else _count(minimum_preserved, f"{owner} minimum_preserved")
+    return trigger, target, preserved, False
+
+
+class _ToolGroupStrategy(CompactionStrategy):
+    """Shared floor logic of the two strategies that act only on tool-call groups."""
+
+    keep_last_tool_call_groups: int | None
+    minimum_preserved: int
+
+    def _eligible(self, index: MessageIndex) -> list[MessageGroup]:
+        if self.keep_last_tool_call_groups is not None:
+            protected = _newest(index, self.keep_last_tool_call_groups, frozenset({TOOL_CALL}))
+        else:
+            protected = _newest(index, self.minimum_preserved)
+        return [
+            g for g in index.groups
+            if g.kind is TOOL_CALL and not g.excluded and id(g) not in protected
+        ]
+
+    def __repr__(self) -> str:
+        if self.keep_last_tool_call_groups is not None:
+            return f"{type(self).__name__}(keep_last_tool_call_groups={self.keep_last_tool_call_groups})"
+        return f"{type(self).__name__}(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
+
+
+class ToolResultCompactionStrategy(_ToolGroupStrategy):
+    """Replace old tool-call groups with one short summary message each.
+
+    The originals are excluded, not deleted, and a ``summary`` group in the
+    same turn takes their place, e.g. ``[Tool results: get_weather: sunny,
+    18°C]``.  Orphan results and calls still waiting for results are never
+    collapsed.  Keyword style: ``keep_last_tool_call_groups`` (default 1) newest
+    tool groups stay verbatim.  Trigger style: ``minimum_preserved`` newest
+    non-system groups (default 2) are untouched.
+    """
+
+    name = "tool_result_collapse"
+
+    def __init__(
+        self,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        target: Trigger | None = None,
+        keep_last_tool_call_groups: int | None = None,
+        formatter: ToolResultFormatter | None = None,
+        max_result_chars: int = 80,
+        max_summary_chars: int = 400,
+    ) -> None:
+        trigger, target, floor, per_tool = _tool_floor(
+            trigger, target, minimum_preserved, keep_last_tool_call_groups, "ToolResultCompactionStrategy", 2
+        )
+        super().__init__(trigger, target)
+        self.keep_last_tool_call_groups = floor if per_tool else None
+        self.minimum_preserved = floor
+        self.max_result_chars = _count(max_result_chars, "max_result_chars", minimum=8)
+        self.max_summary_chars = _count(max_summary_chars, "max_summary_chars", minimum=32)
+        if formatter is not None and not callable(formatter):
+            raise ConfigurationError(f"formatter must be a callable from messages to text, got {formatter!r}")
+        self.formatter = formatter
+
+    def _summary_text(self, messages: Sequence[Message]) -> str:
+        if self.formatter is not None:
+            text = self.formatter(messages)
+            if not isinstance(text, str) or not text.strip():
+                raise ConfigurationError(f"the tool-result formatter returned {text!r}; it must return non-empty text")
+            return text
+        return format_tool_results(messages, max_result_chars=self.max_result_chars, max_chars=self.max_summary_chars)
+
+    async def _run(self, index: MessageIndex) -> bool:
+        collapsed: list[MessageGroup] = []
+        saved = 0
+        for group in self._eligible(index):
+            if self.target_met(index):
+                break
+            if group.orphan or not group.is_complete:
+                continue
+            summary = assistant_text_message(self._summary_text(group.messages), _TOOL_SUMMARY_PROPERTIES)
+            replacement = index.make_summary_group(summary, turn=group.turn, origin="tool_results", replaces=(group,))
+            index.exclude(group, "collapsed")
+            index.insert_before(group, replacement)
+            collapsed.append(group)
+            saved += group.token_count - replacement.token_count
+        return self._log(index, "collapsed", collapsed, f"replaced by one-line summaries, {saved} tokens saved")
+
+
+class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
+    """Exclude old tool-call groups entirely (calls and results together), keeping the newest.
+
+    Keyword style: ``keep_last_tool_call_groups`` (default 1; 0 removes every
+    tool group but the newest group of the conversation).  Trigger style:
+    ``minimum_preserved`` newest non-system groups (default 2) are untouched.
+    """
+
+    name = "selective_tool_call"
+
+    def __init__(
+        self,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        target: Trigger | None = None,
+        keep_last_tool_call_groups: int | None = None,
+    ) -> None:
+        trigger, target, floor, per_tool = _tool_floor(
+            trigger, target, minimum_preserved, keep_last_tool_call_groups, "SelectiveToolCallCompactionStrategy", 2
+        )
+        super().__init__(trigger, target)
+        self.keep_last_tool_call_groups = floor if per_tool else None
+        self.minimum_preserved = floor
+
+    async def _run(self, index: MessageIndex) -> bool:
+        newest = _newest_non_system(index)
+        candidates = [g for g in self._eligible(index) if g is not newest]
+        return self._exclude_oldest(index, candidates, "tool_call_removed")
+
+
+# Summarisation ---------------------------------------------------------------------------------
+
+DEFAULT_SUMMARIZATION_PROMPT = (
+    "You summarise the earlier part of a conversation between a user and an assistant so that the "
+    "assistant can continue it without the original messages. Keep every fact the user stated, every "
+    "decision, every preference and every constraint or prohibition exactly as stated, the outcome of "
+    "each tool call, and anything still unresolved. When the user corrected a value, keep only the "
+    "corrected value. Write plain prose, no preamble."
+)
+
+SUMMARY_PREFIX = "[Summary] "
+
+
+def _transcript(groups: Sequence[MessageGroup]) -> str:
+    lines: list[str] = []
+    for group in groups:
+        for message in group.messages:
+            if message.is_summary:
+                lines.append(f"(earlier summary) {message.text}")
+                continue
+            for c in message.contents:
+                if isinstance(c, TextContent) and c.text:
+                    lines.append(f"{message.role}: {c.text}")
+                elif isinstance(c, FunctionCallContent):
+                    lines.append(f"assistant called {c.name}({c.arguments})")
+                elif isinstance(c, FunctionResultContent):
+                    lines.append(f"tool result: {c.result}")
+    return "\n".join(lines)
+
+
+class SummarizationStrategy(CompactionStrategy):
+    """Replace older groups with one ``[Summary]`` message written by a separate chat model.
+
+    Keyword style: triggers when included non-system messages exceed
+    ``target_count + threshold`` (4 + 2) and keeps the newest groups holding at
+    least ``target_count`` messages.  Trigger style: excludes the oldest groups
+    until the target is met, keeping ``minimum_preserved`` newest non-system
+    groups (default 4), then summarises what it excluded.
+
+    It fails closed: if the model raises or replies with nothing, every group it
+    had excluded is restored, nothing is inserted, the failure is logged and
+    recorded as an event (and raised as :class:`SummarizationError` with
+    ``on_error="raise"``).  Cancellation restores and propagates.  Input is
+    bounded by ``max_input_tokens``: older groups that do not fit wait for a
+    later round.
+    """
+
+    name = "summarization"
+    calls_model = True
+
+    def __init__(
+        self,
+        client: ChatClient | None = None,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        chat_client: ChatClient | None = None,
+        target: Trigger | None = None,
+        target_count: int | None = None,
+        threshold: int | None = None,
+        prompt: str | None = None,
+        summarization_prompt: str | None = None,
+        max_input_tokens: int | None = 16_000,
+        on_error: Literal["report", "raise"] = "report",
+    ) -> None:
+        if client is not None and chat_client is not None:
+            raise ConfigurationError("SummarizationStrategy: client and chat_client are the same setting; give one")
+        client = client if client is not None else chat_client
+        if client is None or not callable(getattr(client, "get_response", None)):
+            raise ConfigurationError(
+                f"SummarizationStrategy needs a chat client with an async get_response(messages), got {client!r}"
+            )
+        if prompt is not None and summarization_prompt is not None:
+            raise ConfigurationError("SummarizationStrategy: prompt and summarization_prompt are the same setting; give one")
+        prompt = prompt if prompt is not None else summarization_prompt
+        if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+            raise ConfigurationError(f"SummarizationStrategy prompt must be non-empty text, got {prompt!r}")
+        if trigger is not None:
+            if target_count is not None or threshold is not None:
+                raise ConfigurationError(
+                    "SummarizationStrategy takes either trigger=/minimum_preserved= or target_count=/threshold=, not both"
+                )
+            self.target_count: int | None = None
+            self.threshold: int | None = None
+            self.minimum_preserved = (
+                4 if minimum_preserved is None else _count(minimum_preserved, "SummarizationStrategy minimum_preserved")
+            )
+        else:
+            if target is not None or minimum_preserved is not None:
+                raise ConfigurationError("SummarizationStrategy: target= and minimum_preserved= need a trigger=")
+            self.target_count = 4 if target_count is None else _count(target_count, "target_count", minimum=1)
+            self.threshold = 2 if threshold is None else _count(threshold, "threshold")
+            trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
+            self.minimum_preserved = 1
+        super().__init__(trigger, target)
+        self.client = client
+        self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
+        self.max_input_tokens = (
+            None if max_input_tokens is None else _count(max_input_tokens, "max_input_tokens", minimum=1)
+        )
+        if on_error not in ("report", "raise"):
+            raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
+        self.on_error = on_error
+        self.last_usage: Usage | None = None
+
+    def _select(self, index: MessageIndex) -> list[MessageGroup]:
+        """Groups to summarise, oldest first, excluded as they are chosen."""
+        chosen: list[MessageGroup] = []
+        budget = self.max_input_tokens
+        spent = index.tokenizer.count_text(self.prompt)
+        if self.target_count is not None:
+            kept: set[int] = set()
+            retained = 0
+            for group in reversed(index.groups):
+                if group.excluded or group.kind is SYSTEM:
+                    continue
+                if retained >= self.target_count and kept:
+                    break
+                kept.add(id(group))
+                retained += len(group.messages)
+        else:
+            kept = _newest(index, max(self.minimum_preserved, 1))
+        for group in index.groups:
+            if group.excluded or group.kind is SYSTEM or id(group) in kept:
+                continue
+            if self.target_count is None and self.target_met(index):
+                break
+            if budget is not None and spent + group.token_count > budget:
+                break
+            spent += group.token_count
+            index.exclude(group, "summarized")
+            chosen.append(group)
+        return chosen
+
+    def _restore(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> None:
+        for group in groups:
+            index.include(group)
+
+    def _fail(self, index: MessageIndex, groups: Sequence[MessageGroup], why: str) -> bool:
+        self._restore(index, groups)
+        index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
+        logger.warning("summarization skipped: %s; the history is unchanged", why)
+        if self.on_error == "raise":
+            raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
+        return False
+
+    async def _run(self, index: MessageIndex) -> bool:
+        groups = self._select(index)
+        if not groups:
+            if self.max_input_tokens is not None:
+                index.events.append(
+                    CompactionEvent(self.name, "failed", detail="the oldest group alone exceeds max_input_tokens")
+                )
+            return False
+        request = [Message.system(self.prompt), Message.user(_transcript(groups))]
+        try:
+            response = await self.client.get_response(request)
+        except asyncio.CancelledError:
+            self._restore(index, groups)
+            raise
+        except Exception as error:  # any client failure fails closed
+            return self._fail(index, groups, f"the summariser raised {type(error).__name__}: {error}")
+        text = getattr(response, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            return self._fail(index, groups, "the summariser replied with no text")
+        text = text.strip()
+        if not text.startswith(SUMMARY_PREFIX.strip()):
+            text = SUMMARY_PREFIX + text
+        self.last_usage = getattr(response, "usage", None)
+        summary = Message(
+            "assistant",
+            (TextContent(text),),
+            additional_properties={SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "summarization"},
+        )
+        replacement = index.make_summary_group(summary, turn=None, origin="summarization", replaces=tuple(groups))
+        index.insert_before(groups[0], replacement)
+        index.events.append(
+            CompactionEvent(
+                self.name, "summarized", SUMMARY.value, None, sum(len(g.messages) for g in groups),
+                sum(g.token_count for g in groups),
+                f"{len(groups)} groups -> {replacement.token_count} tokens", usage=self.last_usage,
+            )
+        )
+        return True
+
+    def __repr__(self) -> str:
+        if self.target_count is not None:
+            return f"SummarizationStrategy(target_count={self.target_count}, threshold={self.threshold})"
+        return f"SummarizationStrategy(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
+
+
+# Composition -----------------------------------------------------------------------------------
+
+
+def _strategies(values: Sequence[Any], owner: str) -> list[CompactionStrategy]:
+    out: list[CompactionStrategy] = []
+    for value in values:
+        if not isinstance(value, CompactionStrategy):
+            raise ConfigurationError(f"{owner} takes compaction strategies, got {value!r}")
+        out.append(value)
+    return out
+
+
+class PipelineStrategy(CompactionStrategy):
+    """Run strategies in order, gentlest first; each decides with its own trigger.
+
+    The pipeline's own trigger is :func:`always`.
+    """
+
+    name = "pipeline"
+
+    def __init__(self, *strategies: CompactionStrategy | Sequence[CompactionStrategy]) -> None:
+        flat: list[Any] = []
+        for item in strategies:
+            if isinstance(item, (list, tuple)):
+                flat.extend(item)
+            else:
+                flat.append(item)
+        self.strategies = _strategies(flat, "PipelineStrategy")
+        super().__init__(always())
+        self.calls_model = any(s.calls_model for s in self.strategies)  # type: ignore[misc]
+
+    @property
+    def tokenizers(self) -> Iterator[Tokenizer]:
+        for strategy in self.strategies:
+            yield from strategy.tokenizers
+
+    async def _run(self, index: MessageIndex) -> bool:
+        changed = False
+        for strategy in self.strategies:
+            changed = await strategy.compact(index) or changed
+        return changed
+
+    def __repr__(self) -> str:
+        return f"PipelineStrategy({', '.join(map(repr, self.strategies))})"
+
+
+class TokenBudgetComposedStrategy(CompactionStrategy):
+    """Run strategies in order until included tokens fit ``token_budget``, then fall back.
+
+    With ``early_stop`` (default) it stops as soon as the budget is met.  If the
+    strategies cannot reach it, the oldest non-system groups are excluded until
+    they do; the newest group is always kept, so the result may stay above the
+    budget when that group alone exceeds it.  System messages are never dropped.
+    """
+
+    name = "token_budget"
+
+    def __init__(
+        self,
+        *,
+        token_budget: int,
+        tokenizer: Tokenizer | None = None,
+        strategies: Sequence[CompactionStrategy] = (),
+        early_stop: bool = True,
+    ) -> None:
+        self.token_budget = _count(token_budget, "TokenBudgetComposedStrategy token_budget", minimum=1)
+        super().__init__(tokens_exceed(self.token_budget))
+        self.tokenizer = tokenizer
+        self.strategies = _strategies(list(strategies), "TokenBudgetComposedStrategy")
+        self.calls_model = any(s.calls_model for s in self.strategies)  # type: ignore[misc]
+        self.early_stop = bool(early_stop)
+
+    @property
+    def tokenizers(self) -> Iterator[Tokenizer]:
+        if self.tokenizer is not None:
+            yield self.tokenizer
+        for strategy in self.strategies:
+            yield from strategy.tokenizers
+
+    def _within(self, index: MessageIndex) -> bool:
+        return index.included_tokens <= self.token_budget
+
+    async def _run(self, index: MessageIndex) -> bool:
+        changed = False
+        for strategy in self.strategies:
+            changed = await strategy.compact(index) or changed
+            if self.early_stop and self._within(index):
+                return changed
+        if self._within(index):
+            return changed
+        newest = _newest_non_system(index)
+        candidates = [g for g in index.groups if not g.excluded and g.kind is not SYSTEM and g is not newest]
+        return self._exclude_oldest(index, candidates, "token_budget_fallback") or changed
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenBudgetComposedStrategy(token_budget={self.token_budget}, "
+            f"strategies=[{', '.join(map(repr, self.strategies))}])"
+        )

@@ -1,0 +1,71 @@
+"""Every error contextledger raises, in one tree.
+
+Callers can catch :class:`ContextLedgerError` to handle anything the library
+reports, or a narrower class when they can act on it.  Each message names the
+offending value and says what to do about it; no operation that raises leaves
+partial state behind.
+
+::
+
+    ContextLedgerError
+    ├── InvalidMessageError          a message or OpenAI dict that cannot be understood (ValueError)
+    │   └── TranscriptError          a JSONL transcript line that cannot be read (carries the line number)
+    ├── ConfigurationError           a strategy, trigger or tokenizer built with bad arguments (ValueError)
+    ├── TokenizerUnavailableError    an exact tokenizer whose optional package is not installed
+    └── CompactionError              a strategy that could not do what it was asked
+        └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompactionError",
+    "ConfigurationError",
+    "ContextLedgerError",
+    "InvalidMessageError",
+    "SummarizationError",
+    "TokenizerUnavailableError",
+    "TranscriptError",
+]
+
+
+class ContextLedgerError(Exception):
+    """Base class of every error the library raises on purpose."""
+
+
+class InvalidMessageError(ContextLedgerError, ValueError):
+    """A message, content part or OpenAI-format dict is malformed."""
+
+
+class TranscriptError(InvalidMessageError):
+    """A line of a JSONL transcript is malformed; ``line`` is 1-based."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:"
+        if line is not None:
+            where += f"{line}:"
+        super().__init__(f"{where} {message}" if where else message)
+        self.path = path
+        self.line = line
+
+
+class ConfigurationError(ContextLedgerError, ValueError):
+    """A strategy, trigger or tokenizer was constructed with invalid arguments."""
+
+
+class TokenizerUnavailableError(ContextLedgerError, ImportError):
+    """The package behind an exact tokenizer is not installed."""
+
+
+class CompactionError(ContextLedgerError):
+    """A compaction strategy could not complete; the index was left as it was."""
+
+
+class SummarizationError(CompactionError):
+    """The summariser raised, timed out or replied with no text.
+
+    The strategy restored every group it had excluded before raising, so the
+    history is exactly as it was before the attempt.
+    """

@@ -1,0 +1,658 @@
+"""Chat messages, their contents, and lossless conversion to and from OpenAI's format.
+
+Messages are immutable values.  Compaction never edits a caller's message: it
+marks groups in an index and projects the included messages, so the objects a
+caller handed in are exactly the objects that come back out.
+
+OpenAI Chat Completions dicts convert both ways without loss: several
+``tool_calls`` in one message, ``tool_call_id``, ``name``, list-of-parts
+content, ``reasoning_content`` and any key this module does not know are all
+kept and written back as they came.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, TypeAlias
+
+from contextledger.exceptions import InvalidMessageError, TranscriptError
+
+__all__ = [
+    "ROLES",
+    "SUMMARY_PROPERTY",
+    "SUMMARY_SOURCE_PROPERTY",
+    "Content",
+    "FunctionCallContent",
+    "FunctionResultContent",
+    "Message",
+    "OpaqueContent",
+    "Problem",
+    "ReasoningContent",
+    "TextContent",
+    "dump_jsonl",
+    "from_openai",
+    "load_jsonl",
+    "message_from_openai",
+    "message_to_openai",
+    "read_jsonl",
+    "to_openai",
+    "validate",
+    "write_jsonl",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+
+SUMMARY_PROPERTY = "_is_summary"
+"""``additional_properties`` key that marks an assistant message as a summary."""
+
+SUMMARY_SOURCE_PROPERTY = "_summary_source"
+"""Which mechanism wrote a summary: ``"summarization"`` or ``"tool_results"``."""
+
+# The key under which to_openai(..., metadata=True) keeps what OpenAI has no field for.
+_METADATA_KEY = "_contextledger"
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen(mapping: Mapping[str, Any] | None, what: str) -> Mapping[str, Any]:
+    if mapping is None:
+        return _EMPTY
+    if not isinstance(mapping, Mapping):
+        raise InvalidMessageError(f"{what} must be a mapping, got {type(mapping).__name__}: {mapping!r}")
+    if isinstance(mapping, MappingProxyType):
+        return mapping
+    return MappingProxyType(dict(mapping))
+
+
+def _require_str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessageError(
+            f"{what} must be a string, got {type(value).__name__}: {value!r}; "
+            "serialise structured values to JSON text first"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class TextContent:
+    """Visible text."""
+
+    text: str
+    type: Literal["text"] = field(default="text", init=False)
+
+    def __post_init__(self) -> None:
+        _require_str(self.text, "TextContent.text")
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningContent:
+    """Model reasoning that some providers return beside the answer (``reasoning_content``)."""
+
+    text: str
+    type: Literal["reasoning"] = field(default="reasoning", init=False)
+
+    def __post_init__(self) -> None:
+        _require_str(self.text, "ReasoningContent.text")
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallContent:
+    """One tool call requested by the assistant; ``arguments`` is the JSON text the model wrote."""
+
+    call_id: str
+    name: str
+    arguments: str = "{}"
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    type: Literal["function_call"] = field(default="function_call", init=False)
+
+    def __post_init__(self) -> None:
+        _require_str(self.call_id, "FunctionCallContent.call_id")
+        _require_str(self.name, "FunctionCallContent.name")
+        _require_str(self.arguments, "FunctionCallContent.arguments")
+        if not self.call_id:
+            raise InvalidMessageError("FunctionCallContent.call_id is empty; every tool call needs an id")
+        object.__setattr__(self, "extra", _frozen(self.extra, "FunctionCallContent.extra"))
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionResultContent:
+    """The result of one tool call, as the text sent back to the model."""
+
+    call_id: str
+    result: str
+    # When the tool message's content was a list of parts, the parts as they came.
+    parts: tuple[Mapping[str, Any], ...] | None = None
+    type: Literal["function_result"] = field(default="function_result", init=False)
+
+    def __post_init__(self) -> None:
+        _require_str(self.call_id, "FunctionResultContent.call_id")
+        _require_str(self.result, "FunctionResultContent.result")
+        if not self.call_id:
+            raise InvalidMessageError("FunctionResultContent.call_id is empty; a tool result needs its call id")
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueContent:
+    """A content part carried as it came (image, audio, file, error...), never interpreted."""
+
+    data: Mapping[str, Any]
+    type: Literal["opaque"] = field(default="opaque", init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", _frozen(self.data, "OpaqueContent.data"))
+
+
+Content: TypeAlias = TextContent | ReasoningContent | FunctionCallContent | FunctionResultContent | OpaqueContent
+_CONTENT_TYPES = (TextContent, ReasoningContent, FunctionCallContent, FunctionResultContent, OpaqueContent)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Message:
+    """One chat message: a role and an ordered tuple of contents.
+
+    ``extra`` holds OpenAI keys this library has no field for; they are written
+    back unchanged.  ``additional_properties`` is metadata for the application
+    and for contextledger itself (for example :data:`SUMMARY_PROPERTY`); it is
+    never sent to a model.
+    """
+
+    role: Role
+    contents: tuple[Content, ...] = ()
+    author_name: str | None = None
+    message_id: str | None = None
+    additional_properties: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # How OpenAI's ``content`` field looked ("text", "parts", "null", "absent"), for round trips.
+    content_form: str | None = field(default=None, compare=False, repr=False)
+    # (tokenizer key, count): a memo so a message is tokenised once per tokenizer.
+    _token_memo: tuple[object, int] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidMessageError(
+                f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'"
+            )
+        contents = self.contents
+        if isinstance(contents, str):
+            contents = (TextContent(contents),)
+        elif not isinstance(contents, tuple):
+            if not isinstance(contents, Iterable):
+                raise InvalidMessageError(
+                    f"Message.contents must be a string or a sequence of contents, got {contents!r}"
+                )
+            contents = tuple(contents)
+        for item in contents:
+            if not isinstance(item, _CONTENT_TYPES):
+                raise InvalidMessageError(
+                    f"Message.contents holds {type(item).__name__} {item!r}; use TextContent, "
+                    "ReasoningContent, FunctionCallContent, FunctionResultContent or OpaqueContent"
+                )
+        object.__setattr__(self, "contents", contents)
+        if self.author_name is not None:
+            _require_str(self.author_name, "Message.author_name")
+        if self.message_id is not None:
+            _require_str(self.message_id, "Message.message_id")
+        if self.additional_properties is not _EMPTY:
+            object.__setattr__(
+                self,
+                "additional_properties",
+                _frozen(self.additional_properties, "Message.additional_properties"),
+            )
+        if self.extra is not _EMPTY:
+            object.__setattr__(self, "extra", _frozen(self.extra, "Message.extra"))
+
+    # Convenience constructors -------------------------------------------------------------
+
+    @classmethod
+    def system(cls, text: str, **kwargs: Any) -> Message:
+        return cls("system", (TextContent(text),), **kwargs)
+
+    @classmethod
+    def user(cls, text: str, **kwargs: Any) -> Message:
+        return cls("user", (TextContent(text),), **kwargs)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str | None = None,
+        *,
+        calls: Sequence[FunctionCallContent] = (),
+        reasoning: str | None = None,
+        **kwargs: Any,
+    ) -> Message:
+        contents: list[Content] = []
+        if reasoning is not None:
+            contents.append(ReasoningContent(reasoning))
+        if text is not None:
+            contents.append(TextContent(text))
+        contents.extend(calls)
+        return cls("assistant", tuple(contents), **kwargs)
+
+    @classmethod
+    def tool(cls, call_id: str, result: str, **kwargs: Any) -> Message:
+        return cls("tool", (FunctionResultContent(call_id, result),), **kwargs)
+
+    # Views ----------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The visible text: every text content joined, or a tool message's results."""
+        parts = [c.text for c in self.contents if isinstance(c, TextContent)]
+        if not parts and self.role == "tool":
+            parts = [c.result for c in self.contents if isinstance(c, FunctionResultContent)]
+        return "".join(parts) if len(parts) != 1 else parts[0]
+
+    @property
+    def function_calls(self) -> tuple[FunctionCallContent, ...]:
+        return tuple(c for c in self.contents if isinstance(c, FunctionCallContent))
+
+    @property
+    def function_results(self) -> tuple[FunctionResultContent, ...]:
+        return tuple(c for c in self.contents if isinstance(c, FunctionResultContent))
+
+    @property
+    def is_summary(self) -> bool:
+        return self.role == "assistant" and self.additional_properties.get(SUMMARY_PROPERTY) is True
+
+    @property
+    def is_reasoning_only(self) -> bool:
+        """An assistant message that carries reasoning and nothing else."""
+        return (
+            self.role == "assistant"
+            and bool(self.contents)
+            and all(isinstance(c, ReasoningContent) for c in self.contents)
+        )
+
+    def payload_texts(self) -> Iterator[str]:
+        """Every string the model reads from this message: text, reasoning, call names and arguments,
+        results.  Token and byte counts are taken over these, never over JSON syntax."""
+        for c in self.contents:
+            if isinstance(c, (TextContent, ReasoningContent)):
+                yield c.text
+            elif isinstance(c, FunctionCallContent):
+                yield c.name
+                yield c.arguments
+            elif isinstance(c, FunctionResultContent):
+                yield c.result
+            else:
+                text = c.data.get("text")
+                if isinstance(text, str):
+                    yield text
+
+
+_set_field = {name: Message.__dict__[name].__set__ for name in Message.__slots__}  # type: ignore[attr-defined]
+_EMPTY_TEXT_FIELDS = ("author_name", "message_id", "content_form", "_token_memo")
+
+
+def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
+    """An assistant text message built from parts the library already validated.
+
+    Compaction writes one such message per collapsed group, thousands per call on
+    long histories; this skips the re-validation a caller-supplied message gets.
+    ``properties`` must already be read-only (a ``MappingProxyType``).
+    """
+    message = object.__new__(Message)
+    content = object.__new__(TextContent)
+    TextContent.__dict__["text"].__set__(content, text)  # type: ignore[attr-defined]
+    TextContent.__dict__["type"].__set__(content, "text")  # type: ignore[attr-defined]
+    _set_field["role"](message, "assistant")
+    _set_field["contents"](message, (content,))
+    _set_field["additional_properties"](message, properties)
+    _set_field["extra"](message, _EMPTY)
+    for name in _EMPTY_TEXT_FIELDS:
+        _set_field[name](message, None)
+    return message
+
+
+# OpenAI conversion --------------------------------------------------------------------------
+
+_KNOWN_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"})
+
+
+def _parse_parts(parts: list[Any], where: str) -> list[Content]:
+    contents: list[Content] = []
+    for position, part in enumerate(parts):
+        if not isinstance(part, Mapping):
+            raise InvalidMessageError(f"{where}: content part {position} is {part!r}; parts must be objects")
+        if part.get("type") == "text" and set(part) == {"type", "text"}:
+            contents.append(TextContent(_require_str(part["text"], f"{where}: content part {position} text")))
+        else:
+            contents.append(OpaqueContent(part))
+    return contents
+
+
+def _parse_tool_call(item: object, where: str) -> FunctionCallContent:
+    if not isinstance(item, Mapping):
+        raise InvalidMessageError(f"{where}: each tool_calls entry must be an object, got {item!r}")
+    call_id = item.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidMessageError(f"{where}: tool call {item!r} has no string 'id'; every call needs one")
+    function = item.get("function")
+    if not isinstance(function, Mapping):
+        raise InvalidMessageError(f"{where}: tool call {call_id!r} has no 'function' object")
+    name = _require_str(function.get("name"), f"{where}: tool call {call_id!r} function.name")
+    arguments = function.get("arguments", "{}")
+    arguments = _require_str(arguments, f"{where}: tool call {call_id!r} function.arguments")
+    extra = {k: v for k, v in item.items() if k not in ("id", "function", "type")}
+    if item.get("type", "function") != "function":
+        extra["type"] = item["type"]
+    function_extra = {k: v for k, v in function.items() if k not in ("name", "arguments")}
+    if function_extra:
+        extra["function"] = function_extra
+    if "type" not in item:
+        extra["__no_type__"] = True
+    return FunctionCallContent(call_id, name, arguments, extra)
+
+
+def message_from_openai(data: Mapping[str, Any], *, position: int | None = None) -> Message:
+    """Convert one OpenAI Chat Completions message dict; raise :class:`InvalidMessageError` if malformed."""
+    where = "message" if position is None else f"message {position}"
+    if not isinstance(data, Mapping):
+        raise InvalidMessageError(f"{where} must be an object, got {type(data).__name__}: {data!r}")
+    role = data.get("role")
+    metadata = data.get(_METADATA_KEY) or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessageError(f"{where}: {_METADATA_KEY!r} must be an object, got {metadata!r}")
+    extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS and k != _METADATA_KEY}
+    if role == "developer":
+        extra["role"] = "developer"
+        role = "system"
+    if role not in ROLES:
+        raise InvalidMessageError(
+            f"{where}: unknown role {role!r}; OpenAI messages use 'system', 'developer', 'user', "
+            "'assistant' or 'tool'"
+        )
+    author_name = data.get("name")
+    if author_name is not None:
+        _require_str(author_name, f"{where}: 'name'")
+    contents: list[Content] = []
+    content = data.get("content", ...)
+    form: str
+    if content is ...:
+        form = "absent"
+    elif content is None:
+        form = "null"
+    elif isinstance(content, str):
+        form = "text"
+    elif isinstance(content, list):
+        form = "parts"
+    else:
+        raise InvalidMessageError(
+            f"{where}: 'content' must be a string, a list of parts or null, got "
+            f"{type(content).__name__}: {content!r}"
+        )
+
+    if role == "tool":
+        call_id = data.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidMessageError(
+                f"{where}: tool message has no string 'tool_call_id' (got {call_id!r}); "
+                "a tool result must name the call it answers"
+            )
+        if form == "parts":
+            parts = _parse_parts(content, where)
+            text = "".join(p.text for p in parts if isinstance(p, TextContent))
+            contents.append(FunctionResultContent(call_id, text, tuple(dict(p) for p in content)))
+        else:
+            contents.append(FunctionResultContent(call_id, content if form == "text" else ""))
+    else:
+        if "tool_call_id" in data:
+            raise InvalidMessageError(f"{where}: only tool messages carry 'tool_call_id' (role is {role!r})")
+        reasoning = data.get("reasoning_content")
+        if reasoning is not None:
+            contents.append(ReasoningContent(_require_str(reasoning, f"{where}: 'reasoning_content'")))
+        if form == "text":
+            contents.append(TextContent(content))
+        elif form == "parts":
+            contents.extend(_parse_parts(content, where))
+        tool_calls = data.get("tool_calls")
+        if tool_calls is not None:
+            if role != "assistant":
+                raise InvalidMessageError(f"{where}: only assistant messages carry 'tool_calls' (role is {role!r})")
+            if not isinstance(tool_calls, list):
+                raise InvalidMessageError(f"{where}: 'tool_calls' must be a list, got {tool_calls!r}")
+            contents.extend(_parse_tool_call(item, where) for item in tool_calls)
+            if not tool_calls:
+                extra["tool_calls"] = []
+    properties = metadata.get("additional_properties")
+    message_id = metadata.get("message_id")
+    return Message(
+        role,
+        tuple(contents),
+        author_name=author_name,
+        message_id=message_id,
+        additional_properties=properties,
+        extra=extra,
+        content_form=form,
+    )
+
+
+def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Convert a list of OpenAI message dicts; the first malformed one raises, naming its position."""
+    if isinstance(messages, (str, bytes, Mapping)):
+        raise InvalidMessageError("from_openai expects a list of message dicts, not a single value")
+    return [message_from_openai(m, position=i) for i, m in enumerate(messages)]
+
+
+def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, Any]:
+    """Convert one message to an OpenAI dict.
+
+    With ``metadata=True`` the message id and ``additional_properties`` are kept
+    under a ``_contextledger`` key (used by JSONL transcripts); leave it off for
+    requests to a model, which would reject the unknown key.
+    """
+    out: dict[str, Any] = {"role": message.role}
+    texts: list[Content] = []
+    calls: list[FunctionCallContent] = []
+    reasoning: list[str] = []
+    results: list[FunctionResultContent] = []
+    for c in message.contents:
+        if isinstance(c, FunctionCallContent):
+            calls.append(c)
+        elif isinstance(c, ReasoningContent):
+            reasoning.append(c.text)
+        elif isinstance(c, FunctionResultContent):
+            results.append(c)
+        else:
+            texts.append(c)
+    form = message.content_form
+    if message.role == "tool":
+        result = results[0] if results else None
+        if result is not None and result.parts is not None:
+            out["content"] = [dict(p) for p in result.parts]
+        elif form == "null":
+            out["content"] = None
+        elif form != "absent" or (result is not None and result.result):
+            out["content"] = result.result if result is not None else ""
+        out["tool_call_id"] = result.call_id if result is not None else ""
+    else:
+        if reasoning:
+            out["reasoning_content"] = "".join(reasoning)
+        only_text = all(isinstance(c, TextContent) for c in texts)
+        if form is None:
+            if not texts:
+                form = "null" if calls else "text"
+            elif only_text and len(texts) == 1:
+                form = "text"
+            else:
+                form = "parts"
+        if form == "parts" or not only_text or len(texts) > 1:
+            out["content"] = [
+                {"type": "text", "text": c.text} if isinstance(c, TextContent) else dict(c.data)  # type: ignore[union-attr]
+                for c in texts
+            ]
+        elif form == "text":
+            out["content"] = texts[0].text if texts else ""  # type: ignore[union-attr]
+        elif form == "null":
+            out["content"] = None
+        if calls:
+            tool_calls = []
+            for call in calls:
+                item_extra = dict(call.extra)
+                no_type = item_extra.pop("__no_type__", False)
+                function_extra = item_extra.pop("function", {})
+                item: dict[str, Any] = {"id": call.call_id}
+                if not no_type:
+                    item["type"] = item_extra.pop("type", "function")
+                item["function"] = {"name": call.name, "arguments": call.arguments, **function_extra}
+                item.update(item_extra)
+                tool_calls.append(item)
+            out["tool_calls"] = tool_calls
+    if message.author_name is not None:
+        out["name"] = message.author_name
+    out.update(message.extra)
+    if metadata:
+        block: dict[str, Any] = {}
+        if message.message_id is not None:
+            block["message_id"] = message.message_id
+        if message.additional_properties:
+            block["additional_properties"] = dict(message.additional_properties)
+        if block:
+            out[_METADATA_KEY] = block
+    return out
+
+
+def to_openai(messages: Iterable[Message], *, metadata: bool = False) -> list[dict[str, Any]]:
+    """Convert messages to OpenAI dicts (see :func:`message_to_openai`)."""
+    return [message_to_openai(m, metadata=metadata) for m in messages]
+
+
+# JSONL transcripts ---------------------------------------------------------------------------
+
+
+def load_jsonl(lines: Iterable[str], *, path: str | None = None) -> list[Message]:
+    """Parse OpenAI-format JSONL (one message object per line; blank lines ignored)."""
+    messages: list[Message] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TranscriptError(f"not valid JSON ({error.msg} at column {error.colno})", path=path, line=number) from None
+        try:
+            messages.append(message_from_openai(data))
+        except InvalidMessageError as error:
+            raise TranscriptError(str(error), path=path, line=number) from None
+    return messages
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[Message]:
+    """Read a JSONL transcript file; a malformed line raises :class:`TranscriptError` naming it."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as handle:
+            return load_jsonl(handle, path=name)
+    except FileNotFoundError:
+        raise TranscriptError("no such file; check the path", path=name) from None
+    except UnicodeDecodeError as error:
+        raise TranscriptError(f"not UTF-8 text ({error.reason})", path=name) from None
+
+
+def dump_jsonl(messages: Iterable[Message]) -> str:
+    """Serialise messages as JSONL text, keeping ids and additional properties."""
+    return "".join(
+        json.dumps(message_to_openai(m, metadata=True), ensure_ascii=False) + "\n" for m in messages
+    )
+
+
+def write_jsonl(path: str | os.PathLike[str], messages: Iterable[Message]) -> None:
+    """Write a transcript atomically: the file appears complete or not at all."""
+    text = dump_jsonl(messages)
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# Validation ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One reason a message list would be rejected by a chat-completions API."""
+
+    index: int
+    code: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"message {self.index}: {self.code}: {self.detail}"
+
+
+def validate(messages: Sequence[Message | Mapping[str, Any]]) -> list[Problem]:
+    """Report what makes a message list invalid to send: orphan tool results, calls without all
+    their results, duplicate call ids, unknown roles or malformed dicts.
+
+    A tool call's results must follow it, before any other non-tool message
+    (reasoning-only assistant messages may sit between them).  An empty list of
+    problems means the list is safe to send.
+    """
+    problems: list[Problem] = []
+    pending: dict[str, int] = {}  # call id -> index of the message that made the call
+    seen_calls: set[str] = set()
+    answered: set[str] = set()
+
+    def close_block() -> None:
+        for call_id, where in pending.items():
+            problems.append(
+                Problem(where, "missing_tool_result", f"tool call {call_id!r} has no result before the next message")
+            )
+        pending.clear()
+
+    for index, item in enumerate(messages):
+        if isinstance(item, Message):
+            message = item
+        else:
+            try:
+                message = message_from_openai(item, position=index)
+            except InvalidMessageError as error:
+                code = "unknown_role" if "unknown role" in str(error) else "malformed_message"
+                problems.append(Problem(index, code, str(error)))
+                continue
+        if message.role == "tool":
+            for result in message.function_results:
+                if result.call_id in pending:
+                    del pending[result.call_id]
+                    answered.add(result.call_id)
+                elif result.call_id in answered:
+                    problems.append(
+                        Problem(index, "duplicate_tool_result", f"call {result.call_id!r} was already answered")
+                    )
+                elif result.call_id in seen_calls:
+                    problems.append(
+                        Problem(
+                            index,
+                            "misplaced_tool_result",
+                            f"result for call {result.call_id!r} does not directly follow its call",
+                        )
+                    )
+                else:
+                    problems.append(
+                        Problem(index, "orphan_tool_result", f"no preceding call has id {result.call_id!r}")
+                    )
+            continue
+        if message.is_reasoning_only and pending:
+            continue
+        close_block()
+        for call in message.function_calls:
+            if call.call_id in seen_calls:
+                problems.append(Problem(index, "duplicate_call_id", f"call id {call.call_id!r} is used twice"))
+                continue
+            seen_calls.add(call.call_id)
+            pending[call.call_id] = index
+    close_block()
+    problems.sort(key=lambda p: p.index)
+    return problems
