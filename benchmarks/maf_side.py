@@ -78,9 +78,7 @@ def _to_maf_message(entry: dict[str, Any]) -> Any:
         contents.append(Content.from_text(text))
     for call in entry.get("tool_calls") or []:
         function = call["function"]
-        contents.append(
-            Content.from_function_call(call["id"], function["name"], arguments=function.get("arguments"))
-        )
+        contents.append(Content.from_function_call(call["id"], function["name"], arguments=function.get("arguments")))
     return Message(role=role, contents=contents)
 
 

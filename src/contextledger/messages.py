@@ -176,9 +176,7 @@ class Message:
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
-            raise InvalidMessageError(
-                f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'"
-            )
+            raise InvalidMessageError(f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'")
         contents = self.contents
         if isinstance(contents, str):
             contents = (TextContent(contents),)
@@ -287,7 +285,7 @@ class Message:
                     yield text
 
 
-_set_field = {name: Message.__dict__[name].__set__ for name in Message.__slots__}  # type: ignore[attr-defined]
+_set_field = {name: Message.__dict__[name].__set__ for name in Message.__slots__}
 _EMPTY_TEXT_FIELDS = ("author_name", "message_id", "content_form", "_token_memo")
 
 
@@ -300,8 +298,8 @@ def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
     """
     message = object.__new__(Message)
     content = object.__new__(TextContent)
-    TextContent.__dict__["text"].__set__(content, text)  # type: ignore[attr-defined]
-    TextContent.__dict__["type"].__set__(content, "text")  # type: ignore[attr-defined]
+    TextContent.__dict__["text"].__set__(content, text)
+    TextContent.__dict__["type"].__set__(content, "text")
     _set_field["role"](message, "assistant")
     _set_field["contents"](message, (content,))
     _set_field["additional_properties"](message, properties)
@@ -366,8 +364,7 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
         role = "system"
     if role not in ROLES:
         raise InvalidMessageError(
-            f"{where}: unknown role {role!r}; OpenAI messages use 'system', 'developer', 'user', "
-            "'assistant' or 'tool'"
+            f"{where}: unknown role {role!r}; OpenAI messages use 'system', 'developer', 'user', 'assistant' or 'tool'"
         )
     author_name = data.get("name")
     if author_name is not None:
@@ -385,8 +382,7 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
         form = "parts"
     else:
         raise InvalidMessageError(
-            f"{where}: 'content' must be a string, a list of parts or null, got "
-            f"{type(content).__name__}: {content!r}"
+            f"{where}: 'content' must be a string, a list of parts or null, got {type(content).__name__}: {content!r}"
         )
 
     if role == "tool":
@@ -422,6 +418,8 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
             if not tool_calls:
                 extra["tool_calls"] = []
     properties = metadata.get("additional_properties")
+    if properties is None:
+        properties = _EMPTY
     message_id = metadata.get("message_id")
     return Message(
         role,
@@ -536,7 +534,9 @@ def load_jsonl(lines: Iterable[str], *, path: str | None = None) -> list[Message
         try:
             data = json.loads(line)
         except json.JSONDecodeError as error:
-            raise TranscriptError(f"not valid JSON ({error.msg} at column {error.colno})", path=path, line=number) from None
+            raise TranscriptError(
+                f"not valid JSON ({error.msg} at column {error.colno})", path=path, line=number
+            ) from None
         try:
             messages.append(message_from_openai(data))
         except InvalidMessageError as error:
@@ -558,9 +558,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Message]:
 
 def dump_jsonl(messages: Iterable[Message]) -> str:
     """Serialise messages as JSONL text, keeping ids and additional properties."""
-    return "".join(
-        json.dumps(message_to_openai(m, metadata=True), ensure_ascii=False) + "\n" for m in messages
-    )
+    return "".join(json.dumps(message_to_openai(m, metadata=True), ensure_ascii=False) + "\n" for m in messages)
 
 
 def write_jsonl(path: str | os.PathLike[str], messages: Iterable[Message]) -> None:

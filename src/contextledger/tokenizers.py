@@ -83,9 +83,7 @@ class CharacterEstimatorTokenizer:
 
     def __init__(self, characters_per_token: int = 4) -> None:
         if not isinstance(characters_per_token, int) or characters_per_token <= 0:
-            raise ConfigurationError(
-                f"characters_per_token must be a positive integer, got {characters_per_token!r}"
-            )
+            raise ConfigurationError(f"characters_per_token must be a positive integer, got {characters_per_token!r}")
         self.characters_per_token = characters_per_token
         self._name = f"estimate/{characters_per_token}"
 
@@ -148,11 +146,9 @@ class OpenAITokenizer:
 
     def __init__(self, encoding: str = "o200k_base") -> None:
         if encoding not in self.ENCODINGS:
-            raise ConfigurationError(
-                f"unknown encoding {encoding!r}; choose one of {', '.join(self.ENCODINGS)}"
-            )
+            raise ConfigurationError(f"unknown encoding {encoding!r}; choose one of {', '.join(self.ENCODINGS)}")
         try:
-            import toktok  # noqa: PLC0415  (optional extra, imported on use)
+            import toktok  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415
         except ImportError:
             raise TokenizerUnavailableError(
                 f"exact {encoding} counts need the 'toktok-rs' package: pip install 'contextledger[exact]'"
@@ -205,6 +201,4 @@ def get_tokenizer(name: str) -> Tokenizer:
         return CharacterEstimatorTokenizer()
     if name in OpenAITokenizer.ENCODINGS:
         return OpenAITokenizer(name)
-    raise ConfigurationError(
-        f"unknown tokenizer {name!r}; use 'estimate', 'cl100k_base' or 'o200k_base'"
-    )
+    raise ConfigurationError(f"unknown tokenizer {name!r}; use 'estimate', 'cl100k_base' or 'o200k_base'")

@@ -81,8 +81,8 @@ class MessageGroup:
         "exclusion_reason",
         "kind",
         "messages",
-        "orphan",
         "origin",
+        "orphan",
         "replaces",
         "token_count",
         "turn",
@@ -136,7 +136,10 @@ class MessageGroup:
         if self.kind is not GroupKind.TOOL_CALL or self.orphan or not self.call_ids:
             return True
         answered = {
-            c.call_id for m in self.messages if m.role == "tool" for c in m.contents
+            c.call_id
+            for m in self.messages
+            if m.role == "tool"
+            for c in m.contents
             if isinstance(c, FunctionResultContent)
         }
         return self.call_ids <= answered
@@ -164,13 +167,6 @@ class CompactionEvent:
     groups: tuple[MessageGroup, ...] = field(default=(), compare=False, repr=False)
 
 
-def _has_call(message: Message) -> bool:
-    for c in message.contents:
-        if isinstance(c, FunctionCallContent):
-            return True
-    return False
-
-
 def _summary_turn(message: Message, turn: int) -> int | None:
     # Tool-result summaries stand in for a tool group and stay in its turn; a conversation
     # summary belongs to no turn, so it never keeps an old turn alive.
@@ -195,6 +191,9 @@ class MessageIndex:
 
     def _reset(self) -> None:
         self._groups: list[MessageGroup] = []
+        # The included groups, in conversation order.  Strategies, triggers and the projection
+        # read only this, so a call costs O(included + appended), not O(whole history).
+        self._live: dict[int, MessageGroup] = {}
         self._source: list[Message] = []
         self._pending: dict[int, list[MessageGroup]] = {}  # id(anchor) -> groups to insert before it
         self._turn = 0
@@ -325,6 +324,7 @@ class MessageIndex:
             GroupKind.SUMMARY,
         )
         add = groups.append
+        live = self._live
         for message, tokens in zip(new, counts):
             role = message.role
             if role == "tool":
@@ -333,9 +333,9 @@ class MessageIndex:
                     open_tool is not None
                     and open_tool.call_ids is not None
                     and len(contents) == 1
-                    and type(contents[0]) is FunctionResultContent
+                    and isinstance(contents[0], FunctionResultContent)
                 ):
-                    belongs = contents[0].call_id in open_tool.call_ids  # type: ignore[union-attr]
+                    belongs = contents[0].call_id in open_tool.call_ids
                 else:
                     result_ids = [c.call_id for c in contents if type(c) is FunctionResultContent]
                     belongs = (
@@ -348,6 +348,7 @@ class MessageIndex:
                     if provisional:  # reasoning between results joins the tool group
                         for group in provisional:
                             groups.pop()
+                            live.pop(id(group), None)
                             open_tool.messages.extend(group.messages)
                             open_tool.token_count += group.token_count
                         provisional = []
@@ -365,22 +366,25 @@ class MessageIndex:
                 add(MessageGroup(user_kind, [message], turn, tokens))
             elif role == "assistant":
                 contents = message.contents
-                first = type(contents[0]) if len(contents) == 1 else None
-                if first is TextContent and not message.additional_properties:
+                only: type | None = type(contents[0]) if len(contents) == 1 else None
+                if only is TextContent and not message.additional_properties:
                     # The common case, decided without scanning anything.
                     open_tool = None
                     provisional = []
                     add(MessageGroup(text_kind, [message], turn, tokens))
                     continue
-                if first is FunctionCallContent:
-                    call_ids: frozenset[str] = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
+                head = contents[0] if contents else None
+                if only is FunctionCallContent and isinstance(head, FunctionCallContent):
+                    call_ids: frozenset[str] = frozenset((head.call_id,))
                 else:
                     call_ids = frozenset(c.call_id for c in contents if type(c) is FunctionCallContent)
                 if call_ids:
                     group = MessageGroup(tool_kind, [message], turn, tokens)
                     group.call_ids = call_ids
                     if provisional:  # reasoning right before a call belongs to it
-                        del groups[len(groups) - len(provisional):]
+                        del groups[len(groups) - len(provisional) :]
+                        for dropped in provisional:
+                            live.pop(id(dropped), None)
                         group.messages[:0] = [m for g in provisional for m in g.messages]
                         group.token_count += sum(g.token_count for g in provisional)
                         provisional = []
@@ -406,7 +410,11 @@ class MessageIndex:
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
-        self._tally(groups[start:], 1)
+        tail = groups[start:]
+        for group in tail:
+            if not group.excluded:
+                live[id(group)] = group
+        self._tally(tail, 1)
         self._source.extend(new)
 
     def update(self, messages: Sequence[Message]) -> bool:
@@ -430,15 +438,18 @@ class MessageIndex:
         self._count(group, -1)  # while still included, so its contribution is taken out
         group.excluded = True
         group.exclusion_reason = reason
+        del self._live[id(group)]
         return True
 
     def exclude_many(self, groups: Sequence[MessageGroup], reason: str) -> list[MessageGroup]:
         """Exclude several groups in one pass; returns those that were not already excluded."""
         fresh = [g for g in groups if not g.excluded]
         self._tally(fresh, -1, totals=False)
+        live = self._live
         for group in fresh:
             group.excluded = True
             group.exclusion_reason = reason
+            del live[id(group)]
         return fresh
 
     def include(self, group: MessageGroup) -> bool:
@@ -448,7 +459,37 @@ class MessageIndex:
         group.excluded = False
         group.exclusion_reason = None
         self._count(group, 1)
+        self._relive()
         return True
+
+    def include_many(self, groups: Sequence[MessageGroup]) -> None:
+        """Undo several exclusions (a failed summarisation restoring what it took)."""
+        for group in groups:
+            if group.excluded:
+                group.excluded = False
+                group.exclusion_reason = None
+                self._count(group, 1)
+        self._relive()
+
+    def _relive(self) -> None:
+        """Rebuild the ordered set of included groups from the full list (O(n); only on restores)."""
+        self._live = {id(g): g for g in self.groups if not g.excluded}
+
+    def make_summary_groups(
+        self,
+        messages: Sequence[Message],
+        *,
+        turns: Sequence[int | None],
+        origin: str,
+        replaces: Sequence[tuple[MessageGroup, ...]],
+    ) -> list[MessageGroup]:
+        """Summary groups for many messages, counted in one tokenizer batch."""
+        counts = self.tokenizer.count_messages(messages)
+        summary = GroupKind.SUMMARY
+        return [
+            MessageGroup(summary, [message], turn, tokens, origin=origin, replaces=source)
+            for message, turn, tokens, source in zip(messages, turns, counts, replaces)
+        ]
 
     def make_summary_group(
         self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
@@ -456,6 +497,45 @@ class MessageIndex:
         """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
         tokens = self.tokenizer.count_messages([message])[0]
         return MessageGroup(GroupKind.SUMMARY, [message], turn, tokens, origin=origin, replaces=replaces)
+
+    def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
+        """Exclude each original and insert its replacement just before it, in one pass.
+
+        The replacements are new summary groups (see :meth:`make_summary_groups`).
+        """
+        self.account_replacements(pairs, reason)
+        self.place_replacements(pairs)
+
+    def account_replacements(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
+        """The metric half of :meth:`replace_many`: O(len(pairs)), so a strategy can check its
+        target after every step.  Call :meth:`place_replacements` with all pairs before reading
+        the groups or the projection."""
+        originals = [original for original, _ in pairs]
+        for original in originals:
+            if original.excluded:
+                raise CompactionError("replace_many: only included groups can be replaced")
+        self._tally(originals, -1, totals=False)
+        for original in originals:
+            original.excluded = True
+            original.exclusion_reason = reason
+        self._tally([replacement for _, replacement in pairs], 1)
+
+    def place_replacements(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]]) -> None:
+        """The structural half of :meth:`replace_many`: one pass over the included groups."""
+        pending = self._pending
+        substitute: dict[int, MessageGroup] = {}
+        for original, replacement in pairs:
+            pending.setdefault(id(original), []).append(replacement)
+            substitute[id(original)] = replacement
+        # Each replacement takes its original's place among the included groups.
+        live: dict[int, MessageGroup] = {}
+        for key, group in self._live.items():
+            stand_in = substitute.get(key)
+            if stand_in is None:
+                live[key] = group
+            else:
+                live[id(stand_in)] = stand_in
+        self._live = live
 
     def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
         """Insert ``group`` just before ``anchor``.
@@ -469,6 +549,7 @@ class MessageIndex:
         self.total_tokens += group.token_count
         if not group.excluded:
             self._count(group, 1)
+            self._relive()
 
     def _flush(self) -> None:
         if not self._pending:
@@ -499,7 +580,7 @@ class MessageIndex:
 
     @property
     def included_bytes(self) -> int:
-        return sum(g.byte_count for g in self.groups if not g.excluded)
+        return sum(g.byte_count for g in self._live.values())
 
     @property
     def total_bytes(self) -> int:
@@ -508,13 +589,18 @@ class MessageIndex:
     def projection(self) -> list[Message]:
         """The included messages, in order: what is sent to the model."""
         out: list[Message] = []
-        for group in self.groups:
-            if not group.excluded:
-                out.extend(group.messages)
+        for group in self._live.values():
+            out.extend(group.messages)
         return out
 
-    def included_groups_list(self) -> list[MessageGroup]:
-        return [g for g in self.groups if not g.excluded]
+    @property
+    def live(self) -> list[MessageGroup]:
+        """The included groups, in order (a snapshot: safe to exclude while iterating)."""
+        return list(self._live.values())
+
+    def newest_live(self) -> Iterator[MessageGroup]:
+        """Included groups from the newest back; stop early to pay only for what you read."""
+        return reversed(self._live.values())
 
     def metrics(self) -> dict[str, int]:
         """Totals and included counts, for reports."""
@@ -538,16 +624,3 @@ class MessageIndex:
             f"messages={self.included_messages}/{self.total_messages}, "
             f"tokens={self.included_tokens}/{self.total_tokens} ({self.tokenizer.name}))"
         )
-
-
-def text_of(message: Message) -> str:
-    """Everything readable in a message, on one line, for summaries and transcripts."""
-    parts: list[str] = []
-    for c in message.contents:
-        if isinstance(c, TextContent):
-            parts.append(c.text)
-        elif isinstance(c, FunctionCallContent):
-            parts.append(f"{c.name}({c.arguments})")
-        elif isinstance(c, FunctionResultContent):
-            parts.append(c.result)
-    return " ".join(parts)

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from contextledger.clients._protocol import ChatClient, Usage
 from contextledger.compaction._index import (
@@ -86,7 +86,7 @@ def _count(value: object, what: str, *, minimum: int = 0) -> int:
 def _trigger(value: object, what: str) -> Trigger:
     if not callable(value):
         raise ConfigurationError(f"{what} must be a trigger (a callable on a MessageIndex), got {value!r}")
-    return value  # type: ignore[return-value]
+    return cast(Trigger, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +135,8 @@ def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None 
     kept: set[int] = set()
     if count <= 0:
         return kept
-    for group in reversed(index.groups):
-        if group.excluded or group.kind is SYSTEM:
+    for group in index.newest_live():
+        if group.kind is SYSTEM:
             continue
         if kinds is None or group.kind in kinds:
             kept.add(id(group))
@@ -146,8 +146,8 @@ def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None 
 
 
 def _newest_non_system(index: MessageIndex) -> MessageGroup | None:
-    for group in reversed(index.groups):
-        if not group.excluded and group.kind is not SYSTEM:
+    for group in index.newest_live():
+        if group.kind is not SYSTEM:
             return group
     return None
 
@@ -215,9 +215,7 @@ class CompactionStrategy(ABC):
         )
         return True
 
-    def _exclude_oldest(
-        self, index: MessageIndex, candidates: Sequence[MessageGroup], reason: str
-    ) -> bool:
+    def _exclude_oldest(self, index: MessageIndex, candidates: Sequence[MessageGroup], reason: str) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
         When the target is a plain threshold on tokens, messages or groups (the
@@ -312,7 +310,8 @@ class TruncationStrategy(CompactionStrategy):
         self.compact_to = compact_to
         self.tokenizer = tokenizer
         self.minimum_preserved = (
-            default_floor if minimum_preserved is None
+            default_floor
+            if minimum_preserved is None
             else _count(minimum_preserved, "TruncationStrategy minimum_preserved")
         )
         self.preserve_system = bool(preserve_system)
@@ -321,12 +320,11 @@ class TruncationStrategy(CompactionStrategy):
     async def _run(self, index: MessageIndex) -> bool:
         protected = _newest(index, max(self.minimum_preserved, 1))
         if self.preserve_first_user_group:
-            first_user = next((g for g in index.groups if g.kind is GroupKind.USER and not g.excluded), None)
+            first_user = next((g for g in index.live if g.kind is GroupKind.USER), None)
             if first_user is not None:
                 protected.add(id(first_user))
         candidates = [
-            g for g in index.groups
-            if not g.excluded and id(g) not in protected and not (g.kind is SYSTEM and self.preserve_system)
+            g for g in index.live if id(g) not in protected and not (g.kind is SYSTEM and self.preserve_system)
         ]
         return self._exclude_oldest(index, candidates, "truncation")
 
@@ -400,7 +398,7 @@ class SlidingWindowStrategy(CompactionStrategy):
         return self._window_turns(index)
 
     def _window_groups(self, index: MessageIndex, keep: int) -> bool:
-        eligible = [g for g in index.groups if not g.excluded and not _always_kept_by_window(g)]
+        eligible = [g for g in index.live if not _always_kept_by_window(g)]
         doomed = eligible[:-keep] if keep else eligible
         newest = _newest_non_system(index)
         if doomed and doomed[-1] is newest:
@@ -410,8 +408,8 @@ class SlidingWindowStrategy(CompactionStrategy):
 
     def _window_turns(self, index: MessageIndex) -> bool:
         turns: dict[int, list[MessageGroup]] = {}
-        for group in index.groups:
-            if group.excluded or _always_kept_by_window(group) or group.turn is None:
+        for group in index.live:
+            if _always_kept_by_window(group) or group.turn is None:
                 continue
             turns.setdefault(group.turn, []).append(group)
         ordered = sorted(turns)
@@ -435,6 +433,7 @@ class SlidingWindowStrategy(CompactionStrategy):
 
 # Tool results ----------------------------------------------------------------------------------
 
+
 def _preview(text: str, limit: int) -> str:
     # Only the head can survive the cut, so only the head is normalised (results can be megabytes).
     flat = " ".join(text[: limit * 4].split())
@@ -450,8 +449,11 @@ def format_tool_results(messages: Sequence[Message], *, max_result_chars: int = 
     if len(messages) == 2:  # the usual shape: one call, one result
         call, result = messages[0].contents, messages[1].contents
         if (
-            len(call) == 1 and len(result) == 1 and type(call[0]) is FunctionCallContent
-            and type(result[0]) is FunctionResultContent and call[0].call_id == result[0].call_id
+            len(call) == 1
+            and len(result) == 1
+            and type(call[0]) is FunctionCallContent
+            and type(result[0]) is FunctionResultContent
+            and call[0].call_id == result[0].call_id
         ):
             text = f"[Tool results: {call[0].name}: {_preview(result[0].result, max_result_chars) or '(empty)'}]"
             if len(text) <= max_chars:
@@ -494,16 +496,23 @@ def _tool_floor(
 ) -> tuple[Trigger, Trigger | None, int, bool]:
     """Resolve the two styles of the tool strategies to (trigger, target, floor, floor_counts_tool_groups)."""
     if keep_last_tool_call_groups is not None:
-        if trigger is not None or target is not None or minimum_preserved is not None:
+        if minimum_preserved is not None:
             raise ConfigurationError(
-                f"{owner} takes either keep_last_tool_call_groups= or trigger=/minimum_preserved=, not both"
+                f"{owner}: keep_last_tool_call_groups= and minimum_preserved= are two floors; give one"
             )
-        return always(), None, _count(keep_last_tool_call_groups, f"{owner} keep_last_tool_call_groups"), True
+        floor = _count(keep_last_tool_call_groups, f"{owner} keep_last_tool_call_groups")
+        if trigger is None:
+            if target is not None:
+                raise ConfigurationError(f"{owner}: target= needs a trigger=")
+            return always(), None, floor, True
+        return trigger, target, floor, True
     if trigger is None:
         if target is not None or minimum_preserved is not None:
             raise ConfigurationError(f"{owner}: target= and minimum_preserved= need a trigger=")
         return always(), None, 1, True
-    preserved = default_preserved if minimum_preserved is None else _count(minimum_preserved, f"{owner} minimum_preserved")
+    preserved = (
+        default_preserved if minimum_preserved is None else _count(minimum_preserved, f"{owner} minimum_preserved")
+    )
     return trigger, target, preserved, False
 
 
@@ -518,10 +527,7 @@ class _ToolGroupStrategy(CompactionStrategy):
             protected = _newest(index, self.keep_last_tool_call_groups, frozenset({TOOL_CALL}))
         else:
             protected = _newest(index, self.minimum_preserved)
-        return [
-            g for g in index.groups
-            if g.kind is TOOL_CALL and not g.excluded and id(g) not in protected
-        ]
+        return [g for g in index.live if g.kind is TOOL_CALL and id(g) not in protected]
 
     def __repr__(self) -> str:
         if self.keep_last_tool_call_groups is not None:
@@ -573,21 +579,47 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             return text
         return format_tool_results(messages, max_result_chars=self.max_result_chars, max_chars=self.max_summary_chars)
 
+    def _collapse(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> list[MessageGroup]:
+        summaries = [assistant_text_message(self._summary_text(g.messages), _TOOL_SUMMARY_PROPERTIES) for g in groups]
+        return index.make_summary_groups(
+            summaries, turns=[g.turn for g in groups], origin="tool_results", replaces=[(g,) for g in groups]
+        )
+
     async def _run(self, index: MessageIndex) -> bool:
-        collapsed: list[MessageGroup] = []
-        saved = 0
-        for group in self._eligible(index):
-            if self.target_met(index):
-                break
-            if group.orphan or not group.is_complete:
-                continue
-            summary = assistant_text_message(self._summary_text(group.messages), _TOOL_SUMMARY_PROPERTIES)
-            replacement = index.make_summary_group(summary, turn=group.turn, origin="tool_results", replaces=(group,))
-            index.exclude(group, "collapsed")
-            index.insert_before(group, replacement)
-            collapsed.append(group)
-            saved += group.token_count - replacement.token_count
-        return self._log(index, "collapsed", collapsed, f"replaced by one-line summaries, {saved} tokens saved")
+        candidates = [g for g in self._eligible(index) if not g.orphan and g.is_complete]
+        threshold = _threshold_of(self.target, self.trigger)
+        if threshold is None and not isinstance(self.trigger, type(always())):
+            # A custom target: collapse one group at a time and ask the index after each.
+            pairs: list[tuple[MessageGroup, MessageGroup]] = []
+            for group in candidates:
+                if self.target_met(index):
+                    break
+                pair = (group, self._collapse(index, [group])[0])
+                index.account_replacements([pair], "collapsed")
+                pairs.append(pair)
+            index.place_replacements(pairs)
+        else:
+            if threshold is not None:
+                # Collapse just enough groups, found with local arithmetic.
+                metric, limit = threshold
+                remaining = getattr(index, metric)
+                pairs = []
+                for group in candidates:
+                    if remaining <= limit:
+                        break
+                    replacement = self._collapse(index, [group])[0]
+                    pairs.append((group, replacement))
+                    if metric == "included_tokens":
+                        remaining -= group.token_count - replacement.token_count
+                    elif metric == "included_messages":
+                        remaining -= len(group.messages) - 1
+            else:
+                pairs = list(zip(candidates, self._collapse(index, candidates)))
+            index.replace_many(pairs, "collapsed")
+        saved = sum(g.token_count - r.token_count for g, r in pairs)
+        return self._log(
+            index, "collapsed", [g for g, _ in pairs], f"replaced by one-line summaries, {saved} tokens saved"
+        )
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
@@ -694,14 +726,17 @@ class SummarizationStrategy(CompactionStrategy):
                 f"SummarizationStrategy needs a chat client with an async get_response(messages), got {client!r}"
             )
         if prompt is not None and summarization_prompt is not None:
-            raise ConfigurationError("SummarizationStrategy: prompt and summarization_prompt are the same setting; give one")
+            raise ConfigurationError(
+                "SummarizationStrategy: prompt and summarization_prompt are the same setting; give one"
+            )
         prompt = prompt if prompt is not None else summarization_prompt
         if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
             raise ConfigurationError(f"SummarizationStrategy prompt must be non-empty text, got {prompt!r}")
         if trigger is not None:
             if target_count is not None or threshold is not None:
                 raise ConfigurationError(
-                    "SummarizationStrategy takes either trigger=/minimum_preserved= or target_count=/threshold=, not both"
+                    "SummarizationStrategy takes either trigger=/minimum_preserved= "
+                    "or target_count=/threshold=, not both"
                 )
             self.target_count: int | None = None
             self.threshold: int | None = None
@@ -734,8 +769,8 @@ class SummarizationStrategy(CompactionStrategy):
         if self.target_count is not None:
             kept: set[int] = set()
             retained = 0
-            for group in reversed(index.groups):
-                if group.excluded or group.kind is SYSTEM:
+            for group in index.newest_live():
+                if group.kind is SYSTEM:
                     continue
                 if retained >= self.target_count and kept:
                     break
@@ -743,7 +778,7 @@ class SummarizationStrategy(CompactionStrategy):
                 retained += len(group.messages)
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
-        for group in index.groups:
+        for group in index.live:
             if group.excluded or group.kind is SYSTEM or id(group) in kept:
                 continue
             if self.target_count is None and self.target_met(index):
@@ -756,8 +791,7 @@ class SummarizationStrategy(CompactionStrategy):
         return chosen
 
     def _restore(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> None:
-        for group in groups:
-            index.include(group)
+        index.include_many(groups)
 
     def _fail(self, index: MessageIndex, groups: Sequence[MessageGroup], why: str) -> bool:
         self._restore(index, groups)
@@ -799,9 +833,14 @@ class SummarizationStrategy(CompactionStrategy):
         index.insert_before(groups[0], replacement)
         index.events.append(
             CompactionEvent(
-                self.name, "summarized", SUMMARY.value, None, sum(len(g.messages) for g in groups),
+                self.name,
+                "summarized",
+                SUMMARY.value,
+                None,
+                sum(len(g.messages) for g in groups),
                 sum(g.token_count for g in groups),
-                f"{len(groups)} groups -> {replacement.token_count} tokens", usage=self.last_usage,
+                f"{len(groups)} groups -> {replacement.token_count} tokens",
+                usage=self.last_usage,
             )
         )
         return True
@@ -903,7 +942,7 @@ class TokenBudgetComposedStrategy(CompactionStrategy):
         if self._within(index):
             return changed
         newest = _newest_non_system(index)
-        candidates = [g for g in index.groups if not g.excluded and g.kind is not SYSTEM and g is not newest]
+        candidates = [g for g in index.live if g.kind is not SYSTEM and g is not newest]
         return self._exclude_oldest(index, candidates, "token_budget_fallback") or changed
 
     def __repr__(self) -> str:

@@ -1,0 +1,245 @@
+"""Compaction benchmarks: cold runs on long histories, a long session, and a side-by-side mode.
+
+    python benchmarks/run.py                 # ours: 10,001 and 100,001 messages, 2,000-turn session
+    python benchmarks/run.py --compare-maf   # also Microsoft Agent Framework, same workloads, same process
+    python benchmarks/run.py --quick         # small sizes, for a smoke run
+
+Every figure is a median of several runs.  A *cold* run starts from freshly built
+messages, so indexing and token counting are inside the timed region.  The
+baseline in the same process is either MAF (``--compare-maf``, needs the
+``bench`` extra) or, without it, the cost of indexing and projecting with no
+strategy at all.  The budgets the project holds itself to are checked and
+printed; ``--check`` makes a missed budget exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workloads
+from contextledger import Message, from_openai, validate
+from contextledger.compaction import (
+    CharacterEstimatorTokenizer,
+    CompactionStrategy,
+    MessageIndex,
+    PipelineStrategy,
+    SelectiveToolCallCompactionStrategy,
+    SlidingWindowStrategy,
+    TokenBudgetComposedStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    never,
+    tokens_exceed,
+    turns_exceed,
+)
+
+TOKENIZER = CharacterEstimatorTokenizer()
+# MAF's context-window strategy for a 128k model with 16k output, spelled with our parts.
+_INPUT_BUDGET = 128_000 - 16_384
+_EVICT_AT, _TRUNCATE_AT = int(_INPUT_BUDGET * 0.5), int(_INPUT_BUDGET * 0.8)
+
+STRATEGIES: dict[str, Callable[[], CompactionStrategy]] = {
+    "truncation_tokens": lambda: TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=TOKENIZER),
+    "truncation_messages": lambda: TruncationStrategy(max_n=1_000, compact_to=500),
+    "sliding_window": lambda: SlidingWindowStrategy(keep_last_groups=20),
+    "sliding_window_turns": lambda: SlidingWindowStrategy(trigger=turns_exceed(4)),
+    "tool_result_collapse": lambda: ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+    "selective_tool_call": lambda: SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1),
+    "token_budget": lambda: TokenBudgetComposedStrategy(
+        token_budget=16_000,
+        tokenizer=TOKENIZER,
+        strategies=[
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            SlidingWindowStrategy(keep_last_groups=20),
+        ],
+    ),
+    "context_window": lambda: PipelineStrategy(
+        ToolResultCompactionStrategy(trigger=tokens_exceed(_EVICT_AT), target=never(), keep_last_tool_call_groups=4),
+        TruncationStrategy(max_n=_TRUNCATE_AT, compact_to=_EVICT_AT, tokenizer=TOKENIZER),
+    ),
+}
+SESSION_STRATEGIES = ("sliding_window", "sliding_window_turns", "truncation_tokens", "token_budget")
+
+COLD_BUDGET_MS = {10_001: 25.0, 100_001: 250.0}
+SESSION_BUDGET_MS = 1.0
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+async def _compact_cold(messages: list[Message], strategy: CompactionStrategy | None) -> list[Message]:
+    index = MessageIndex(messages, tokenizer=TOKENIZER)
+    if strategy is not None:
+        await strategy.compact(index)
+    return index.projection()
+
+
+def time_cold(name: str | None, dicts: list[dict[str, Any]], repeats: int) -> tuple[list[float], int]:
+    """Seconds per cold run; fresh messages every run (token counts are memoised on messages)."""
+    samples: list[float] = []
+    size = 0
+    for _ in range(repeats):
+        messages = from_openai(dicts)
+        strategy = STRATEGIES[name]() if name is not None else None
+        gc.collect()
+        start = time.perf_counter()
+        projection = asyncio.run(_compact_cold(messages, strategy))
+        samples.append(time.perf_counter() - start)
+        size = len(projection)
+        problems = validate(projection)
+        if problems:
+            raise AssertionError(f"{name}: projection is not API-valid: {problems[0]}")
+    return samples, size
+
+
+def time_session(name: str, turns: int) -> list[float]:
+    """Per-turn seconds of a session: append one turn, compact the request view, project."""
+    rng = random.Random(7)
+    system = from_openai([{"role": "system", "content": "You are a helpful shopping assistant."}])
+    strategy = STRATEGIES[name]()
+    index = MessageIndex(system, tokenizer=TOKENIZER)
+    samples: list[float] = []
+
+    async def run() -> None:
+        for number in range(1, turns + 1):
+            new = from_openai(workloads.turn(number, rng))
+            start = time.perf_counter()
+            index.append(new)
+            await strategy.compact(index)
+            index.projection()
+            samples.append(time.perf_counter() - start)
+
+    gc.collect()
+    asyncio.run(run())
+    return samples
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [_row(header, widths), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines.extend(_row(r, widths) for r in rows)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10001,100001", help="message counts for cold runs")
+    parser.add_argument("--repeats", type=int, default=7, help="cold runs per strategy and size")
+    parser.add_argument("--turns", type=int, default=2000, help="turns in the session benchmark")
+    parser.add_argument("--compare-maf", action="store_true", help="run the same workloads through MAF")
+    parser.add_argument("--maf-sizes", default="10001", help="message counts for MAF cold runs (it is slow)")
+    parser.add_argument("--maf-repeats", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a budget is missed")
+    parser.add_argument("--json", dest="json_path", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats, args.turns, args.maf_sizes = "2001", 3, 200, "1001"
+
+    maf: Any = None
+    if args.compare_maf:
+        import maf_side  # noqa: PLC0415
+
+        if not maf_side.available():
+            print("--compare-maf needs the bench extra: pip install 'contextledger[bench]'", file=sys.stderr)
+            return 2
+        maf = maf_side
+
+    report: dict[str, Any] = {"cold": [], "session": []}
+    missed: list[str] = []
+    sizes = [int(s) for s in args.sizes.split(",")]
+    maf_sizes = {int(s) for s in args.maf_sizes.split(",")}
+    for size in sizes:
+        dicts = workloads.messages(size)
+        baseline, _ = time_cold(None, dicts, args.repeats)
+        base_ms = _median_ms(baseline)
+        rows = [["(index + projection only)", f"{base_ms:.1f}", "", "", "", str(size)]]
+        for name in STRATEGIES:
+            samples, kept = time_cold(name, dicts, args.repeats)
+            ours = _median_ms(samples)
+            entry: dict[str, Any] = {"strategy": name, "messages": size, "ours_ms": ours, "kept": kept}
+            theirs_cell = ratio_cell = ""
+            if maf is not None and size in maf_sizes and name in maf.STRATEGY_NAMES:
+                theirs = _median_ms(maf.time_cold(name, dicts, args.maf_repeats))
+                entry["maf_ms"] = theirs
+                entry["ratio"] = theirs / ours
+                theirs_cell, ratio_cell = f"{theirs:.1f}", f"{theirs / ours:.0f}x"
+            budget = COLD_BUDGET_MS.get(size)
+            verdict = ""
+            if budget is not None:
+                verdict = "ok" if ours <= budget else f"over {budget:.0f} ms"
+                if ours > budget:
+                    missed.append(f"{name} at {size}: {ours:.1f} ms > {budget:.0f} ms")
+            rows.append([name, f"{ours:.1f}", theirs_cell, ratio_cell, verdict, str(kept)])
+            report["cold"].append(entry)
+            print(f"  {size:>7} {name:<22} {ours:8.1f} ms {theirs_cell:>10} {ratio_cell:>7}", file=sys.stderr)
+        print(f"\nCold compaction, {size:,} messages (median of {args.repeats}; MAF: {args.maf_repeats} run(s))")
+        print(_table(["strategy", "ours ms", "MAF ms", "MAF/ours", "budget", "messages kept"], rows))
+
+    rows = []
+    for name in SESSION_STRATEGIES:
+        samples = time_session(name, args.turns)
+        early = samples[99:199] if args.turns >= 200 else samples[: len(samples) // 2]
+        late = samples[-100:]
+        early_ms, late_ms = _median_ms(early), _median_ms(late)
+        entry = {
+            "strategy": name,
+            "turns": args.turns,
+            "early_ms": early_ms,
+            "late_ms": late_ms,
+            "total_s": sum(samples),
+        }
+        maf_cells = ["", ""]
+        if maf is not None and name in maf.STRATEGY_NAMES:
+            theirs = maf.time_session(args.turns, name)
+            t_early = theirs[99:199] if args.turns >= 200 else theirs[: len(theirs) // 2]
+            entry["maf_early_ms"], entry["maf_late_ms"] = _median_ms(t_early), _median_ms(theirs[-100:])
+            entry["maf_total_s"] = sum(theirs)
+            maf_cells = [f"{_median_ms(t_early):.3f}", f"{_median_ms(theirs[-100:]):.3f}"]
+        ok = late_ms <= SESSION_BUDGET_MS and late_ms <= max(2 * early_ms, early_ms + 0.1)
+        if not ok:
+            missed.append(f"session {name}: turns 100-199 {early_ms:.3f} ms, last 100 {late_ms:.3f} ms")
+        rows.append(
+            [
+                name,
+                f"{early_ms:.3f}",
+                f"{late_ms:.3f}",
+                f"{late_ms / early_ms:.2f}",
+                *maf_cells,
+                "ok" if ok else "missed",
+            ]
+        )
+        report["session"].append(entry)
+    print(f"\nSession of {args.turns:,} turns: append one turn, compact the request view, project (median ms per turn)")
+    print(
+        _table(["strategy", "turns 100-199", "last 100", "last/early", "MAF 100-199", "MAF last 100", "budget"], rows)
+    )
+
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report, indent=2))
+    if missed:
+        print("\nBudgets missed:\n  " + "\n  ".join(missed))
+        return 1 if args.check else 0
+    print("\nEvery budget met.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
