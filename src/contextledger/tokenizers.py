@@ -20,6 +20,7 @@ from contextledger.messages import (
     FunctionCallContent,
     FunctionResultContent,
     Message,
+    OpaqueContent,
     ReasoningContent,
     TextContent,
 )
@@ -71,6 +72,22 @@ def _framing(message: Message) -> int:
     return overhead
 
 
+def _payload_chars(contents: Sequence[object]) -> int:
+    chars = 0
+    for content in contents:
+        if isinstance(content, (TextContent, ReasoningContent)):
+            chars += len(content.text)
+        elif isinstance(content, FunctionResultContent):
+            chars += len(content.result)
+        elif isinstance(content, FunctionCallContent):
+            chars += len(content.name) + len(content.arguments)
+        elif isinstance(content, OpaqueContent):
+            text = content.data.get("text")
+            if isinstance(text, str):
+                chars += len(text)
+    return chars
+
+
 class CharacterEstimatorTokenizer:
     """An estimate: one token per four characters of payload (rounded up), plus chat framing.
 
@@ -112,21 +129,23 @@ class CharacterEstimatorTokenizer:
             if memo is not None and memo[0] == name:
                 append(memo[1])
                 continue
-            chars = 0
             overhead = MESSAGE_OVERHEAD + (NAME_OVERHEAD if message.author_name else 0)
-            for content in message.contents:
+            contents = message.contents
+            if len(contents) == 1:  # most messages: decide without a loop
+                content = contents[0]
                 kind = type(content)
-                if kind is TextContent or kind is ReasoningContent:
-                    chars += len(content.text)  # type: ignore[union-attr]
+                if kind is TextContent:
+                    chars = len(content.text)  # type: ignore[union-attr]
                 elif kind is FunctionResultContent:
-                    chars += len(content.result)  # type: ignore[union-attr]
+                    chars = len(content.result)  # type: ignore[union-attr]
                 elif kind is FunctionCallContent:
-                    chars += len(content.name) + len(content.arguments)  # type: ignore[union-attr]
+                    chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
                     overhead += CALL_OVERHEAD
                 else:
-                    text = content.data.get("text")  # type: ignore[union-attr]
-                    if isinstance(text, str):
-                        chars += len(text)
+                    chars = _payload_chars(contents)
+            else:
+                chars = _payload_chars(contents)
+                overhead += CALL_OVERHEAD * sum(1 for c in contents if type(c) is FunctionCallContent)
             count = overhead - (-chars // per_token)
             set_memo(message, "_token_memo", (name, count))
             append(count)

@@ -76,6 +76,7 @@ class MessageGroup:
 
     __slots__ = (
         "_byte_count",
+        "_live_key",
         "call_ids",
         "excluded",
         "exclusion_reason",
@@ -110,6 +111,9 @@ class MessageGroup:
         self.exclusion_reason: str | None = None
         self.call_ids: frozenset[str] | None = None
         self._byte_count: int | None = None
+        # The key this group has in the index's ordered set of included groups (a replacement
+        # inherits its original's key, which keeps its place without rebuilding the set).
+        self._live_key = id(self)
 
     @property
     def message_count(self) -> int:
@@ -135,6 +139,11 @@ class MessageGroup:
         """For a tool-call group: every call has a result.  Other groups are always complete."""
         if self.kind is not GroupKind.TOOL_CALL or self.orphan or not self.call_ids:
             return True
+        if len(self.call_ids) == 1 and len(self.messages) == 2:  # one call, one answer: the usual shape
+            answer = self.messages[1].contents
+            return len(answer) == 1 and isinstance(answer[0], FunctionResultContent) and (
+                answer[0].call_id in self.call_ids
+            )
         answered = {
             c.call_id
             for m in self.messages
@@ -348,7 +357,7 @@ class MessageIndex:
                     if provisional:  # reasoning between results joins the tool group
                         for group in provisional:
                             groups.pop()
-                            live.pop(id(group), None)
+                            live.pop(group._live_key, None)
                             open_tool.messages.extend(group.messages)
                             open_tool.token_count += group.token_count
                         provisional = []
@@ -384,7 +393,7 @@ class MessageIndex:
                     if provisional:  # reasoning right before a call belongs to it
                         del groups[len(groups) - len(provisional) :]
                         for dropped in provisional:
-                            live.pop(id(dropped), None)
+                            live.pop(dropped._live_key, None)
                         group.messages[:0] = [m for g in provisional for m in g.messages]
                         group.token_count += sum(g.token_count for g in provisional)
                         provisional = []
@@ -413,7 +422,7 @@ class MessageIndex:
         tail = groups[start:]
         for group in tail:
             if not group.excluded:
-                live[id(group)] = group
+                live[group._live_key] = group
         self._tally(tail, 1)
         self._source.extend(new)
 
@@ -438,7 +447,7 @@ class MessageIndex:
         self._count(group, -1)  # while still included, so its contribution is taken out
         group.excluded = True
         group.exclusion_reason = reason
-        del self._live[id(group)]
+        del self._live[group._live_key]
         return True
 
     def exclude_many(self, groups: Sequence[MessageGroup], reason: str) -> list[MessageGroup]:
@@ -449,7 +458,7 @@ class MessageIndex:
         for group in fresh:
             group.excluded = True
             group.exclusion_reason = reason
-            del live[id(group)]
+            del live[group._live_key]
         return fresh
 
     def include(self, group: MessageGroup) -> bool:
@@ -473,7 +482,12 @@ class MessageIndex:
 
     def _relive(self) -> None:
         """Rebuild the ordered set of included groups from the full list (O(n); only on restores)."""
-        self._live = {id(g): g for g in self.groups if not g.excluded}
+        live: dict[int, MessageGroup] = {}
+        for group in self.groups:
+            if not group.excluded:
+                group._live_key = id(group)
+                live[id(group)] = group
+        self._live = live
 
     def make_summary_groups(
         self,
@@ -485,11 +499,13 @@ class MessageIndex:
     ) -> list[MessageGroup]:
         """Summary groups for many messages, counted in one tokenizer batch."""
         counts = self.tokenizer.count_messages(messages)
-        summary = GroupKind.SUMMARY
-        return [
-            MessageGroup(summary, [message], turn, tokens, origin=origin, replaces=source)
-            for message, turn, tokens, source in zip(messages, turns, counts, replaces)
-        ]
+        out: list[MessageGroup] = []
+        for message, turn, tokens, source in zip(messages, turns, counts, replaces):
+            group = MessageGroup(GroupKind.SUMMARY, [message], turn, tokens)
+            group.origin = origin
+            group.replaces = source
+            out.append(group)
+        return out
 
     def make_summary_group(
         self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
@@ -521,21 +537,14 @@ class MessageIndex:
         self._tally([replacement for _, replacement in pairs], 1)
 
     def place_replacements(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]]) -> None:
-        """The structural half of :meth:`replace_many`: one pass over the included groups."""
+        """The structural half of :meth:`replace_many`: each replacement takes its original's
+        place among the included groups (same key, same position), O(len(pairs))."""
         pending = self._pending
-        substitute: dict[int, MessageGroup] = {}
+        live = self._live
         for original, replacement in pairs:
             pending.setdefault(id(original), []).append(replacement)
-            substitute[id(original)] = replacement
-        # Each replacement takes its original's place among the included groups.
-        live: dict[int, MessageGroup] = {}
-        for key, group in self._live.items():
-            stand_in = substitute.get(key)
-            if stand_in is None:
-                live[key] = group
-            else:
-                live[id(stand_in)] = stand_in
-        self._live = live
+            replacement._live_key = original._live_key
+            live[original._live_key] = replacement
 
     def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
         """Insert ``group`` just before ``anchor``.

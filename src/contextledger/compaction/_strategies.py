@@ -41,6 +41,7 @@ from contextledger.compaction.triggers import (
     _TokensExceed,
     always,
     messages_exceed,
+    never,
     tokens_exceed,
 )
 from contextledger.exceptions import ConfigurationError, SummarizationError
@@ -128,6 +129,13 @@ def _threshold_of(target: Trigger | None, trigger: Trigger) -> tuple[str, int] |
     if isinstance(check, _GroupsExceed):
         return ("included_groups", check.limit)
     return None
+
+
+def _stops_never(target: Trigger | None, trigger: Trigger) -> bool:
+    """True when the target can never be met, so only the floor stops the strategy."""
+    if target is None:
+        return isinstance(trigger, type(always()))
+    return isinstance(target, type(never()))
 
 
 def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[int]:
@@ -225,7 +233,9 @@ class CompactionStrategy(ABC):
         """
         threshold = _threshold_of(self.target, self.trigger)
         doomed: list[MessageGroup] = []
-        if threshold is not None:
+        if _stops_never(self.target, self.trigger):
+            doomed = index.exclude_many(candidates, reason)
+        elif threshold is not None:
             metric, limit = threshold
             remaining = getattr(index, metric)
             for group in candidates:
@@ -436,10 +446,14 @@ class SlidingWindowStrategy(CompactionStrategy):
 
 def _preview(text: str, limit: int) -> str:
     # Only the head can survive the cut, so only the head is normalised (results can be megabytes).
-    flat = " ".join(text[: limit * 4].split())
-    if len(flat) <= limit and len(text) <= limit * 4:
-        return flat
-    return flat[: max(limit - 1, 0)].rstrip() + "…"
+    head = text[: limit * 2]
+    if "  " in head or "\n" in head or "\t" in head or "\r" in head:
+        head = " ".join(head.split())
+    else:
+        head = head.strip()
+    if len(head) <= limit and len(text) <= limit * 2:
+        return head
+    return head[: limit - 1].rstrip() + "…"
 
 
 def format_tool_results(messages: Sequence[Message], *, max_result_chars: int = 80, max_chars: int = 400) -> str:
@@ -588,9 +602,26 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
     async def _run(self, index: MessageIndex) -> bool:
         candidates = [g for g in self._eligible(index) if not g.orphan and g.is_complete]
         threshold = _threshold_of(self.target, self.trigger)
-        if threshold is None and not isinstance(self.trigger, type(always())):
-            # A custom target: collapse one group at a time and ask the index after each.
-            pairs: list[tuple[MessageGroup, MessageGroup]] = []
+        pairs: list[tuple[MessageGroup, MessageGroup]] = []
+        if _stops_never(self.target, self.trigger):
+            pairs = list(zip(candidates, self._collapse(index, candidates)))
+            index.replace_many(pairs, "collapsed")
+        elif threshold is not None:
+            # Collapse just enough groups, found with local arithmetic.
+            metric, limit = threshold
+            remaining = getattr(index, metric)
+            for group in candidates:
+                if remaining <= limit:
+                    break
+                replacement = self._collapse(index, [group])[0]
+                pairs.append((group, replacement))
+                if metric == "included_tokens":
+                    remaining -= group.token_count - replacement.token_count
+                elif metric == "included_messages":
+                    remaining -= len(group.messages) - 1
+            index.replace_many(pairs, "collapsed")
+        else:
+            # Any other target: collapse one group at a time and ask the index after each.
             for group in candidates:
                 if self.target_met(index):
                     break
@@ -598,24 +629,6 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
                 index.account_replacements([pair], "collapsed")
                 pairs.append(pair)
             index.place_replacements(pairs)
-        else:
-            if threshold is not None:
-                # Collapse just enough groups, found with local arithmetic.
-                metric, limit = threshold
-                remaining = getattr(index, metric)
-                pairs = []
-                for group in candidates:
-                    if remaining <= limit:
-                        break
-                    replacement = self._collapse(index, [group])[0]
-                    pairs.append((group, replacement))
-                    if metric == "included_tokens":
-                        remaining -= group.token_count - replacement.token_count
-                    elif metric == "included_messages":
-                        remaining -= len(group.messages) - 1
-            else:
-                pairs = list(zip(candidates, self._collapse(index, candidates)))
-            index.replace_many(pairs, "collapsed")
         saved = sum(g.token_count - r.token_count for g, r in pairs)
         return self._log(
             index, "collapsed", [g for g, _ in pairs], f"replaced by one-line summaries, {saved} tokens saved"
