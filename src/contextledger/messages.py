@@ -285,8 +285,17 @@ class Message:
                     yield text
 
 
-_set_field = {name: Message.__dict__[name].__set__ for name in Message.__slots__}
-_EMPTY_TEXT_FIELDS = ("author_name", "message_id", "content_form", "_token_memo")
+_set_role = Message.__dict__["role"].__set__
+_set_contents = Message.__dict__["contents"].__set__
+_set_author_name = Message.__dict__["author_name"].__set__
+_set_message_id = Message.__dict__["message_id"].__set__
+_set_properties = Message.__dict__["additional_properties"].__set__
+_set_extra = Message.__dict__["extra"].__set__
+_set_content_form = Message.__dict__["content_form"].__set__
+_set_token_memo = Message.__dict__["_token_memo"].__set__
+_set_text = TextContent.__dict__["text"].__set__
+_set_text_type = TextContent.__dict__["type"].__set__
+_new = object.__new__
 
 
 def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
@@ -296,16 +305,18 @@ def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
     long histories; this skips the re-validation a caller-supplied message gets.
     ``properties`` must already be read-only (a ``MappingProxyType``).
     """
-    message = object.__new__(Message)
-    content = object.__new__(TextContent)
-    TextContent.__dict__["text"].__set__(content, text)
-    TextContent.__dict__["type"].__set__(content, "text")
-    _set_field["role"](message, "assistant")
-    _set_field["contents"](message, (content,))
-    _set_field["additional_properties"](message, properties)
-    _set_field["extra"](message, _EMPTY)
-    for name in _EMPTY_TEXT_FIELDS:
-        _set_field[name](message, None)
+    content = _new(TextContent)
+    _set_text(content, text)
+    _set_text_type(content, "text")
+    message = _new(Message)
+    _set_role(message, "assistant")
+    _set_contents(message, (content,))
+    _set_author_name(message, None)
+    _set_message_id(message, None)
+    _set_properties(message, properties)
+    _set_extra(message, _EMPTY)
+    _set_content_form(message, None)
+    _set_token_memo(message, None)
     return message
 
 
