@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -293,6 +293,8 @@ _set_properties = Message.__dict__["additional_properties"].__set__
 _set_extra = Message.__dict__["extra"].__set__
 _set_content_form = Message.__dict__["content_form"].__set__
 _set_token_memo = Message.__dict__["_token_memo"].__set__
+set_token_memo: Callable[[Message, tuple[object, int]], None] = _set_token_memo
+"""Record a message's token count for a tokenizer (the memo is invisible to equality and output)."""
 _set_text = TextContent.__dict__["text"].__set__
 _set_text_type = TextContent.__dict__["type"].__set__
 _new = object.__new__

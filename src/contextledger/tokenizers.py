@@ -23,6 +23,7 @@ from contextledger.messages import (
     OpaqueContent,
     ReasoningContent,
     TextContent,
+    set_token_memo,
 )
 
 __all__ = [
@@ -123,7 +124,7 @@ class CharacterEstimatorTokenizer:
         per_token = self.characters_per_token
         out: list[int] = []
         append = out.append
-        set_memo = object.__setattr__
+        set_memo = set_token_memo
         for message in messages:
             memo = message._token_memo
             if memo is not None and memo[0] == name:
@@ -147,7 +148,7 @@ class CharacterEstimatorTokenizer:
                 chars = _payload_chars(contents)
                 overhead += CALL_OVERHEAD * sum(1 for c in contents if type(c) is FunctionCallContent)
             count = overhead - (-chars // per_token)
-            set_memo(message, "_token_memo", (name, count))
+            set_memo(message, (name, count))
             append(count)
         return out
 
@@ -210,7 +211,7 @@ class OpenAITokenizer:
             for position, count in zip(owners, self._batch_count(texts, self._name, 0)):
                 results[position] += int(count)
             for position in set(owners):
-                object.__setattr__(messages[position], "_token_memo", (self._name, results[position]))
+                set_token_memo(messages[position], (self._name, results[position]))
         return results
 
 

@@ -15,7 +15,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["CompactionResult", "apply_compaction", "apply_compaction_sync", "compact_messages", "resolve_tokenizer"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class CompactionResult:
     """The projection and how it was reached: before/after metrics and every step taken."""
 
@@ -28,6 +28,14 @@ class CompactionResult:
     @property
     def changed(self) -> bool:
         return bool(self.events)
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats a finished task's result, and a full dump of a
+        # long history here would cost more than the compaction itself.
+        return (
+            f"CompactionResult(messages={len(self.messages)}, "
+            f"tokens={self.before['included_tokens']}->{self.after['included_tokens']}, events={len(self.events)})"
+        )
 
 
 def resolve_tokenizer(strategy: CompactionStrategy | None, tokenizer: Tokenizer | None) -> Tokenizer:

@@ -366,11 +366,13 @@ class MessageIndex:
                     open_tool._byte_count = None
                 else:
                     open_tool = None
-                    provisional = []
+                    if provisional:
+                        provisional = []
                     add(MessageGroup(tool_kind, [message], turn, tokens, orphan=True))
             elif role == "user":
                 open_tool = None
-                provisional = []
+                if provisional:
+                    provisional = []
                 turn += 1
                 add(MessageGroup(user_kind, [message], turn, tokens))
             elif role == "assistant":
@@ -379,7 +381,8 @@ class MessageIndex:
                 if only is TextContent and not message.additional_properties:
                     # The common case, decided without scanning anything.
                     open_tool = None
-                    provisional = []
+                    if provisional:
+                        provisional = []
                     add(MessageGroup(text_kind, [message], turn, tokens))
                     continue
                 head = contents[0] if contents else None
@@ -401,7 +404,8 @@ class MessageIndex:
                     add(group)
                 elif message.is_summary:
                     open_tool = None
-                    provisional = []
+                    if provisional:
+                        provisional = []
                     origin = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
                     add(MessageGroup(summary_kind, [message], _summary_turn(message, turn), tokens, origin=origin))
                 elif contents and all(type(c) is ReasoningContent for c in contents):
@@ -410,21 +414,73 @@ class MessageIndex:
                     add(group)
                 else:
                     open_tool = None
-                    provisional = []
+                    if provisional:
+                        provisional = []
                     add(MessageGroup(text_kind, [message], turn, tokens))
             else:  # system
                 open_tool = None
-                provisional = []
+                if provisional:
+                    provisional = []
                 add(MessageGroup(system_kind, [message], None, tokens))
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
         tail = groups[start:]
-        for group in tail:
-            if not group.excluded:
-                live[group._live_key] = group
-        self._tally(tail, 1)
+        if any(group.excluded for group in tail):
+            for group in tail:
+                if not group.excluded:
+                    live[group._live_key] = group
+            self._tally(tail, 1)
+        else:
+            self._tally_fresh(tail)
         self._source.extend(new)
+
+    def _tally_fresh(self, groups: list[MessageGroup]) -> None:
+        """:meth:`_tally` for groups just built (all included, turns never decreasing), which lets
+        the per-turn counts be updated once per turn instead of once per group."""
+        live = self._live
+        messages = tokens = non_system = non_system_messages = tool_calls = 0
+        turn_groups = self._turn_groups
+        new_turns = 0
+        current_turn: int | None = None
+        in_turn = 0
+        system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
+        for group in groups:
+            live[group._live_key] = group
+            size = len(group.messages)
+            messages += size
+            tokens += group.token_count
+            kind = group.kind
+            if kind is not system:
+                non_system += 1
+                non_system_messages += size
+                if kind is tool:
+                    tool_calls += 1
+            turn = group.turn
+            if turn:
+                if turn == current_turn:
+                    in_turn += 1
+                else:
+                    if current_turn is not None:
+                        before = turn_groups.get(current_turn, 0)
+                        turn_groups[current_turn] = before + in_turn
+                        new_turns += before == 0
+                    current_turn, in_turn = turn, 1
+        if current_turn is not None:
+            before = turn_groups.get(current_turn, 0)
+            turn_groups[current_turn] = before + in_turn
+            new_turns += before == 0
+        count = len(groups)
+        self.total_groups += count
+        self.total_messages += messages
+        self.total_tokens += tokens
+        self.included_groups += count
+        self.included_messages += messages
+        self.included_tokens += tokens
+        self.included_non_system_groups += non_system
+        self.included_non_system_messages += non_system_messages
+        self.included_tool_call_groups += tool_calls
+        self.included_turns += new_turns
 
     def update(self, messages: Sequence[Message]) -> bool:
         """Bring the index in line with ``messages``: append what is new, or rebuild if the
