@@ -582,15 +582,35 @@ class MessageIndex:
         """The metric half of :meth:`replace_many`: O(len(pairs)), so a strategy can check its
         target after every step.  Call :meth:`place_replacements` with all pairs before reading
         the groups or the projection."""
-        originals = [original for original, _ in pairs]
-        for original in originals:
+        messages_delta = tokens_delta = added_tokens = tool_calls_delta = 0
+        odd: list[tuple[MessageGroup, MessageGroup]] = []
+        for original, replacement in pairs:
             if original.excluded:
                 raise CompactionError("replace_many: only included groups can be replaced")
-        self._tally(originals, -1, totals=False)
-        for original in originals:
+            if original.turn != replacement.turn or original.kind is GroupKind.SYSTEM or len(replacement.messages) != 1:
+                odd.append((original, replacement))
+                continue
+            # The usual case, netted in one step: same turn, one non-system group for another.
+            messages_delta += 1 - len(original.messages)
+            tokens_delta += replacement.token_count - original.token_count
+            added_tokens += replacement.token_count
+            tool_calls_delta += (replacement.kind is GroupKind.TOOL_CALL) - (original.kind is GroupKind.TOOL_CALL)
             original.excluded = True
             original.exclusion_reason = reason
-        self._tally([replacement for _, replacement in pairs], 1)
+        plain = len(pairs) - len(odd)
+        self.total_groups += plain
+        self.total_messages += plain
+        self.total_tokens += added_tokens
+        self.included_messages += messages_delta
+        self.included_non_system_messages += messages_delta
+        self.included_tokens += tokens_delta
+        self.included_tool_call_groups += tool_calls_delta
+        if odd:
+            self._tally([original for original, _ in odd], -1, totals=False)
+            for original, _ in odd:
+                original.excluded = True
+                original.exclusion_reason = reason
+            self._tally([replacement for _, replacement in odd], 1)
 
     def place_replacements(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]]) -> None:
         """The structural half of :meth:`replace_many`: each replacement takes its original's
