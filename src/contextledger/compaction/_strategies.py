@@ -774,11 +774,16 @@ class SummarizationStrategy(CompactionStrategy):
         self.on_error = on_error
         self.last_usage: Usage | None = None
 
-    def _select(self, index: MessageIndex) -> list[MessageGroup]:
-        """Groups to summarise, oldest first, excluded as they are chosen."""
+    def _request(self, groups: Sequence[MessageGroup]) -> list[Message]:
+        return [Message.system(self.prompt), Message.user(_transcript(groups))]
+
+    def _select(self, index: MessageIndex) -> tuple[list[MessageGroup], bool]:
+        """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
+        budget (rather than the floor or the target) is what stopped the choice."""
         chosen: list[MessageGroup] = []
         budget = self.max_input_tokens
-        spent = index.tokenizer.count_text(self.prompt)
+        tokenizer = index.tokenizer
+        spent = sum(tokenizer.count_messages(self._request([])))
         if self.target_count is not None:
             kept: set[int] = set()
             retained = 0
@@ -792,16 +797,18 @@ class SummarizationStrategy(CompactionStrategy):
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
         for group in index.live:
-            if group.excluded or group.kind is SYSTEM or id(group) in kept:
+            if group.kind is SYSTEM or id(group) in kept:
                 continue
             if self.target_count is None and self.target_met(index):
                 break
-            if budget is not None and spent + group.token_count > budget:
-                break
-            spent += group.token_count
+            if budget is not None:
+                cost = tokenizer.count_text(_transcript([group]) + "\n")
+                if spent + cost > budget:
+                    return chosen, True
+                spent += cost
             index.exclude(group, "summarized")
             chosen.append(group)
-        return chosen
+        return chosen, False
 
     def _restore(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> None:
         index.include_many(groups)
@@ -815,14 +822,22 @@ class SummarizationStrategy(CompactionStrategy):
         return False
 
     async def _run(self, index: MessageIndex) -> bool:
-        groups = self._select(index)
+        groups, over_budget = self._select(index)
+        request = self._request(groups)
+        if groups and self.max_input_tokens is not None:
+            # The per-group estimate above is close; the request as sent is what must fit.
+            while len(groups) > 1 and sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
+                index.include(groups.pop())
+                request = self._request(groups)
+            if sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
+                index.include_many(groups)
+                groups, over_budget = [], True
         if not groups:
-            if self.max_input_tokens is not None:
-                index.events.append(
-                    CompactionEvent(self.name, "failed", detail="the oldest group alone exceeds max_input_tokens")
-                )
+            if over_budget:
+                why = "the oldest group alone exceeds max_input_tokens; nothing was replaced"
+                index.events.append(CompactionEvent(self.name, "failed", detail=why))
+                logger.warning("summarization skipped: the oldest group alone exceeds max_input_tokens")
             return False
-        request = [Message.system(self.prompt), Message.user(_transcript(groups))]
         try:
             response = await self.client.get_response(request)
         except asyncio.CancelledError:
