@@ -13,6 +13,7 @@ from contextledger.exceptions import (
     SummarizationError,
     TokenizerUnavailableError,
     TranscriptError,
+    UnknownRoleError,
 )
 from contextledger.messages import (
     FunctionCallContent,
@@ -50,6 +51,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerUnavailableError",
     "TranscriptError",
+    "UnknownRoleError",
     "from_openai",
     "get_tokenizer",
     "read_jsonl",

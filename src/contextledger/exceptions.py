@@ -9,6 +9,7 @@ partial state behind.
 
     ContextLedgerError
     ├── InvalidMessageError          a message or OpenAI dict that cannot be understood (ValueError)
+    │   ├── UnknownRoleError         a role other than system, user, assistant, tool (or OpenAI's developer)
     │   └── TranscriptError          a JSONL transcript line that cannot be read (carries the line number)
     ├── ConfigurationError           a strategy, trigger or tokenizer built with bad arguments (ValueError)
     ├── TokenizerUnavailableError    an exact tokenizer whose optional package is not installed
@@ -26,6 +27,7 @@ __all__ = [
     "SummarizationError",
     "TokenizerUnavailableError",
     "TranscriptError",
+    "UnknownRoleError",
 ]
 
 
@@ -35,6 +37,10 @@ class ContextLedgerError(Exception):
 
 class InvalidMessageError(ContextLedgerError, ValueError):
     """A message, content part or OpenAI-format dict is malformed."""
+
+
+class UnknownRoleError(InvalidMessageError):
+    """A message's role is not one a chat model accepts."""
 
 
 class TranscriptError(InvalidMessageError):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
 
-from contextledger.exceptions import InvalidMessageError, TranscriptError
+from contextledger.exceptions import InvalidMessageError, TranscriptError, UnknownRoleError
 
 __all__ = [
     "ROLES",
@@ -61,14 +61,33 @@ _METADATA_KEY = "_contextledger"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def _freeze(value: Any) -> Any:
+    """A read-only deep copy of JSON-like data: mappings become read-only, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item) for item in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """A fresh, mutable deep copy of frozen data, for output (dicts and lists, as JSON has)."""
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
 def _frozen(mapping: Mapping[str, Any] | None, what: str) -> Mapping[str, Any]:
     if mapping is None:
         return _EMPTY
     if not isinstance(mapping, Mapping):
         raise InvalidMessageError(f"{what} must be a mapping, got {type(mapping).__name__}: {mapping!r}")
-    if isinstance(mapping, MappingProxyType):
-        return mapping
-    return MappingProxyType(dict(mapping))
+    if not mapping:
+        return _EMPTY
+    frozen: Mapping[str, Any] = _freeze(mapping)
+    return frozen
 
 
 def _require_str(value: object, what: str) -> str:
@@ -109,7 +128,11 @@ class FunctionCallContent:
     call_id: str
     name: str
     arguments: str = "{}"
+    # OpenAI keys this library has no field for: beside ``id`` in the tool call, and inside ``function``.
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    function_extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # The tool call's ``type`` as it came; None when the dict had no ``type`` key.
+    openai_type: str | None = "function"
     type: Literal["function_call"] = field(default="function_call", init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +142,7 @@ class FunctionCallContent:
         if not self.call_id:
             raise InvalidMessageError("FunctionCallContent.call_id is empty; every tool call needs an id")
         object.__setattr__(self, "extra", _frozen(self.extra, "FunctionCallContent.extra"))
+        object.__setattr__(self, "function_extra", _frozen(self.function_extra, "FunctionCallContent.function_extra"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +200,7 @@ class Message:
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
-            raise InvalidMessageError(f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'")
+            raise UnknownRoleError(f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'")
         contents = self.contents
         if isinstance(contents, str):
             contents = (TextContent(contents),)
@@ -351,15 +375,17 @@ def _parse_tool_call(item: object, where: str) -> FunctionCallContent:
     name = _require_str(function.get("name"), f"{where}: tool call {call_id!r} function.name")
     arguments = function.get("arguments", "{}")
     arguments = _require_str(arguments, f"{where}: tool call {call_id!r} function.arguments")
-    extra = {k: v for k, v in item.items() if k not in ("id", "function", "type")}
-    if item.get("type", "function") != "function":
-        extra["type"] = item["type"]
-    function_extra = {k: v for k, v in function.items() if k not in ("name", "arguments")}
-    if function_extra:
-        extra["function"] = function_extra
-    if "type" not in item:
-        extra["__no_type__"] = True
-    return FunctionCallContent(call_id, name, arguments, extra)
+    kind = item.get("type")
+    if "type" in item and not isinstance(kind, str):
+        raise InvalidMessageError(f"{where}: tool call {call_id!r} has a non-string 'type' {kind!r}")
+    return FunctionCallContent(
+        call_id,
+        name,
+        arguments,
+        extra={k: v for k, v in item.items() if k not in ("id", "function", "type")},
+        function_extra={k: v for k, v in function.items() if k not in ("name", "arguments")},
+        openai_type=kind,
+    )
 
 
 def message_from_openai(data: Mapping[str, Any], *, position: int | None = None) -> Message:
@@ -372,11 +398,14 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
     if not isinstance(metadata, Mapping):
         raise InvalidMessageError(f"{where}: {_METADATA_KEY!r} must be an object, got {metadata!r}")
     extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS and k != _METADATA_KEY}
+    for key in ("name", "tool_calls", "reasoning_content", "tool_call_id"):
+        if key in data and data[key] is None:  # an explicit null (as SDK dumps write) survives the round trip
+            extra[key] = None
     if role == "developer":
         extra["role"] = "developer"
         role = "system"
     if role not in ROLES:
-        raise InvalidMessageError(
+        raise UnknownRoleError(
             f"{where}: unknown role {role!r}; OpenAI messages use 'system', 'developer', 'user', 'assistant' or 'tool'"
         )
     author_name = data.get("name")
@@ -408,11 +437,11 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
         if form == "parts":
             parts = _parse_parts(content, where)
             text = "".join(p.text for p in parts if isinstance(p, TextContent))
-            contents.append(FunctionResultContent(call_id, text, tuple(dict(p) for p in content)))
+            contents.append(FunctionResultContent(call_id, text, tuple(_freeze(p) for p in content)))
         else:
             contents.append(FunctionResultContent(call_id, content if form == "text" else ""))
     else:
-        if "tool_call_id" in data:
+        if data.get("tool_call_id") is not None:
             raise InvalidMessageError(f"{where}: only tool messages carry 'tool_call_id' (role is {role!r})")
         reasoning = data.get("reasoning_content")
         if reasoning is not None:
@@ -477,7 +506,7 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
     if message.role == "tool":
         result = results[0] if results else None
         if result is not None and result.parts is not None:
-            out["content"] = [dict(p) for p in result.parts]
+            out["content"] = [_thaw(p) for p in result.parts]
         elif form == "null":
             out["content"] = None
         elif form != "absent" or (result is not None and result.result):
@@ -496,7 +525,7 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
                 form = "parts"
         if form == "parts" or not only_text or len(texts) > 1:
             out["content"] = [
-                {"type": "text", "text": c.text} if isinstance(c, TextContent) else dict(c.data)  # type: ignore[union-attr]
+                {"type": "text", "text": c.text} if isinstance(c, TextContent) else _thaw(c.data)  # type: ignore[union-attr]
                 for c in texts
             ]
         elif form == "text":
@@ -506,25 +535,22 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
         if calls:
             tool_calls = []
             for call in calls:
-                item_extra = dict(call.extra)
-                no_type = item_extra.pop("__no_type__", False)
-                function_extra = item_extra.pop("function", {})
                 item: dict[str, Any] = {"id": call.call_id}
-                if not no_type:
-                    item["type"] = item_extra.pop("type", "function")
-                item["function"] = {"name": call.name, "arguments": call.arguments, **function_extra}
-                item.update(item_extra)
+                if call.openai_type is not None:
+                    item["type"] = call.openai_type
+                item["function"] = {"name": call.name, "arguments": call.arguments, **_thaw(call.function_extra)}
+                item.update(_thaw(call.extra))
                 tool_calls.append(item)
             out["tool_calls"] = tool_calls
     if message.author_name is not None:
         out["name"] = message.author_name
-    out.update(message.extra)
+    out.update(_thaw(message.extra))
     if metadata:
         block: dict[str, Any] = {}
         if message.message_id is not None:
             block["message_id"] = message.message_id
         if message.additional_properties:
-            block["additional_properties"] = dict(message.additional_properties)
+            block["additional_properties"] = _thaw(message.additional_properties)
         if block:
             out[_METADATA_KEY] = block
     return out
@@ -578,10 +604,17 @@ def write_jsonl(path: str | os.PathLike[str], messages: Iterable[Message]) -> No
     """Write a transcript atomically: the file appears complete or not at all."""
     text = dump_jsonl(messages)
     target = Path(path)
+    try:
+        mode = target.stat().st_mode & 0o777  # replacing a file keeps its permissions
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
+        os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -630,7 +663,7 @@ def validate(messages: Sequence[Message | Mapping[str, Any]]) -> list[Problem]:
             try:
                 message = message_from_openai(item, position=index)
             except InvalidMessageError as error:
-                code = "unknown_role" if "unknown role" in str(error) else "malformed_message"
+                code = "unknown_role" if isinstance(error, UnknownRoleError) else "malformed_message"
                 problems.append(Problem(index, code, str(error)))
                 continue
         if message.role == "tool":

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # Chat framing, as OpenAI documents it for its chat models: every message costs a few tokens
-# for its role and separators, a name one more, and each tool call its own wrapper.
+# for its role and separators, a name its own tokens and one more, and each tool call its own wrapper.
 MESSAGE_OVERHEAD = 3
 NAME_OVERHEAD = 1
 CALL_OVERHEAD = 3
@@ -100,7 +100,11 @@ class CharacterEstimatorTokenizer:
     is_estimate = True
 
     def __init__(self, characters_per_token: int = 4) -> None:
-        if not isinstance(characters_per_token, int) or characters_per_token <= 0:
+        if (
+            isinstance(characters_per_token, bool)
+            or not isinstance(characters_per_token, int)
+            or characters_per_token <= 0
+        ):
             raise ConfigurationError(f"characters_per_token must be a positive integer, got {characters_per_token!r}")
         self.characters_per_token = characters_per_token
         self._name = f"estimate/{characters_per_token}"
@@ -130,7 +134,8 @@ class CharacterEstimatorTokenizer:
             if memo is not None and memo[0] == name:
                 append(memo[1])
                 continue
-            overhead = MESSAGE_OVERHEAD + (NAME_OVERHEAD if message.author_name else 0)
+            author = message.author_name
+            overhead = MESSAGE_OVERHEAD + (NAME_OVERHEAD if author else 0)
             contents = message.contents
             if len(contents) == 1:  # most messages: decide without a loop
                 content = contents[0]
@@ -147,6 +152,8 @@ class CharacterEstimatorTokenizer:
             else:
                 chars = _payload_chars(contents)
                 overhead += CALL_OVERHEAD * sum(1 for c in contents if type(c) is FunctionCallContent)
+            if author:  # a name is read by the model too: its own tokens, plus one
+                chars += len(author)
             count = overhead - (-chars // per_token)
             set_memo(message, (name, count))
             append(count)
@@ -204,6 +211,9 @@ class OpenAITokenizer:
             for text in message.payload_texts():
                 owners.append(position)
                 texts.append(text)
+            if message.author_name:  # a name is read by the model too: its own tokens, plus one
+                owners.append(position)
+                texts.append(message.author_name)
             owners.append(position)
             texts.append("")  # so a message with no payload is still memoised below
         if texts:

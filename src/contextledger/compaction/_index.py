@@ -141,8 +141,10 @@ class MessageGroup:
             return True
         if len(self.call_ids) == 1 and len(self.messages) == 2:  # one call, one answer: the usual shape
             answer = self.messages[1].contents
-            return len(answer) == 1 and isinstance(answer[0], FunctionResultContent) and (
-                answer[0].call_id in self.call_ids
+            return (
+                len(answer) == 1
+                and isinstance(answer[0], FunctionResultContent)
+                and (answer[0].call_id in self.call_ids)
             )
         answered = {
             c.call_id
