@@ -69,7 +69,9 @@ class MessageGroup:
 
     A tool-call group holds the assistant message that made the calls and every
     result that answers them, so excluding it can never separate a call from its
-    result.  ``turn`` is ``None`` for system groups and for summaries written by
+    result.  ``orphan`` flags a group holding a tool result that answers no call
+    in it (input that was already broken); such a group is never collapsed into
+    text.  ``turn`` is ``None`` for system groups and for summaries written by
     summarisation (they belong to no turn); messages before the first user
     message are turn 0.
     """
@@ -137,7 +139,7 @@ class MessageGroup:
     @property
     def is_complete(self) -> bool:
         """For a tool-call group: every call has a result.  Other groups are always complete."""
-        if self.kind is not GroupKind.TOOL_CALL or self.orphan or not self.call_ids:
+        if self.kind is not GroupKind.TOOL_CALL or not self.call_ids:
             return True
         if len(self.call_ids) == 1 and len(self.messages) == 2:  # one call, one answer: the usual shape
             answer = self.messages[1].contents
@@ -366,6 +368,19 @@ class MessageIndex:
                     open_tool.messages.append(message)
                     open_tool.token_count += tokens
                     open_tool._byte_count = None
+                elif open_tool is not None and not open_tool.is_complete:
+                    # A result nobody asked for, while a call still waits for its own: it stays inside
+                    # the open group (flagged), so that call and its results are never split apart.
+                    for group in provisional:
+                        groups.pop()
+                        live.pop(group._live_key, None)
+                        open_tool.messages.extend(group.messages)
+                        open_tool.token_count += group.token_count
+                    provisional = []
+                    open_tool.messages.append(message)
+                    open_tool.token_count += tokens
+                    open_tool._byte_count = None
+                    open_tool.orphan = True
                 else:
                     open_tool = None
                     if provisional:

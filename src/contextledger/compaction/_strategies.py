@@ -425,6 +425,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         ordered = sorted(turns)
         floor = self.minimum_preserved
         candidates = ordered[: len(ordered) - floor] if floor else ordered
+        newest = _newest_non_system(index)
+        if newest is not None and candidates and candidates[-1] == newest.turn:
+            candidates.pop()  # the latest exchange is always sent, whatever the floor
         excluded: list[MessageGroup] = []
         for turn in candidates:
             if self.target_met(index):
