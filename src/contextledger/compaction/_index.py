@@ -76,20 +76,19 @@ class MessageGroup:
     message are turn 0.
     """
 
-    __slots__ = (
-        "_byte_count",
-        "_live_key",
-        "call_ids",
-        "excluded",
-        "exclusion_reason",
-        "kind",
-        "messages",
-        "origin",
-        "orphan",
-        "replaces",
-        "token_count",
-        "turn",
-    )
+    # Every group has these; the rarer attributes below are class-level defaults, set on an
+    # instance only when they differ, so indexing a long history builds each group in five stores.
+    __slots__ = ("__dict__", "excluded", "kind", "messages", "token_count", "turn")
+
+    orphan: bool = False
+    origin: str = "input"
+    replaces: tuple[MessageGroup, ...] = ()
+    exclusion_reason: str | None = None
+    call_ids: frozenset[str] | None = None
+    _byte_count: int | None = None
+    # A replacement's key in the index's ordered set of included groups: the group whose place it
+    # took, which keeps its position without rebuilding the set.  None means "the group itself".
+    _live_key: MessageGroup | None = None
 
     def __init__(
         self,
@@ -106,16 +105,18 @@ class MessageGroup:
         self.messages = messages
         self.turn = turn
         self.token_count = token_count
-        self.orphan = orphan
-        self.origin = origin
-        self.replaces = replaces
         self.excluded = False
-        self.exclusion_reason: str | None = None
-        self.call_ids: frozenset[str] | None = None
-        self._byte_count: int | None = None
-        # The key this group has in the index's ordered set of included groups (a replacement
-        # inherits its original's key, which keeps its place without rebuilding the set).
-        self._live_key = id(self)
+        if orphan:
+            self.orphan = True
+        if origin != "input":
+            self.origin = origin
+        if replaces:
+            self.replaces = replaces
+
+    @property
+    def key(self) -> MessageGroup:
+        """This group's key among the included groups (see ``_live_key``)."""
+        return self._live_key if self._live_key is not None else self
 
     @property
     def message_count(self) -> int:
@@ -206,7 +207,7 @@ class MessageIndex:
         self._groups: list[MessageGroup] = []
         # The included groups, in conversation order.  Strategies, triggers and the projection
         # read only this, so a call costs O(included + appended), not O(whole history).
-        self._live: dict[int, MessageGroup] = {}
+        self._live: dict[MessageGroup, MessageGroup] = {}
         self._source: list[Message] = []
         self._pending: dict[int, list[MessageGroup]] = {}  # id(anchor) -> groups to insert before it
         self._turn = 0
@@ -322,6 +323,12 @@ class MessageIndex:
         start = len(groups)
         open_tool = self._open_tool
         provisional = self._provisional
+        if provisional and (
+            any(group.excluded for group in provisional) or (open_tool is not None and open_tool.excluded)
+        ):
+            # A strategy already excluded some of these; merging them into a call group now could
+            # flip a message's inclusion behind its back, so they stay the groups they were.
+            provisional = []
         if open_tool is not None or provisional:
             first = open_tool if open_tool is not None else provisional[0]
             start = len(groups) - 1
@@ -361,7 +368,7 @@ class MessageIndex:
                     if provisional:  # reasoning between results joins the tool group
                         for group in provisional:
                             groups.pop()
-                            live.pop(group._live_key, None)
+                            live.pop(group.key, None)
                             open_tool.messages.extend(group.messages)
                             open_tool.token_count += group.token_count
                         provisional = []
@@ -373,7 +380,7 @@ class MessageIndex:
                     # the open group (flagged), so that call and its results are never split apart.
                     for group in provisional:
                         groups.pop()
-                        live.pop(group._live_key, None)
+                        live.pop(group.key, None)
                         open_tool.messages.extend(group.messages)
                         open_tool.token_count += group.token_count
                     provisional = []
@@ -413,7 +420,7 @@ class MessageIndex:
                     if provisional:  # reasoning right before a call belongs to it
                         del groups[len(groups) - len(provisional) :]
                         for dropped in provisional:
-                            live.pop(dropped._live_key, None)
+                            live.pop(dropped.key, None)
                         group.messages[:0] = [m for g in provisional for m in g.messages]
                         group.token_count += sum(g.token_count for g in provisional)
                         provisional = []
@@ -446,7 +453,7 @@ class MessageIndex:
         if any(group.excluded for group in tail):
             for group in tail:
                 if not group.excluded:
-                    live[group._live_key] = group
+                    live[group.key] = group
             self._tally(tail, 1)
         else:
             self._tally_fresh(tail)
@@ -463,7 +470,7 @@ class MessageIndex:
         in_turn = 0
         system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
         for group in groups:
-            live[group._live_key] = group
+            live[group] = group  # fresh groups are their own keys
             size = len(group.messages)
             messages += size
             tokens += group.token_count
@@ -520,7 +527,7 @@ class MessageIndex:
         self._count(group, -1)  # while still included, so its contribution is taken out
         group.excluded = True
         group.exclusion_reason = reason
-        del self._live[group._live_key]
+        del self._live[group.key]
         return True
 
     def exclude_many(self, groups: Sequence[MessageGroup], reason: str) -> list[MessageGroup]:
@@ -531,7 +538,7 @@ class MessageIndex:
         for group in fresh:
             group.excluded = True
             group.exclusion_reason = reason
-            del live[group._live_key]
+            del live[group.key]
         return fresh
 
     def include(self, group: MessageGroup) -> bool:
@@ -555,11 +562,12 @@ class MessageIndex:
 
     def _relive(self) -> None:
         """Rebuild the ordered set of included groups from the full list (O(n); only on restores)."""
-        live: dict[int, MessageGroup] = {}
+        live: dict[MessageGroup, MessageGroup] = {}
         for group in self.groups:
             if not group.excluded:
-                group._live_key = id(group)
-                live[id(group)] = group
+                if group._live_key is not None:
+                    group._live_key = None
+                live[group] = group
         self._live = live
 
     def make_summary_groups(
@@ -636,8 +644,8 @@ class MessageIndex:
         live = self._live
         for original, replacement in pairs:
             pending.setdefault(id(original), []).append(replacement)
-            replacement._live_key = original._live_key
-            live[original._live_key] = replacement
+            replacement._live_key = original.key
+            live[original.key] = replacement
 
     def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
         """Insert ``group`` just before ``anchor``.
@@ -658,11 +666,17 @@ class MessageIndex:
             return
         pending = self._pending
         merged: list[MessageGroup] = []
-        for group in self._groups:
+
+        def place(group: MessageGroup) -> None:
+            # A group inserted before another inserted group (a summary of summaries) lands first.
             inserted = pending.pop(id(group), None)
             if inserted is not None:
-                merged.extend(inserted)
+                for earlier in inserted:
+                    place(earlier)
             merged.append(group)
+
+        for group in self._groups:
+            place(group)
         if pending:  # an anchor that is not in the index: a strategy bug, never silently dropped
             raise CompactionError("a summary group was anchored to a group that is not in this index")
         self._groups = merged
