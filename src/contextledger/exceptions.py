@@ -13,8 +13,11 @@ partial state behind.
     │   └── TranscriptError          a JSONL transcript line that cannot be read (carries the line number)
     ├── ConfigurationError           a strategy, trigger or tokenizer built with bad arguments (ValueError)
     ├── TokenizerUnavailableError    an exact tokenizer whose optional package is not installed
-    └── CompactionError              a strategy that could not do what it was asked
-        └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+    ├── CompactionError              a strategy that could not do what it was asked
+    │   └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+    └── HistoryError                 a history store could not do what it was asked; nothing was half-written
+        ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
+        └── HistoryCorruptError      what the store holds cannot be read back as messages
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ __all__ = [
     "CompactionError",
     "ConfigurationError",
     "ContextLedgerError",
+    "HistoryCorruptError",
+    "HistoryError",
+    "HistoryUnavailableError",
     "InvalidMessageError",
     "SummarizationError",
     "TokenizerUnavailableError",
@@ -75,3 +81,15 @@ class SummarizationError(CompactionError):
     The strategy restored every group it had excluded before raising, so the
     history is exactly as it was before the attempt.
     """
+
+
+class HistoryError(ContextLedgerError):
+    """A history store failed; the operation left the stored history exactly as it was."""
+
+
+class HistoryUnavailableError(HistoryError):
+    """The history store cannot be reached or opened."""
+
+
+class HistoryCorruptError(HistoryError):
+    """Stored data cannot be read back as messages (it was written by something else, or damaged)."""
