@@ -518,7 +518,7 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
         only_text = all(isinstance(c, TextContent) for c in texts)
         if form is None:
             if not texts:
-                form = "null" if calls else "text"
+                form = "null" if calls or reasoning or message.role == "assistant" else "text"
             elif only_text and len(texts) == 1:
                 form = "text"
             else:

@@ -1,0 +1,120 @@
+"""How every history backend checks its input and turns messages into stored text and back.
+
+All backends go through these functions, even the in-memory one that could keep the objects
+as they are, so the three behave the same: the same input is refused everywhere, and what
+``load()`` returns is what a durable store would give back after a restart.  A message that
+would not read back equal to itself from its JSON form is refused when it is written, not
+discovered when it is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+from contextledger.exceptions import ConfigurationError, HistoryCorruptError, InvalidMessageError
+from contextledger.messages import Message, message_from_openai, message_to_openai
+
+__all__ = ["check_name", "check_session_id", "decode_message", "encode_messages"]
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_name(value: object, what: str) -> str:
+    """A constructor argument that names something (a source id, a namespace) must be non-empty text."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {_short(value)}")
+    return value
+
+
+def check_session_id(session_id: object) -> str:
+    """Refuse a session id that could silently address the wrong conversation."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ConfigurationError(
+            f"session_id must be a non-empty string, got {_short(session_id)}; "
+            "pass the id of the conversation whose history this is"
+        )
+    return session_id
+
+
+def _dump(message: Message) -> str:
+    return json.dumps(message_to_openai(message, metadata=True), ensure_ascii=False, allow_nan=False)
+
+
+def _read_back(body: str) -> Message | None:
+    try:
+        return message_from_openai(json.loads(body))
+    except (TypeError, ValueError):  # InvalidMessageError is a ValueError
+        return None
+
+
+def _encode(message: Message, position: int, session_id: str, action: str) -> tuple[str, Message]:
+    where = f"cannot {action} session {session_id!r}: message {position}"
+    try:
+        body = _dump(message)
+    except (TypeError, ValueError) as error:
+        raise InvalidMessageError(
+            f"{where} cannot be stored as JSON ({error}); keep additional_properties and extra to JSON "
+            "values (strings, numbers, booleans, None, lists and string-keyed mappings)"
+        ) from None
+    stored = _read_back(body)
+    if stored == message:
+        return body, stored
+    raise InvalidMessageError(
+        f"{where} would not read back unchanged from storage ({_short(message, 160)}); "
+        "check that mapping keys are strings and that a tool message carries its function result"
+    )
+
+
+def encode_messages(session_id: object, messages: object, action: str) -> tuple[str, list[str], list[Message]]:
+    """Check a whole batch before anything is written.
+
+    Returns the session id, the JSON text of each message and the message as it will read back
+    (equal to the one given).  The first bad item raises, naming the session and its position,
+    so a batch is stored whole or not at all.
+    """
+    checked_session = check_session_id(session_id)
+    if isinstance(messages, Message):
+        raise InvalidMessageError(
+            f"cannot {action} session {checked_session!r}: got a single Message; pass a list such as [message]"
+        )
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(
+            f"cannot {action} session {checked_session!r}: expected a sequence of Message objects, "
+            f"got {type(messages).__name__} {_short(messages)}"
+        )
+    items: Sequence[object] = list(messages)
+    bodies: list[str] = []
+    stored: list[Message] = []
+    for position, item in enumerate(items):
+        if not isinstance(item, Message):
+            raise InvalidMessageError(
+                f"cannot {action} session {checked_session!r}: item {position} is {type(item).__name__} "
+                f"{_short(item)}, not a Message; convert OpenAI dicts with contextledger.from_openai first"
+            )
+        body, message = _encode(item, position, checked_session, action)
+        bodies.append(body)
+        stored.append(message)
+    return checked_session, bodies, stored
+
+
+def decode_message(body: object, *, session_id: str, position: int, store: str) -> Message:
+    """Read one stored message back; anything unreadable raises :class:`HistoryCorruptError` saying where."""
+    where = f"{store}: session {session_id!r}, message {position}"
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HistoryCorruptError(f"{where} is not UTF-8 text ({error.reason})") from None
+    if not isinstance(body, str):
+        raise HistoryCorruptError(f"{where} is stored as {type(body).__name__}, not JSON text")
+    try:
+        data = json.loads(body)
+    except ValueError as error:
+        raise HistoryCorruptError(f"{where} is not valid JSON ({error}): {_short(body)}") from None
+    try:
+        return message_from_openai(data)
+    except (TypeError, ValueError) as error:  # InvalidMessageError is a ValueError
+        raise HistoryCorruptError(f"{where} is not a readable message: {error}") from None

@@ -1,0 +1,174 @@
+"""History in Redis, for conversations shared by several processes or machines.
+
+The ``redis`` package is imported when a provider is created, never when contextledger is
+imported, so the core keeps working without the ``redis`` extra installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError
+from contextledger.history._encoding import check_name, check_session_id, decode_message, encode_messages
+from contextledger.messages import Message
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["RedisHistoryProvider"]
+
+
+def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
+    """``redis.asyncio``, ``redis.exceptions`` and a retry policy that never retries."""
+    try:  # an optional extra, imported on use
+        import redis.asyncio as redis_asyncio  # noqa: PLC0415
+        import redis.exceptions as redis_exceptions  # noqa: PLC0415
+        from redis.asyncio.retry import Retry  # noqa: PLC0415
+        from redis.backoff import NoBackoff  # noqa: PLC0415
+    except ImportError:
+        raise ConfigurationError(
+            "RedisHistoryProvider needs the 'redis' package: pip install 'contextledger[redis]'"
+        ) from None
+    return redis_asyncio, redis_exceptions, Retry(NoBackoff(), 0)
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, fit for an error message or a log."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+class RedisHistoryProvider:
+    """Each session's messages as one Redis list under ``{namespace}:history:{session_id}``.
+
+    An append is a single ``RPUSH`` of the whole batch, which Redis applies atomically, so turns
+    from several processes interleave whole and in order; ``replace`` runs ``DEL`` and ``RPUSH``
+    in one ``MULTI``/``EXEC`` transaction, so no reader sees half of it.
+
+    The client this provider creates never retries a command: a retried ``RPUSH`` whose first
+    attempt did reach the server would store the turn twice.  A dropped connection therefore
+    surfaces as :class:`HistoryUnavailableError`; if it dropped after the command was sent, the
+    batch was stored whole or not at all, and ``load`` tells which.  A ``client`` passed in
+    takes the place of ``url`` and the timeouts: it is used as configured (check its retry policy
+    for the same reason) and is not closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        namespace: str = "contextledger",
+        source_id: str = "redis",
+        client: Redis | None = None,
+        *,
+        socket_timeout: float | None = 5.0,
+        socket_connect_timeout: float | None = 5.0,
+    ) -> None:
+        self.source_id: str = check_name(source_id, "source_id")
+        self.namespace: str = check_name(namespace, "namespace")
+        redis_asyncio, self._errors, no_retry = _import_redis()
+        if client is None:
+            url = check_name(url, "url")
+            try:
+                client = redis_asyncio.Redis.from_url(
+                    url,
+                    socket_timeout=socket_timeout,
+                    socket_connect_timeout=socket_connect_timeout,
+                    retry=no_retry,
+                )
+            except ValueError as error:
+                raise ConfigurationError(
+                    f"url {_redact(url)!r} is not a Redis URL ({error}); use redis://host:port/db"
+                ) from None
+            self._owns_client = True
+            self._where = f"Redis at {_redact(url)}"
+        else:
+            self._owns_client = False
+            self._where = f"Redis client {client!r}"
+        self._client: Redis = client
+
+    def __repr__(self) -> str:
+        return f"RedisHistoryProvider({self._where!r}, namespace={self.namespace!r}, source_id={self.source_id!r})"
+
+    def key(self, session_id: str) -> str:
+        """The Redis key that holds a session's list (for inspection and operations tooling)."""
+        return f"{self.namespace}:history:{check_session_id(session_id)}"
+
+    async def load(self, session_id: str) -> list[Message]:
+        key = self.key(session_id)
+        try:
+            bodies = await self._client.lrange(key, 0, -1)
+        except Exception as error:
+            self._raise(error, f"load session {session_id!r}", key)
+        return [
+            decode_message(body, session_id=session_id, position=position, store=f"{self._where}, key {key!r}")
+            for position, body in enumerate(bodies)
+        ]
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
+        checked, bodies, _ = encode_messages(session_id, messages, "append to")
+        if not bodies:
+            return
+        key = self.key(checked)
+        try:
+            await self._client.rpush(key, *bodies)
+        except Exception as error:
+            self._raise(error, f"append to session {checked!r}", key)
+
+    async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
+        checked, bodies, _ = encode_messages(session_id, messages, "replace")
+        key = self.key(checked)
+        try:
+            async with self._client.pipeline(transaction=True) as transaction:
+                transaction.delete(key)
+                if bodies:
+                    transaction.rpush(key, *bodies)
+                await transaction.execute()
+        except Exception as error:
+            self._raise(error, f"replace session {checked!r}", key)
+
+    async def clear(self, session_id: str) -> None:
+        key = self.key(session_id)
+        try:
+            await self._client.delete(key)
+        except Exception as error:
+            self._raise(error, f"clear session {session_id!r}", key)
+
+    async def close(self) -> None:
+        if not self._owns_client:
+            return
+        # The connections are gone even if closing one raised, which is all close() promises.
+        with contextlib.suppress(OSError, self._errors.RedisError):
+            await self._client.aclose()
+
+    def _raise(self, error: Exception, action: str, key: str) -> NoReturn:
+        """Turn a client error into the project's exceptions; anything unexpected propagates as is."""
+        errors = self._errors
+        if isinstance(error, errors.ResponseError) and str(error).startswith("WRONGTYPE"):
+            raise HistoryCorruptError(
+                f"cannot {action}: {self._where}, key {key!r} holds something other than a list of messages; "
+                "another program uses this key, so choose another namespace"
+            ) from error
+        if isinstance(error, (errors.ConnectionError, errors.TimeoutError, OSError, asyncio.TimeoutError)):
+            raise HistoryUnavailableError(
+                f"cannot {action}: {self._where} is unreachable ({type(error).__name__}: {error}); "
+                "check that the server is running and the URL is right"
+            ) from error
+        if isinstance(error, errors.RedisError):
+            raise HistoryUnavailableError(
+                f"cannot {action}: {self._where} refused the command ({type(error).__name__}: {error})"
+            ) from error
+        raise error

@@ -1,0 +1,306 @@
+"""What every history provider promises, checked the same way against each backend.
+
+The ``backend`` fixture runs each test against the in-memory store, a new SQLite file and a
+fresh namespace on a real redis-server, so "same behaviour on all three" is a test result,
+not a claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextledger.exceptions import ConfigurationError, InvalidMessageError
+from contextledger.history import HistoryProvider
+from contextledger.messages import Message, TextContent
+from tests.history.support import Backend, rich_messages
+
+BAD_SESSION_IDS: list[Any] = ["", None, 7, b"session", ["session"]]
+
+
+def numbered(tag: str, count: int, start: int = 0) -> list[Message]:
+    return [Message.user(f"{tag} {number}", message_id=f"{tag}-{number}") for number in range(start, start + count)]
+
+
+def test_provider_satisfies_the_protocol(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, HistoryProvider)
+        assert isinstance(history.source_id, str)
+        assert history.source_id
+
+    backend.run(scenario)
+
+
+def test_unknown_session_loads_empty(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        assert await history.load("never-written") == []
+
+    backend.run(scenario)
+
+
+def test_append_then_load_keeps_every_field_in_order(backend: Backend) -> None:
+    messages = rich_messages("t")
+
+    async def scenario(history: HistoryProvider) -> list[Message]:
+        await history.append("s", messages[:3])
+        await history.append("s", messages[3:])
+        return await history.load("s")
+
+    loaded = backend.run(scenario)
+    assert loaded == messages
+    assert [m.message_id for m in loaded] == [m.message_id for m in messages]
+    assert [dict(m.additional_properties) for m in loaded] == [dict(m.additional_properties) for m in messages]
+    assert [m.is_reasoning_only for m in loaded] == [m.is_reasoning_only for m in messages]
+    assert [m.is_summary for m in loaded] == [m.is_summary for m in messages]
+
+
+def test_history_survives_reopening_the_provider(backend: Backend) -> None:
+    messages = rich_messages("reopen")
+
+    async def write(history: HistoryProvider) -> None:
+        await history.append("s", messages)
+
+    async def read(history: HistoryProvider) -> list[Message]:
+        return await history.load("s")
+
+    backend.run(write)
+    assert backend.run(read) == messages
+
+
+def test_loaded_list_is_the_callers_copy(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("m", 3))
+        first = await history.load("s")
+        first.clear()
+        assert await history.load("s") == numbered("m", 3)
+        source = numbered("n", 2)
+        await history.append("t", source)
+        source.append(Message.user("late"))
+        assert await history.load("t") == numbered("n", 2)
+
+    backend.run(scenario)
+
+
+def test_sessions_are_isolated(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("alice", numbered("a", 3))
+        await history.append("bob", numbered("b", 2))
+        await history.append("alice:history:bob", numbered("c", 1))  # a key-like id is just an id
+        await history.clear("bob")
+        assert await history.load("alice") == numbered("a", 3)
+        assert await history.load("bob") == []
+        assert await history.load("alice:history:bob") == numbered("c", 1)
+        await history.replace("alice", numbered("z", 1))
+        assert await history.load("alice:history:bob") == numbered("c", 1)
+
+    backend.run(scenario)
+
+
+@pytest.mark.parametrize(
+    "make_bad",
+    [
+        pytest.param(lambda good: [*good, "not a message"], id="string-item"),
+        pytest.param(lambda good: [good[0], {"role": "user", "content": "dict"}, good[1]], id="openai-dict"),
+        pytest.param(lambda good: [*good, None], id="none-item"),
+        pytest.param(
+            lambda good: [good[0], Message.user("x", additional_properties={"when": object()})], id="not-json"
+        ),
+        pytest.param(lambda good: [good[0], Message.user("x", additional_properties={1: "a"})], id="int-key"),
+        pytest.param(lambda good: [*good, Message.user("x", additional_properties={"f": float("nan")})], id="nan"),
+        pytest.param(lambda good: [*good, Message("tool", ())], id="tool-without-result"),
+        pytest.param(lambda good: good[0], id="single-message"),
+        pytest.param(lambda good: "text", id="string"),
+        pytest.param(lambda good: 42, id="number"),
+    ],
+)
+def test_bad_batch_raises_and_stores_nothing(backend: Backend, make_bad: Callable[[list[Message]], Any]) -> None:
+    before = numbered("kept", 2)
+    bad = make_bad(numbered("new", 2))
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", before)
+        with pytest.raises(InvalidMessageError, match="session 's'"):
+            await history.append("s", bad)
+        with pytest.raises(InvalidMessageError, match="session 's'"):
+            await history.replace("s", bad)
+        with pytest.raises(InvalidMessageError, match="session 'fresh'"):
+            await history.append("fresh", bad)
+        assert await history.load("s") == before
+        assert await history.load("fresh") == []
+
+    backend.run(scenario)
+
+
+def test_bad_item_error_names_its_position(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        with pytest.raises(InvalidMessageError, match="item 2 is str"):
+            await history.append("s", [Message.user("a"), Message.user("b"), "c"])  # type: ignore[list-item]
+        with pytest.raises(InvalidMessageError, match="message 1 cannot be stored as JSON"):
+            await history.append("s", [Message.user("a"), Message.user("b", additional_properties={"x": {1, 2}})])
+
+    backend.run(scenario)
+
+
+@pytest.mark.parametrize("session_id", BAD_SESSION_IDS)
+def test_bad_session_id_raises_and_writes_nothing(backend: Backend, session_id: Any) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("kept", 1))
+        for call in (
+            lambda: history.load(session_id),
+            lambda: history.append(session_id, numbered("x", 1)),
+            lambda: history.replace(session_id, numbered("x", 1)),
+            lambda: history.clear(session_id),
+        ):
+            with pytest.raises(ConfigurationError, match="session_id must be a non-empty string"):
+                await call()
+        assert await history.load("s") == numbered("kept", 1)
+
+    backend.run(scenario)
+
+
+def test_empty_append_is_a_no_op(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", [])
+        assert await history.load("s") == []
+        await history.append("s", numbered("a", 1))
+        await history.append("s", ())
+        assert await history.load("s") == numbered("a", 1)
+
+    backend.run(scenario)
+
+
+def test_any_iterable_of_messages_is_accepted(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", tuple(numbered("a", 2)))
+        await history.append("s", (m for m in numbered("a", 2, start=2)))  # type: ignore[arg-type]
+        assert await history.load("s") == numbered("a", 4)
+
+    backend.run(scenario)
+
+
+def test_replace_rewrites_the_whole_list(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("old", 5))
+        await history.replace("s", numbered("new", 2))
+        assert await history.load("s") == numbered("new", 2)
+        await history.append("s", numbered("new", 1, start=2))
+        assert await history.load("s") == numbered("new", 3)
+        await history.replace("s", [])
+        assert await history.load("s") == []
+        await history.replace("unknown", numbered("x", 1))
+        assert await history.load("unknown") == numbered("x", 1)
+
+    backend.run(scenario)
+
+
+def test_clear_forgets_and_is_idempotent(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("a", 3))
+        await history.clear("s")
+        assert await history.load("s") == []
+        await history.clear("s")
+        await history.clear("never-written")
+        await history.append("s", numbered("b", 1))
+        assert await history.load("s") == numbered("b", 1)
+
+    backend.run(scenario)
+
+
+def test_close_is_idempotent(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("a", 1))
+        await history.close()
+        await history.close()
+
+    backend.run(scenario)
+
+
+def test_many_small_appends_keep_order(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> list[Message]:
+        for number in range(300):
+            await history.append("s", [Message.user(f"m {number}", message_id=str(number))])
+        return await history.load("s")
+
+    loaded = backend.run(scenario)
+    assert [m.message_id for m in loaded] == [str(number) for number in range(300)]
+
+
+def test_concurrent_appends_from_tasks_lose_nothing(backend: Backend) -> None:
+    tasks, per_task = 20, 15
+
+    async def writer(history: HistoryProvider, task: int) -> None:
+        for number in range(per_task):
+            turn = [Message.user(f"{task} {number} q"), Message.assistant(f"{task} {number} a")]
+            await history.append("shared", turn)
+
+    async def scenario(history: HistoryProvider) -> list[Message]:
+        await asyncio.gather(*(writer(history, task) for task in range(tasks)))
+        return await history.load("shared")
+
+    loaded = backend.run(scenario)
+    assert len(loaded) == tasks * per_task * 2
+    # Each append is stored whole: a question is always directly followed by its answer.
+    for question, answer in zip(loaded[::2], loaded[1::2]):
+        assert question.text.removesuffix(" q") == answer.text.removesuffix(" a")
+    for task in range(tasks):
+        seen = [int(m.text.split()[1]) for m in loaded[::2] if m.text.split()[0] == str(task)]
+        assert seen == list(range(per_task))
+
+
+# Random operation sequences against a plain-list model ---------------------------------------------
+
+_texts = st.text(alphabet=st.sampled_from('ab é☕\n"\\{}'), max_size=6)
+_messages = st.builds(
+    lambda role, text, message_id, flag: Message(
+        role,
+        (TextContent(text),),
+        message_id=message_id,
+        additional_properties={"flag": flag} if flag is not None else {},
+    ),
+    st.sampled_from(["user", "assistant", "system"]),
+    _texts,
+    st.none() | st.text(alphabet="xyz0123", min_size=1, max_size=4),
+    st.none() | st.booleans() | st.integers(-3, 3) | st.lists(st.integers(0, 2), max_size=2),
+)
+_batches = st.lists(_messages, max_size=4)
+_sessions = st.sampled_from(["a", "b"])
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), _sessions, _batches),
+        st.tuples(st.just("replace"), _sessions, _batches),
+        st.tuples(st.just("clear"), _sessions, st.just([])),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=_operations)
+def test_any_operation_sequence_matches_a_list_model(
+    backend: Backend, operations: list[tuple[str, str, list[Message]]]
+) -> None:
+    prefix = uuid.uuid4().hex  # examples share the backend's storage, never its sessions
+
+    async def scenario(history: HistoryProvider) -> None:
+        model: dict[str, list[Message]] = {"a": [], "b": []}
+        for operation, session, batch in operations:
+            key = f"{prefix}-{session}"
+            if operation == "append":
+                await history.append(key, batch)
+                model[session].extend(batch)
+            elif operation == "replace":
+                await history.replace(key, batch)
+                model[session] = list(batch)
+            else:
+                await history.clear(key)
+                model[session] = []
+            for name, expected in model.items():
+                assert await history.load(f"{prefix}-{name}") == expected
+
+    backend.run(scenario)
