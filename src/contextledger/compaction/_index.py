@@ -364,7 +364,9 @@ class MessageIndex:
                         and bool(result_ids)
                         and all(call_id in open_tool.call_ids for call_id in result_ids)
                     )
-                if belongs and open_tool is not None:
+                # A result nobody asked for, while a call still waits for its own, stays inside the
+                # open group (flagged), so that call and its results are never split apart.
+                if open_tool is not None and (belongs or not open_tool.is_complete):
                     if provisional:  # reasoning between results joins the tool group
                         for group in provisional:
                             groups.pop()
@@ -375,19 +377,8 @@ class MessageIndex:
                     open_tool.messages.append(message)
                     open_tool.token_count += tokens
                     open_tool._byte_count = None
-                elif open_tool is not None and not open_tool.is_complete:
-                    # A result nobody asked for, while a call still waits for its own: it stays inside
-                    # the open group (flagged), so that call and its results are never split apart.
-                    for group in provisional:
-                        groups.pop()
-                        live.pop(group.key, None)
-                        open_tool.messages.extend(group.messages)
-                        open_tool.token_count += group.token_count
-                    provisional = []
-                    open_tool.messages.append(message)
-                    open_tool.token_count += tokens
-                    open_tool._byte_count = None
-                    open_tool.orphan = True
+                    if not belongs:
+                        open_tool.orphan = True
                 else:
                     open_tool = None
                     if provisional:
