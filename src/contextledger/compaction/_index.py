@@ -250,14 +250,29 @@ class MessageIndex:
             elif before > 0 and after == 0:
                 self.included_turns -= 1
 
-    def _tally(self, groups: Iterable[MessageGroup], sign: int, *, totals: bool = True) -> None:
-        """Add or remove many groups' contributions in one pass (totals, and included metrics for
-        the included ones).  Appending a long history goes through here once."""
+    def _tally(
+        self, groups: Iterable[MessageGroup], sign: int, *, totals: bool = True, admit: bool = False
+    ) -> None:
+        """Add (sign=1) or remove (sign=-1) many groups' contributions in one pass: totals, and the
+        included metrics of the included ones.  With ``admit`` the included ones also join the
+        ordered set of included groups.  Runs of groups in the same turn update the per-turn
+        count once, so appending a long history costs one dict update per turn, not per group."""
         total_groups = total_messages = total_tokens = 0
         groups_in = messages_in = tokens_in = non_system = non_system_messages = tool_calls = 0
         turns_delta = 0
         turn_groups = self._turn_groups
+        live = self._live
         system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
+        run_turn: int | None = None
+        run_length = 0
+
+        def close_run(turn: int, count: int) -> int:
+            """Apply a run of ``count`` groups of one turn; +1/-1 if the turn appeared/vanished."""
+            before = turn_groups.get(turn, 0)
+            after = before + sign * count
+            turn_groups[turn] = after
+            return (before == 0 and after > 0) - (before > 0 and after == 0)
+
         for group in groups:
             size = len(group.messages)
             tokens = group.token_count
@@ -266,6 +281,8 @@ class MessageIndex:
             total_tokens += tokens
             if group.excluded:
                 continue
+            if admit:
+                live[group.key] = group
             groups_in += 1
             messages_in += size
             tokens_in += tokens
@@ -277,13 +294,14 @@ class MessageIndex:
                     tool_calls += 1
             turn = group.turn
             if turn:
-                before = turn_groups.get(turn, 0)
-                after = before + sign
-                turn_groups[turn] = after
-                if before == 0 and after > 0:
-                    turns_delta += 1
-                elif before > 0 and after == 0:
-                    turns_delta -= 1
+                if turn == run_turn:
+                    run_length += 1
+                else:
+                    if run_turn is not None:
+                        turns_delta += close_run(run_turn, run_length)
+                    run_turn, run_length = turn, 1
+        if run_turn is not None:
+            turns_delta += close_run(run_turn, run_length)
         if totals:
             self.total_groups += sign * total_groups
             self.total_messages += sign * total_messages
@@ -440,62 +458,8 @@ class MessageIndex:
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
-        tail = groups[start:]
-        if any(group.excluded for group in tail):
-            for group in tail:
-                if not group.excluded:
-                    live[group.key] = group
-            self._tally(tail, 1)
-        else:
-            self._tally_fresh(tail)
+        self._tally(groups[start:], 1, admit=True)
         self._source.extend(new)
-
-    def _tally_fresh(self, groups: list[MessageGroup]) -> None:
-        """:meth:`_tally` for groups just built (all included, turns never decreasing), which lets
-        the per-turn counts be updated once per turn instead of once per group."""
-        live = self._live
-        messages = tokens = non_system = non_system_messages = tool_calls = 0
-        turn_groups = self._turn_groups
-        new_turns = 0
-        current_turn: int | None = None
-        in_turn = 0
-        system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
-        for group in groups:
-            live[group] = group  # fresh groups are their own keys
-            size = len(group.messages)
-            messages += size
-            tokens += group.token_count
-            kind = group.kind
-            if kind is not system:
-                non_system += 1
-                non_system_messages += size
-                if kind is tool:
-                    tool_calls += 1
-            turn = group.turn
-            if turn:
-                if turn == current_turn:
-                    in_turn += 1
-                else:
-                    if current_turn is not None:
-                        before = turn_groups.get(current_turn, 0)
-                        turn_groups[current_turn] = before + in_turn
-                        new_turns += before == 0
-                    current_turn, in_turn = turn, 1
-        if current_turn is not None:
-            before = turn_groups.get(current_turn, 0)
-            turn_groups[current_turn] = before + in_turn
-            new_turns += before == 0
-        count = len(groups)
-        self.total_groups += count
-        self.total_messages += messages
-        self.total_tokens += tokens
-        self.included_groups += count
-        self.included_messages += messages
-        self.included_tokens += tokens
-        self.included_non_system_groups += non_system
-        self.included_non_system_messages += non_system_messages
-        self.included_tool_call_groups += tool_calls
-        self.included_turns += new_turns
 
     def update(self, messages: Sequence[Message]) -> bool:
         """Bring the index in line with ``messages``: append what is new, or rebuild if the
