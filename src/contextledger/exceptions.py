@@ -15,6 +15,11 @@ partial state behind.
     ├── TokenizerUnavailableError    an exact tokenizer whose optional package is not installed
     ├── CompactionError              a strategy that could not do what it was asked
     │   └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+    ├── ModelError                   a chat model call failed; the session and history are as before the turn
+    │   ├── ModelTimeoutError        the model did not answer in time
+    │   ├── ModelRateLimitError      the provider kept refusing with 429 after the retries
+    │   ├── ModelResponseError       the provider answered with an error status, or with something unreadable
+    │   └── ModelConnectionError     the endpoint could not be reached
     └── HistoryError                 a history store could not do what it was asked; nothing was half-written
         ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
         └── HistoryCorruptError      what the store holds cannot be read back as messages
@@ -30,6 +35,11 @@ __all__ = [
     "HistoryError",
     "HistoryUnavailableError",
     "InvalidMessageError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelRateLimitError",
+    "ModelResponseError",
+    "ModelTimeoutError",
     "SummarizationError",
     "TokenizerUnavailableError",
     "TranscriptError",
@@ -93,3 +103,23 @@ class HistoryUnavailableError(HistoryError):
 
 class HistoryCorruptError(HistoryError):
     """Stored data cannot be read back as messages (it was written by something else, or damaged)."""
+
+
+class ModelError(ContextLedgerError):
+    """A call to a chat model failed; nothing the caller had was changed by it."""
+
+
+class ModelTimeoutError(ModelError):
+    """The model did not answer within the configured timeout."""
+
+
+class ModelRateLimitError(ModelError):
+    """The provider answered 429 (rate limited) on every attempt."""
+
+
+class ModelResponseError(ModelError):
+    """The provider answered with an error status, or with a body that is not a valid response."""
+
+
+class ModelConnectionError(ModelError):
+    """The model endpoint could not be reached."""
