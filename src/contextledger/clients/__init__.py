@@ -1,6 +1,22 @@
-"""Chat clients: the protocol every model plugs into, and deterministic clients that need no network."""
+"""Chat clients: the protocol every model plugs into, deterministic clients that need no network,
+and ``OpenAIChatClient`` for OpenAI-compatible endpoints (its SDK is imported only when one is built)."""
+
+from typing import TYPE_CHECKING, Any
 
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.clients._scripted import ScriptedChatClient
 
-__all__ = ["ChatClient", "ChatResponse", "ScriptedChatClient", "Usage"]
+if TYPE_CHECKING:
+    from contextledger.clients.openai import OpenAIChatClient
+
+__all__ = ["ChatClient", "ChatResponse", "OpenAIChatClient", "ScriptedChatClient", "Usage"]
+
+
+def __getattr__(name: str) -> Any:
+    # The module itself imports no SDK, but keeping it out of the package import keeps
+    # ``import contextledger.clients`` as light as the core.
+    if name == "OpenAIChatClient":
+        from contextledger.clients.openai import OpenAIChatClient  # noqa: PLC0415
+
+        return OpenAIChatClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

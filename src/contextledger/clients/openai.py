@@ -1,0 +1,234 @@
+"""A chat client for OpenAI and OpenAI-compatible servers (Ollama, vLLM, llama.cpp, ...).
+
+Built on the official ``openai`` SDK, which is an optional extra: it is imported
+only when a client is constructed, so ``import contextledger`` works without it.
+The SDK's own retries are switched off and this client retries itself, so the
+number of attempts is exactly ``max_retries + 1`` and every final failure
+surfaces as one of the library's :class:`~contextledger.exceptions.ModelError`
+subclasses, naming the endpoint and the model so a misconfiguration is obvious.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.exceptions import (
+    ConfigurationError,
+    InvalidMessageError,
+    ModelConnectionError,
+    ModelError,
+    ModelRateLimitError,
+    ModelResponseError,
+    ModelTimeoutError,
+)
+from contextledger.messages import Message, message_from_openai, to_openai
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+__all__ = ["OpenAIChatClient"]
+
+# Keys a local server is happy with; the SDK refuses to start without some key.
+_PLACEHOLDER_KEY = "not-needed"
+_EXCERPT_CHARS = 200
+
+
+def _excerpt(text: str) -> str:
+    """A short, single-line view of a response body, enough to recognise it in an error message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _EXCERPT_CHARS else flat[:_EXCERPT_CHARS] + "..."
+
+
+class OpenAIChatClient:
+    """Calls ``/chat/completions`` on OpenAI or any compatible server.
+
+    ``model``, ``base_url`` and ``api_key`` fall back to ``OPENAI_MODEL``,
+    ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.  A local server needs no real
+    key, so when a base URL is set and no key is found a placeholder is sent.
+    ``client`` lets the caller supply a configured ``openai.AsyncOpenAI`` (a
+    custom HTTP client, proxies); its retries are disabled all the same and
+    ``timeout`` applies to it.
+
+    Requests that fail with 429, a 5xx status, a timeout or a connection error
+    are retried up to ``max_retries`` times, waiting ``backoff * 2**attempt``
+    seconds between attempts.  Usage is passed through as the provider reported
+    it; a count it left out stays ``None`` rather than being estimated.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        client: AsyncOpenAI | None = None,
+    ) -> None:
+        model = model or os.environ.get("OPENAI_MODEL") or None
+        if not model:
+            raise ConfigurationError(
+                "OpenAIChatClient needs a model: pass model='...' or set the OPENAI_MODEL environment variable"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError(f"OpenAIChatClient timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError(f"OpenAIChatClient max_retries must be an int >= 0, got {max_retries!r}")
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
+            raise ConfigurationError(f"OpenAIChatClient backoff must be a number >= 0, got {backoff!r}")
+        try:
+            import openai  # noqa: PLC0415  (an optional extra, imported on use)
+        except ImportError as error:
+            raise ConfigurationError(
+                "OpenAIChatClient needs the 'openai' package: pip install 'contextledger[openai]'"
+            ) from error
+
+        self.model: str = model
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff = float(backoff)
+        if client is not None:
+            self._client = client.with_options(max_retries=0, timeout=self.timeout)
+        else:
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+            if api_key is None and base_url is not None:
+                api_key = _PLACEHOLDER_KEY
+            try:
+                self._client = openai.AsyncOpenAI(
+                    api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0
+                )
+            except openai.OpenAIError as error:
+                raise ConfigurationError(
+                    f"OpenAIChatClient could not be configured for model {model!r}: {error}; "
+                    "pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)"
+                ) from error
+        self.base_url: str = str(self._client.base_url)
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _where(self) -> str:
+        return f"model {self.model!r} at {self.base_url}"
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResponse:
+        """Send ``messages`` (and ``tools``, as OpenAI tool dicts) and return the assistant's reply.
+
+        Extra ``options`` (``temperature``, ``max_tokens``, server-specific
+        keys) are merged into the request body as given, so parameters only a
+        compatible server understands reach it too.
+        """
+        payload = to_openai(messages)
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(payload, tools, options)
+            except _Retryable as retryable:
+                if attempt >= self.max_retries:
+                    raise retryable.final from retryable.__cause__
+                await asyncio.sleep(self.backoff * (2**attempt))
+                attempt += 1
+
+    async def _attempt(
+        self,
+        payload: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        options: Mapping[str, Any],
+    ) -> ChatResponse:
+        """One request: a reply, a final error, or a :class:`_Retryable` holding the error to raise if it persists."""
+        import openai  # noqa: PLC0415  (already loaded by the constructor)
+
+        extra: dict[str, Any] = {}
+        if tools is not None:
+            extra["tools"] = [dict(tool) for tool in tools]
+        extra.update(options)
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                model=self.model,
+                messages=payload,  # type: ignore[arg-type]  # plain dicts in the documented wire format
+                extra_body=extra or None,
+            )
+        except openai.APITimeoutError as error:
+            final: ModelError = ModelTimeoutError(f"{self._where()} did not answer within {self.timeout:g} s")
+            raise _Retryable(final) from error
+        except openai.APIConnectionError as error:
+            final = ModelConnectionError(f"could not reach {self._where()}: {error}")
+            raise _Retryable(final) from error
+        except openai.APIStatusError as error:
+            status = error.status_code
+            body = _excerpt(error.response.text)
+            if status == 429:
+                final = ModelRateLimitError(
+                    f"{self._where()} kept answering 429 (rate limited) after {self.max_retries + 1} attempt(s): {body}"
+                )
+                raise _Retryable(final) from error
+            final = ModelResponseError(f"{self._where()} answered HTTP {status}: {body}")
+            if status >= 500:
+                raise _Retryable(final) from error
+            raise final from error
+        return self._parse(raw.status_code, raw.text)
+
+    def _parse(self, status: int, text: str) -> ChatResponse:
+        """Turn a 2xx body into a reply, refusing anything that is not a well-formed chat completion."""
+
+        def bad(reason: str) -> ModelResponseError:
+            return ModelResponseError(f"{self._where()} returned HTTP {status} with {reason}: {_excerpt(text)}")
+
+        try:
+            body = json.loads(text)
+        except ValueError as error:
+            raise bad("a body that is not JSON") from error
+        if not isinstance(body, dict):
+            raise bad("a JSON body that is not an object")
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise bad("no 'choices' list")
+        choice = choices[0]
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+            raise bad("a first choice that has no 'message' object")
+        data = dict(choice["message"])
+        # Some compatible servers leave the role out of the reply; it can only be the assistant's.
+        if data.get("role") is None:
+            data["role"] = "assistant"
+        if data["role"] != "assistant":
+            raise bad(f"a reply whose role is {data['role']!r}, not 'assistant'")
+        try:
+            message = message_from_openai(data)
+        except InvalidMessageError as error:
+            raise bad(f"an unreadable assistant message ({error})") from error
+        return ChatResponse(text=message.text, messages=(message,), usage=self._usage(body.get("usage"), bad))
+
+    @staticmethod
+    def _usage(raw: object, bad: Callable[[str], ModelResponseError]) -> Usage | None:
+        """The provider's counts as reported; ``None`` (not zero, not an estimate) for whatever it left out."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise bad("a 'usage' that is not an object")
+        counts: list[int | None] = []
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = raw.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise bad(f"a usage {key!r} that is not a non-negative integer")
+            counts.append(value)
+        return Usage(input_tokens=counts[0], output_tokens=counts[1])
+
+
+class _Retryable(Exception):
+    """Carries the error to raise if an attempt that failed transiently is not retried again."""
+
+    def __init__(self, final: ModelError) -> None:
+        super().__init__(str(final))
+        self.final = final
