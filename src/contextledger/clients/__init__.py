@@ -3,13 +3,14 @@ and ``OpenAIChatClient`` for OpenAI-compatible endpoints (its SDK is imported on
 
 from typing import TYPE_CHECKING, Any
 
+from contextledger.clients._offline import OfflineModel
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.clients._scripted import ScriptedChatClient
 
 if TYPE_CHECKING:
     from contextledger.clients.openai import OpenAIChatClient
 
-__all__ = ["ChatClient", "ChatResponse", "OpenAIChatClient", "ScriptedChatClient", "Usage"]
+__all__ = ["ChatClient", "ChatResponse", "OfflineModel", "OpenAIChatClient", "ScriptedChatClient", "Usage"]
 
 
 def __getattr__(name: str) -> Any:

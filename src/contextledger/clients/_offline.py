@@ -1,0 +1,172 @@
+"""A deterministic chat model that runs in-process: no network, no weights, same answer every time.
+
+It exists so that demos, tests and the drift lab run anywhere and give identical
+results twice.  It is not clever, and does not pretend to be: it answers from the
+``key=value`` statements it can see in its context, calls a tool when the question
+names it, reports tool results, and writes extractive summaries that keep
+declarations and prohibitions first.  Its usage is counted with the project's
+tokenizer and labelled an estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.exceptions import ConfigurationError, InvalidMessageError
+from contextledger.messages import FunctionCallContent, FunctionResultContent, Message
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
+
+__all__ = ["OfflineModel"]
+
+_DECLARATION = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n]+)")
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
+# Words a tool name shares with almost any question; they never pick a tool on their own.
+_GENERIC = frozenset({"get", "lookup", "search", "find", "query", "fetch", "list", "run", "tool"})
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def _declarations(messages: Sequence[Message]) -> dict[str, str]:
+    """Every ``key=value`` the context states; a later statement of a key replaces an earlier one."""
+    found: dict[str, str] = {}
+    for message in messages:
+        if message.role == "tool":
+            continue
+        for key, value in _DECLARATION.findall(message.text):
+            found[key.lower()] = value.strip()
+    return found
+
+
+class OfflineModel:
+    """The built-in offline model (see the module docstring for what it does and does not do).
+
+    ``summary_chars`` caps a summary's length; a request may lower it with
+    ``max_chars=``.
+    """
+
+    def __init__(self, *, tokenizer: Tokenizer | None = None, summary_chars: int = 600) -> None:
+        if isinstance(summary_chars, bool) or not isinstance(summary_chars, int) or summary_chars < 16:
+            raise ConfigurationError(f"summary_chars must be an integer of at least 16, got {summary_chars!r}")
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
+        self.summary_chars = summary_chars
+        self._calls = 0
+
+    def __repr__(self) -> str:
+        return f"OfflineModel(summary_chars={self.summary_chars})"
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResponse:
+        items = list(messages)
+        for position, message in enumerate(items):
+            if not isinstance(message, Message):
+                raise InvalidMessageError(
+                    f"OfflineModel: messages[{position}] is {type(message).__name__}, not a Message"
+                )
+        if not items:
+            raise InvalidMessageError("OfflineModel: no messages to answer; send at least one user message")
+        reply = self._reply(items, tools or (), options)
+        usage = Usage(
+            input_tokens=sum(self.tokenizer.count_messages(items)),
+            output_tokens=self.tokenizer.count_message(reply),
+            is_estimate=self.tokenizer.is_estimate,
+        )
+        return ChatResponse(text=reply.text, messages=(reply,), usage=usage)
+
+    # Deciding what to say ---------------------------------------------------------------------
+
+    def _reply(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
+    ) -> Message:
+        last = messages[-1]
+        if last.role == "tool":
+            return Message.assistant(self._report_results(messages))
+        system = " ".join(m.text for m in messages if m.role == "system").lower()
+        if "summar" in system and last.role == "user":
+            requested = options.get("max_chars", self.summary_chars)
+            if isinstance(requested, bool) or not isinstance(requested, int) or requested < 16:
+                raise ConfigurationError(f"max_chars must be an integer of at least 16, got {requested!r}")
+            limit = min(self.summary_chars, requested)
+            return Message.assistant(self._summarise(last.text, limit))
+        if tools and last.role == "user":
+            call = self._choose_tool(last.text, tools)
+            if call is not None:
+                return Message.assistant(calls=[call])
+        return Message.assistant(self._answer(messages, last))
+
+    def _report_results(self, messages: list[Message]) -> str:
+        names: dict[str, str] = {}
+        for message in messages:
+            for content in message.contents:
+                if isinstance(content, FunctionCallContent):
+                    names[content.call_id] = content.name
+        results: list[str] = []
+        for message in reversed(messages):
+            if message.role != "tool":
+                break
+            for content in message.contents:
+                if isinstance(content, FunctionResultContent):
+                    results.append(f"{names.get(content.call_id, 'the tool')} returned {content.result.strip()}")
+        return "; ".join(reversed(results)) + "."
+
+    def _choose_tool(self, question: str, tools: Sequence[Mapping[str, Any]]) -> FunctionCallContent | None:
+        asked = _words(question)
+        for tool in tools:
+            function = tool.get("function", tool)
+            name = function.get("name") if isinstance(function, Mapping) else None
+            if not isinstance(name, str):
+                continue
+            if not (set(name.lower().split("_")) - _GENERIC) & asked:
+                continue
+            parameters = function.get("parameters", {}) if isinstance(function, Mapping) else {}
+            properties = parameters.get("properties", {}) if isinstance(parameters, Mapping) else {}
+            arguments: dict[str, str] = {}
+            subject = _WORD.findall(question)
+            if properties and subject:
+                required = parameters.get("required") or list(properties)
+                arguments[str(required[0])] = subject[-1].lower()
+            self._calls += 1
+            return FunctionCallContent(f"call_offline_{self._calls}", name, json.dumps(arguments))
+        return None
+
+    def _answer(self, messages: list[Message], last: Message) -> str:
+        facts = _declarations(messages[:-1]) | _declarations([last])
+        asked = _words(last.text)
+        relevant = [f"{key}: {value}" for key, value in facts.items() if key in asked]
+        if relevant:
+            return "From this conversation: " + "; ".join(relevant) + "."
+        if "?" in last.text:
+            return "I don't know that from this conversation."
+        return "Noted."
+
+    def _summarise(self, transcript: str, limit: int) -> str:
+        """Keep what a later turn would need, newest statement of each key winning: declarations
+        and rules first, then the most recent other lines, within ``limit`` characters."""
+        lines = [line.strip() for line in transcript.splitlines() if line.strip()]
+        facts = _declarations([Message.user(line) for line in lines])
+        rules = [line for line in lines if any(word in line.lower() for word in _RULE_WORDS)]
+        parts: list[str] = []
+        if facts:
+            parts.append("Facts: " + "; ".join(f"{key}={value}" for key, value in facts.items()) + ".")
+        parts.extend(rules)
+        parts.extend(line for line in reversed(lines) if line not in rules and "=" not in line)
+        summary = ""
+        for part in parts:
+            candidate = f"{summary} {part}".strip()
+            if len(candidate) > limit:
+                break
+            summary = candidate
+        if not summary:  # the first part alone is too long: cut it, never return nothing
+            summary = parts[0][: limit - 1].rstrip() + "…" if parts else "Nothing to summarise."
+        return summary
