@@ -23,25 +23,45 @@ partial state behind.
     └── HistoryError                 a history store could not do what it was asked; nothing was half-written
         ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
         └── HistoryCorruptError      what the store holds cannot be read back as messages
+    ├── AgentError                   an agent run could not complete; the session and history are as before the turn
+    │   ├── ToolError                a function tool was described or called wrongly (bad signature, bad arguments)
+    │   ├── ToolLoopError            the model kept calling tools past the agent's round limit
+    │   └── SessionError             a serialised session cannot be read back
+    ├── FactsError                   the controlled-facts memory refused an operation; the store is unchanged
+    │   ├── FactRejectedError        a batch of candidate facts was refused whole (carries every problem found)
+    │   └── StaleTicketError         an extraction arrived for a turn or epoch that is no longer current
+    └── LabError                     the drift lab cannot run or had to stop
+        ├── TimelineError            a timeline file is malformed (names the file, the entry and the problem)
+        └── SummaryGuardError        a generated summary was empty or too long; the comparison stopped
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AgentError",
     "CompactionError",
     "ConfigurationError",
     "ContextLedgerError",
+    "FactRejectedError",
+    "FactsError",
     "HistoryCorruptError",
     "HistoryError",
     "HistoryUnavailableError",
     "InvalidMessageError",
+    "LabError",
     "ModelConnectionError",
     "ModelError",
     "ModelRateLimitError",
     "ModelResponseError",
     "ModelTimeoutError",
+    "SessionError",
+    "StaleTicketError",
     "SummarizationError",
+    "SummaryGuardError",
+    "TimelineError",
     "TokenizerUnavailableError",
+    "ToolError",
+    "ToolLoopError",
     "TranscriptError",
     "UnknownRoleError",
 ]
@@ -123,3 +143,56 @@ class ModelResponseError(ModelError):
 
 class ModelConnectionError(ModelError):
     """The model endpoint could not be reached."""
+
+
+class AgentError(ContextLedgerError):
+    """An agent run failed; the session and its history are exactly as they were before the turn."""
+
+
+class ToolError(AgentError, ValueError):
+    """A function tool cannot be described from its signature, or was called with arguments it cannot take."""
+
+
+class ToolLoopError(AgentError):
+    """The model asked for tools on every round up to the agent's limit without giving an answer."""
+
+
+class SessionError(AgentError, ValueError):
+    """A serialised session is not valid JSON of the expected shape."""
+
+
+class FactsError(ContextLedgerError):
+    """The facts memory refused an operation; the store is exactly as it was."""
+
+
+class FactRejectedError(FactsError, ValueError):
+    """A batch of candidate facts was refused as a whole; nothing was admitted and there is no fallback.
+
+    ``problems`` lists every reason found, each naming the key or value concerned.
+    """
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+class StaleTicketError(FactsError):
+    """An extraction was applied with a ticket from an older turn or from before a ``forget``."""
+
+
+class LabError(ContextLedgerError):
+    """The drift lab cannot run as configured, or stopped a comparison."""
+
+
+class TimelineError(LabError, ValueError):
+    """A timeline file is malformed; the message names the file, the entry and the problem."""
+
+    def __init__(self, message: str, *, path: str | None = None, entry: str | None = None) -> None:
+        where = ", ".join(part for part in (path, entry) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.entry = entry
+
+
+class SummaryGuardError(LabError):
+    """A generated summary was empty or longer than allowed; the comparison stopped with no fallback text."""
