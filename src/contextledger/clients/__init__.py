@@ -5,12 +5,22 @@ from typing import TYPE_CHECKING, Any
 
 from contextledger.clients._offline import OfflineModel
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.clients._resolve import MODEL_SPECS, resolve_client
 from contextledger.clients._scripted import ScriptedChatClient
 
 if TYPE_CHECKING:
     from contextledger.clients.openai import OpenAIChatClient
 
-__all__ = ["ChatClient", "ChatResponse", "OfflineModel", "OpenAIChatClient", "ScriptedChatClient", "Usage"]
+__all__ = [
+    "MODEL_SPECS",
+    "ChatClient",
+    "ChatResponse",
+    "OfflineModel",
+    "OpenAIChatClient",
+    "ScriptedChatClient",
+    "Usage",
+    "resolve_client",
+]
 
 
 def __getattr__(name: str) -> Any:
