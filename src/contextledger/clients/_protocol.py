@@ -8,9 +8,9 @@ providers report none; ``None`` is shown as ``unknown`` and never guessed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from contextledger.messages import Message
 
@@ -50,6 +50,13 @@ class ChatResponse:
 
 @runtime_checkable
 class ChatClient(Protocol):
-    """An async chat model."""
+    """An async chat model.
 
-    async def get_response(self, messages: Sequence[Message]) -> ChatResponse: ...
+    ``tools`` are OpenAI-style tool definitions the model may call; ``options``
+    are per-call settings a client may honour (``max_chars`` for a summary,
+    ``temperature``...) and must ignore when it does not know them.
+    """
+
+    async def get_response(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    ) -> ChatResponse: ...

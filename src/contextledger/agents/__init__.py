@@ -1,0 +1,27 @@
+"""A small agent runtime: sessions, context providers around each model call, tools, and compaction.
+
+>>> from contextledger.agents import Agent, CompactionProvider
+"""
+
+from contextledger.agents._agent import Agent, AgentResponse, ModelCall, sum_usage
+from contextledger.agents._compaction import CompactionProvider, ReducedHistoryProvider, use_context_providers
+from contextledger.agents._context import ContextProvider, MessageSource, RunContext, SourceKind
+from contextledger.agents._session import Session
+from contextledger.agents._tools import FunctionTool, tool
+
+__all__ = [
+    "Agent",
+    "AgentResponse",
+    "CompactionProvider",
+    "ContextProvider",
+    "FunctionTool",
+    "MessageSource",
+    "ModelCall",
+    "ReducedHistoryProvider",
+    "RunContext",
+    "Session",
+    "SourceKind",
+    "sum_usage",
+    "tool",
+    "use_context_providers",
+]

@@ -1,0 +1,295 @@
+"""The agent: one model, its instructions and tools, and the providers that shape each call.
+
+A run is a transaction.  Everything it produces (generated messages, the
+history append, the providers' session state) becomes visible only after the
+model has answered; a model that times out, fails or answers garbage leaves
+the session and its history exactly as they were before the turn.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
+from contextledger.agents._session import Session
+from contextledger.agents._tools import FunctionTool, describe_tools
+from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.exceptions import (
+    ConfigurationError,
+    HistoryError,
+    InvalidMessageError,
+    ModelResponseError,
+    ToolError,
+    ToolLoopError,
+)
+from contextledger.history import HistoryProvider, InMemoryHistoryProvider
+from contextledger.messages import FunctionCallContent, Message
+
+__all__ = ["Agent", "AgentResponse", "ModelCall", "sum_usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One call to the model inside a run: exactly what was sent, and what came back."""
+
+    request: tuple[Message, ...]
+    tools: tuple[Mapping[str, Any], ...]
+    response: ChatResponse
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.response.usage
+
+
+@dataclass(frozen=True, slots=True)
+class AgentResponse:
+    """What a run produced: the final text, every generated message, and the cost of every model call."""
+
+    text: str
+    messages: tuple[Message, ...]
+    model_calls: tuple[ModelCall, ...]
+
+    @property
+    def usage(self) -> Usage:
+        return sum_usage(call.usage for call in self.model_calls)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def sum_usage(usages: Any) -> Usage:
+    """Add usages up; a count stays unknown (None) if any call did not report it, so it is never understated."""
+    inputs: int | None = 0
+    outputs: int | None = 0
+    estimate = False
+    for usage in usages:
+        if usage is None:
+            inputs = outputs = None
+            continue
+        inputs = None if inputs is None or usage.input_tokens is None else inputs + usage.input_tokens
+        outputs = None if outputs is None or usage.output_tokens is None else outputs + usage.output_tokens
+        estimate = estimate or usage.is_estimate
+    return Usage(inputs, outputs, estimate)
+
+
+def _input_messages(value: str | Message | Sequence[Message]) -> list[Message]:
+    if isinstance(value, str):
+        if not value.strip():
+            raise InvalidMessageError("the run's input is empty; pass the user's text or a list of messages")
+        return [Message.user(value)]
+    if isinstance(value, Message):
+        return [value]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Sequence):
+        raise InvalidMessageError(f"agent.run takes text, a Message or a list of Messages, got {type(value).__name__}")
+    items: list[Message] = []
+    for position, item in enumerate(value):
+        if not isinstance(item, Message):
+            raise InvalidMessageError(
+                f"agent.run input[{position}] is {type(item).__name__}, not a Message; "
+                "convert OpenAI dicts with contextledger.from_openai"
+            )
+        items.append(item)
+    if not items:
+        raise InvalidMessageError("agent.run got an empty list of messages; pass at least one user message")
+    return items
+
+
+def _is_history(provider: object) -> bool:
+    return isinstance(provider, HistoryProvider) and not isinstance(provider, ContextProvider)
+
+
+class Agent:
+    """A chat model with instructions, function tools, history and context providers.
+
+    ``context_providers`` run in order; a history provider may be listed among
+    them (as in ``[history, compaction]``) or given as ``history=``.  With no
+    history provider the agent keeps history in memory for the life of the
+    agent.  Tools are plain functions (sync or async); the agent runs the
+    tool-calling loop, at most ``max_tool_rounds`` model calls per run.  A
+    tool that raises, or that the model calls with bad arguments, gets the
+    error sent back as its result so the model can recover, unless
+    ``tool_errors="raise"``.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        name: str = "agent",
+        instructions: str | None = None,
+        tools: Sequence[Callable[..., Any] | FunctionTool] = (),
+        context_providers: Sequence[ContextProvider | HistoryProvider] = (),
+        history: HistoryProvider | None = None,
+        max_tool_rounds: int = 8,
+        tool_errors: Literal["report", "raise"] = "report",
+    ) -> None:
+        if not callable(getattr(client, "get_response", None)):
+            raise ConfigurationError(f"client must be a chat client with async get_response(), got {client!r}")
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"agent name must be a non-empty string, got {name!r}")
+        if instructions is not None and not isinstance(instructions, str):
+            raise ConfigurationError(f"instructions must be text, got {type(instructions).__name__}")
+        if isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 1:
+            raise ConfigurationError(f"max_tool_rounds must be an int >= 1, got {max_tool_rounds!r}")
+        if tool_errors not in ("report", "raise"):
+            raise ConfigurationError(f"tool_errors must be 'report' or 'raise', got {tool_errors!r}")
+        if isinstance(context_providers, (str, bytes)) or not isinstance(context_providers, Sequence):
+            raise ConfigurationError(f"context_providers must be a list, got {context_providers!r}")
+        self.client = client
+        self.name = name
+        self.instructions = instructions
+        self.tools = describe_tools(tools)
+        self.max_tool_rounds = max_tool_rounds
+        self.tool_errors = tool_errors
+        providers: list[ContextProvider | HistoryProvider] = []
+        if history is not None:
+            if not _is_history(history):
+                raise ConfigurationError(f"history must be a history provider (load/append/replace), got {history!r}")
+            providers.append(history)
+        for provider in context_providers:
+            if not (_is_history(provider) or isinstance(provider, ContextProvider)):
+                raise ConfigurationError(
+                    f"{provider!r} is neither a ContextProvider nor a history provider; "
+                    "subclass contextledger.agents.ContextProvider"
+                )
+            if any(provider is other for other in providers):
+                continue
+            providers.append(provider)
+        if not any(_is_history(p) for p in providers):
+            providers.insert(0, InMemoryHistoryProvider())
+        histories: dict[str, HistoryProvider] = {}
+        for provider in providers:
+            if _is_history(provider):
+                assert isinstance(provider, HistoryProvider)
+                if provider.source_id in histories:
+                    raise ConfigurationError(
+                        f"two history providers have source_id {provider.source_id!r}; give each its own"
+                    )
+                histories[provider.source_id] = provider
+        self.context_providers: tuple[ContextProvider | HistoryProvider, ...] = tuple(providers)
+        self.history_providers: Mapping[str, HistoryProvider] = histories
+        for provider in providers:
+            if isinstance(provider, ContextProvider):
+                provider.bind(self)
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, tools={list(self.tools)}, providers={len(self.context_providers)})"
+
+    @property
+    def history(self) -> HistoryProvider:
+        """The first history provider: where ``run`` stores the conversation."""
+        return next(iter(self.history_providers.values()))
+
+    def create_session(self, session_id: str | None = None) -> Session:
+        return Session(session_id)
+
+    async def run(
+        self, messages: str | Message | Sequence[Message], *, session: Session | None = None
+    ) -> AgentResponse:
+        """Answer ``messages`` in ``session`` (a new one if not given), running tools as the model asks.
+
+        On any failure the error propagates and nothing is stored: not the
+        input, not a partial reply, not a provider's session state.
+        """
+        inputs = _input_messages(messages)
+        if session is None:
+            session = self.create_session()
+        elif not isinstance(session, Session):
+            raise ConfigurationError(f"session must be a Session from agent.create_session(), got {session!r}")
+        saved_state = copy.deepcopy(session.state)
+        context = RunContext(self, session, inputs)
+        token = current_run.set(context)
+        try:
+            response = await self._run(context)
+            context.response = response
+            await self._store(context)
+        except BaseException:
+            session.state.clear()
+            session.state.update(saved_state)
+            session._drop_caches()
+            raise
+        finally:
+            current_run.reset(token)
+        for provider in self.context_providers:
+            if isinstance(provider, ContextProvider):
+                await provider.after_run(context)
+        return response
+
+    async def _run(self, context: RunContext) -> AgentResponse:
+        session_id = context.session.session_id
+        for provider in self.context_providers:
+            if isinstance(provider, ContextProvider):
+                await provider.before_run(context)
+            else:
+                context._add_history(provider.source_id, await provider.load(session_id))
+        instructions = [self.instructions] if self.instructions else []
+        instructions.extend(context.instructions)
+        head = (
+            [Message.system("\n\n".join(instructions), additional_properties={INSTRUCTIONS_PROPERTY: True})]
+            if instructions
+            else []
+        )
+        view = [*context.context_messages, *context.conversation]
+        for provider in self.context_providers:
+            if isinstance(provider, ContextProvider):
+                view = await provider.prepare_request(view, context)
+        tool_specs = tuple(t.to_openai() for t in self.tools.values())
+        calls: list[ModelCall] = []
+        for _ in range(self.max_tool_rounds):
+            request = [*head, *view, *context.generated]
+            if tool_specs:
+                reply = await self.client.get_response(request, tools=tool_specs)
+            else:
+                reply = await self.client.get_response(request)
+            if not isinstance(reply, ChatResponse):
+                raise ModelResponseError(f"the chat client returned {type(reply).__name__}, not a ChatResponse")
+            calls.append(ModelCall(tuple(request), tool_specs, reply))
+            produced = list(reply.messages) if reply.messages else [Message.assistant(reply.text)]
+            for message in produced:
+                if not isinstance(message, Message) or message.role not in ("assistant", "tool"):
+                    raise ModelResponseError(f"the chat client returned {message!r} as a reply message")
+            context.generated.extend(produced)
+            requested = [c for m in produced if m.role == "assistant" for c in m.function_calls]
+            answered = {r.call_id for m in produced for r in m.function_results}
+            pending = [call for call in requested if call.call_id not in answered]
+            if not pending:
+                return AgentResponse(reply.text, tuple(context.generated), tuple(calls))
+            for call in pending:
+                context.generated.append(Message.tool(call.call_id, await self._call_tool(call)))
+        raise ToolLoopError(
+            f"agent {self.name!r}: the model was still calling tools after {self.max_tool_rounds} model calls; "
+            "nothing was stored. Raise max_tool_rounds if the task really needs more steps"
+        )
+
+    async def _call_tool(self, call: FunctionCallContent) -> str:
+        function = self.tools.get(call.name)
+        try:
+            if function is None:
+                known = ", ".join(self.tools) or "none"
+                raise ToolError(f"there is no tool named {call.name!r}; the tools are: {known}")
+            return await function.invoke(call.arguments)
+        except Exception as error:
+            if self.tool_errors == "raise":
+                raise
+            return f"Error: {type(error).__name__}: {error}"
+
+    async def _store(self, context: RunContext) -> None:
+        """Append the turn to every history provider, all of them or (restoring what it can) none."""
+        turn = [*context.input_messages, *context.generated]
+        session_id = context.session.session_id
+        done: list[HistoryProvider] = []
+        try:
+            for provider in self.history_providers.values():
+                await provider.append(session_id, turn)
+                done.append(provider)
+        except HistoryError:
+            loaded: dict[str | None, list[Message]] = {}
+            for message, source in context.entries:
+                if source.kind == "history":
+                    loaded.setdefault(source.source_id, []).append(message)
+            for provider in done:
+                await provider.replace(session_id, loaded.get(provider.source_id, []))
+            raise
