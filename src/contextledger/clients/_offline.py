@@ -3,8 +3,9 @@
 It exists so that demos, tests and the drift lab run anywhere and give identical
 results twice.  It is not clever, and does not pretend to be: it answers from the
 ``key=value`` statements it can see in its context, calls a tool when the question
-names it, reports tool results, and writes extractive summaries that keep
-declarations and prohibitions first.  Its usage is counted with the project's
+names it, reports tool results, writes extractive summaries that keep
+declarations and prohibitions first, and transcribes a message's declarations
+as JSON when a fact writer asks for them.  Its usage is counted with the project's
 tokenizer and labelled an estimate.
 """
 
@@ -20,7 +21,10 @@ from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import FunctionCallContent, FunctionResultContent, Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["OfflineModel"]
+__all__ = ["FACT_WRITER_MARKER", "OfflineModel"]
+
+FACT_WRITER_MARKER = "[contextledger fact writer]"
+"""A system prompt holding this asks for the user message's key=value declarations as JSON."""
 
 _DECLARATION = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n]+)")
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -92,7 +96,10 @@ class OfflineModel:
         last = messages[-1]
         if last.role == "tool":
             return Message.assistant(self._report_results(messages))
-        system = " ".join(m.text for m in messages if m.role == "system").lower()
+        system = " ".join(m.text for m in messages if m.role == "system")
+        if FACT_WRITER_MARKER in system and last.role == "user":
+            return Message.assistant(self._transcribe_declarations(last.text))
+        system = system.lower()
         if "summar" in system and last.role == "user":
             requested = options.get("max_chars", self.summary_chars)
             if isinstance(requested, bool) or not isinstance(requested, int) or requested < 16:
@@ -104,6 +111,19 @@ class OfflineModel:
             if call is not None:
                 return Message.assistant(calls=[call])
         return Message.assistant(self._answer(messages, last))
+
+    def _transcribe_declarations(self, text: str) -> str:
+        """What a fact writer asks for: each ``key=value`` segment of the message (separated by
+        ``;`` or a line break, split on the first ``=``, the last of a key winning) as JSON.
+        It copies; it does not judge whether a key is allowed, which is the host's job."""
+        found: dict[str, dict[str, str]] = {}
+        for segment in re.split(r";|\r\n|\r|\n", text):
+            key, equals, value = segment.partition("=")
+            if equals and key.strip().isidentifier():
+                name = key.strip().lower()
+                found.pop(name, None)
+                found[name] = {"key": name, "value": value.strip(), "evidence": segment.strip()}
+        return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
 
     def _report_results(self, messages: list[Message]) -> str:
         names: dict[str, str] = {}

@@ -1,0 +1,160 @@
+"""Writers propose facts from the current user message; only the host decides what is admitted.
+
+A writer sees one user message and nothing else: no session, no earlier turn, no injected
+context, so it cannot promote an assistant reply, a question or a stale statement.  Whatever it
+proposes goes through the store's ``apply``, which compares it with the message's own
+declarations; a writer that paraphrases, adds or drops a key gets the whole batch refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from contextledger.clients._offline import FACT_WRITER_MARKER
+from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.exceptions import FactRejectedError
+from contextledger.facts._parse import check_user_text, parse_assertions, rejection
+from contextledger.facts._records import ALLOWED_KEYS, MAX_FACTS, Admission, Candidate, Ticket
+from contextledger.facts._store import FactMemory
+from contextledger.messages import Message
+
+__all__ = ["WRITER_INSTRUCTIONS", "FactWriter", "ModelWriter", "Proposal", "RuleWriter", "extract"]
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A writer's candidates and what producing them cost: ``usage`` as the provider reported
+    it (``None`` when unknown or when no model was called) over ``model_calls`` calls."""
+
+    candidates: tuple[Candidate, ...]
+    usage: Usage | None = None
+    model_calls: int = 0
+
+
+@runtime_checkable
+class FactWriter(Protocol):
+    """Anything that turns the current user message into candidate facts."""
+
+    async def propose(self, user_text: str) -> Proposal: ...
+
+
+class RuleWriter:
+    """The default writer: reads the declarations itself, with no model call and no cost."""
+
+    def __repr__(self) -> str:
+        return "RuleWriter()"
+
+    async def propose(self, user_text: str) -> Proposal:
+        """The message's declarations; :class:`FactRejectedError` when they are invalid."""
+        return Proposal(parse_assertions(user_text))
+
+
+WRITER_INSTRUCTIONS = f"""{FACT_WRITER_MARKER}
+You copy explicit key=value declarations from one user message into JSON. You do not answer the message.
+- A declaration is key=value. Declarations are separated by ";" or by a line break. Split on the first "=".
+- Allowed keys: {", ".join(sorted(ALLOWED_KEYS))}. Write keys in lower case.
+- value: the text after "=", trimmed, copied character for character (keep inner spaces; never translate,
+  correct, complete or paraphrase it).
+- evidence: the declaration exactly as the user wrote it, trimmed, for example "database=SQL Server 2022".
+- If a key is declared twice, keep only the last declaration. At most {MAX_FACTS} facts.
+- Questions, requests and prose without "=" are not declarations. Never infer a fact.
+Reply with one JSON object and nothing else:
+{{"facts": [{{"key": "module", "value": "Billing", "evidence": "module=Billing"}}]}}
+If the message declares nothing, reply {{"facts": []}}."""
+"""The writer's system prompt; it starts with the marker the built-in offline model answers to."""
+
+_FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL)
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def read_writer_reply(text: str) -> tuple[Candidate, ...]:
+    """The candidates in a model's JSON reply, or :class:`FactRejectedError` saying what is
+    wrong with it.  A single Markdown code fence around the JSON is tolerated; nothing else is
+    repaired or guessed."""
+    what = "the model writer's proposal"
+    body = text.strip()
+    fenced = _FENCE.fullmatch(body)
+    if fenced is not None:
+        body = fenced.group(1).strip()
+    try:
+        data: Any = json.loads(body)
+    except ValueError as error:
+        raise rejection([f"the model's reply is not valid JSON ({error}): {_excerpt(text)}"], what=what) from None
+    if not isinstance(data, dict) or not isinstance(data.get("facts"), list):
+        raise rejection(
+            [f'the model\'s reply must be a JSON object {{"facts": [...]}}, got {_excerpt(body)}'], what=what
+        )
+    problems: list[str] = []
+    candidates: list[Candidate] = []
+    for number, item in enumerate(data["facts"], 1):
+        fields = item if isinstance(item, dict) else {}
+        missing = [name for name in ("key", "value", "evidence") if not isinstance(fields.get(name), str)]
+        if missing:
+            lacking = ", ".join(missing)
+            problems.append(f"fact {number} of the model's reply lacks a text {lacking}: {_excerpt(str(item))}")
+            continue
+        candidates.append(Candidate(fields["key"], fields["value"], fields["evidence"]))
+    if problems:
+        raise rejection(problems, what=what)
+    return tuple(candidates)
+
+
+class ModelWriter:
+    """Asks a chat model for the declarations as JSON, from the current user message alone.
+
+    Each call sends exactly two messages, :data:`WRITER_INSTRUCTIONS` and the user message;
+    never a session.  ``call_usage`` keeps the usage of every call made, rejected ones
+    included, so the cost of extraction is never lost.  ``json_mode=True`` also asks the
+    endpoint for a JSON response (``response_format``), for clients that accept options.
+    """
+
+    def __init__(self, client: ChatClient, *, json_mode: bool = False) -> None:
+        self.client = client
+        self.json_mode = json_mode
+        self.call_usage: list[Usage | None] = []
+
+    def __repr__(self) -> str:
+        return f"ModelWriter({self.client!r})"
+
+    async def propose(self, user_text: str) -> Proposal:
+        """The model's candidates; :class:`FactRejectedError` when its reply is unreadable.
+
+        A failing model call raises the client's own error (:class:`ModelError`);
+        :func:`extract` reports it as a rejected extraction.
+        """
+        problems = check_user_text(user_text)
+        if problems:
+            raise rejection(problems, what="the model writer's input")
+        messages = [Message.system(WRITER_INSTRUCTIONS), Message.user(user_text)]
+        options: dict[str, Any] = {"response_format": {"type": "json_object"}} if self.json_mode else {}
+        # The protocol's signature has no options; clients that take them accept keywords.
+        ask: Callable[..., Awaitable[ChatResponse]] = self.client.get_response
+        response = await ask(messages, **options)
+        self.call_usage.append(response.usage)
+        return Proposal(read_writer_reply(response.text), response.usage, 1)
+
+
+async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket) -> Admission:
+    """Propose from the ticket's message, then apply: the whole batch or nothing.
+
+    Any failure of the writer (an unreadable reply, a model error, a bug) becomes a
+    :class:`FactRejectedError` with the store untouched; a stale ticket raises
+    :class:`StaleTicketError` from ``apply``.  Cancellation propagates.
+    """
+    try:
+        proposal = await writer.propose(ticket.user_text)
+    except FactRejectedError:
+        raise
+    except Exception as error:
+        raise rejection(
+            [f"the fact writer {writer!r} failed: {type(error).__name__}: {error}"],
+            what=f"the extraction for turn {ticket.number}",
+        ) from error
+    return store.apply(ticket, proposal.candidates)
