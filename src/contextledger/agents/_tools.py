@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 from contextledger.exceptions import ToolError
 
@@ -74,7 +74,8 @@ def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
     if "anyOf" in schema:
         return any(_matches(value, option) for option in schema["anyOf"])
     if "enum" in schema:
-        return value in schema["enum"]
+        # JSON true equals 1 in Python; a boolean must not pass for an integer value, nor the reverse.
+        return any(value == option and isinstance(value, bool) == isinstance(option, bool) for option in schema["enum"])
     kind = schema.get("type")
     if kind is None:
         return True
@@ -96,6 +97,31 @@ def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
     return True
 
 
+def _convert(value: Any, hint: Any) -> Any:
+    """Turn checked JSON into the Enum members ``hint`` names, wherever they sit (Optional, unions, lists, dicts)."""
+    if get_origin(hint) is typing.Annotated:
+        hint = get_args(hint)[0]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        # The first option the value fits is the one it is taken as, as the schema's anyOf reads.
+        option = next((arg for arg in get_args(hint) if _matches(value, _schema(arg, ""))), None)
+        return value if option is None else _convert(value, option)
+    args = get_args(hint)
+    if isinstance(value, list) and args and args[0] is not Ellipsis:
+        return [_convert(item, args[0]) for item in value]
+    if isinstance(value, dict) and len(args) == 2:
+        return {key: _convert(item, args[1]) for key, item in value.items()}
+    return value
+
+
+def _has_enum(hint: Any) -> bool:
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return True
+    return any(_has_enum(arg) for arg in get_args(hint) if arg is not Ellipsis)
+
+
 def _first_paragraph(doc: str | None) -> str:
     if not doc:
         return ""
@@ -113,7 +139,8 @@ class FunctionTool:
     name: str
     description: str
     parameters: Mapping[str, Any]
-    _enums: Mapping[str, type[enum.Enum]] = field(default_factory=dict, repr=False)
+    # Annotations of the parameters whose values hold Enum members, to build them from the JSON values.
+    _enums: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def to_openai(self) -> dict[str, Any]:
         """The tool as an OpenAI ``tools`` entry, which every OpenAI-compatible server understands."""
@@ -143,7 +170,7 @@ class FunctionTool:
                     f"{self.name}: {name}={json.dumps(value)[:100]} does not match {json.dumps(properties[name])}"
                 )
             if name in self._enums:
-                arguments[name] = self._enums[name](value)
+                arguments[name] = _convert(value, self._enums[name])
         return arguments
 
     async def invoke(self, raw_arguments: str) -> str:
@@ -160,7 +187,19 @@ class FunctionTool:
             return str(result)
 
 
-def tool(function: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
+@overload
+def tool(function: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    function: None = None, *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Describe ``function`` as a tool (usable as ``@tool`` or ``@tool(name=...)``).
 
     The description is the docstring's first paragraph unless given; each
@@ -182,7 +221,7 @@ def _describe(
     if not callable(function):
         raise ToolError(f"a tool must be a function, got {function!r}")
     tool_name = name if name is not None else getattr(function, "__name__", "")
-    if not tool_name or not set(tool_name) <= _NAME_CHARS or len(tool_name) > 64:
+    if not isinstance(tool_name, str) or not tool_name or not set(tool_name) <= _NAME_CHARS or len(tool_name) > 64:
         raise ToolError(
             f"tool name {tool_name!r} is not usable: models accept 1-64 letters, digits, '_' or '-'; pass name='...'"
         )
@@ -193,7 +232,7 @@ def _describe(
         raise ToolError(f"cannot read the signature of tool {tool_name!r}: {error}") from None
     properties: dict[str, Any] = {}
     required: list[str] = []
-    enums: dict[str, type[enum.Enum]] = {}
+    enums: dict[str, Any] = {}
     for parameter in signature.parameters.values():
         where = f"tool {tool_name!r}, parameter {parameter.name!r}"
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -202,13 +241,14 @@ def _describe(
             raise ToolError(f"{where}: positional-only parameters cannot be passed by name; remove the '/'")
         hint = hints.get(parameter.name, parameter.annotation)
         properties[parameter.name] = _schema(hint, where)
-        bare = get_args(hint)[0] if get_origin(hint) is typing.Annotated else hint
-        if isinstance(bare, type) and issubclass(bare, enum.Enum):
-            enums[parameter.name] = bare
+        if _has_enum(hint):
+            enums[parameter.name] = hint
         if parameter.default is inspect.Parameter.empty:
             required.append(parameter.name)
     parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     text = description if description is not None else _first_paragraph(function.__doc__)
+    if not isinstance(text, str):
+        raise ToolError(f"the description of tool {tool_name!r} must be text, got {type(text).__name__}")
     return FunctionTool(function, tool_name, text, parameters, enums)
 
 
