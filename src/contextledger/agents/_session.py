@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import uuid
 from typing import Any
 
 from contextledger.exceptions import SessionError
 
 __all__ = ["Session"]
+
+_STATE_RULE = "providers must keep only strings, numbers, booleans, None, lists and dicts in session.state"
+
+
+def _state_problem(state: dict[str, Any]) -> str | None:
+    try:
+        return _not_json(state, "state")
+    except RecursionError:
+        return "state contains itself or nests too deeply"
+
+
+def _not_json(value: object, path: str) -> str | None:
+    """Where ``value`` stops being plain JSON, or None.
+
+    ``json.dumps`` would quietly turn an int key into a string, a tuple into a list and write
+    NaN as invalid JSON; a restored session would then differ from the one saved.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} is {value!r}"
+    if isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _not_json(item, f"{path}[{i}]"))), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has the key {key!r} ({type(key).__name__}, not a string)"
+            problem = _not_json(item, f"{path}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    return f"{path} is a {type(value).__name__}"
 
 
 class Session:
@@ -42,13 +75,13 @@ class Session:
         return {"session_id": self.session_id, "state": copy.deepcopy(self.state)}
 
     def to_json(self) -> str:
-        try:
-            return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, sort_keys=True)
-        except (TypeError, ValueError) as error:
-            raise SessionError(
-                f"session {self.session_id!r} holds state that is not JSON ({error}); "
-                "providers must keep only strings, numbers, booleans, None, lists and dicts in session.state"
-            ) from None
+        problem = _state_problem(self.state)
+        if problem is None:
+            try:
+                return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, sort_keys=True)
+            except (TypeError, ValueError, RecursionError) as error:
+                problem = str(error)
+        raise SessionError(f"session {self.session_id!r} holds state that is not JSON ({problem}); {_STATE_RULE}")
 
     @classmethod
     def from_dict(cls, data: object) -> Session:
@@ -60,6 +93,9 @@ class Session:
         state = data.get("state", {})
         if not isinstance(state, dict):
             raise SessionError(f"session 'state' must be an object, got {type(state).__name__}")
+        problem = _state_problem(state)
+        if problem is not None:
+            raise SessionError(f"session {data['session_id']!r} has state that is not JSON ({problem}); {_STATE_RULE}")
         return cls(data["session_id"], copy.deepcopy(state))
 
     @classmethod
