@@ -1,0 +1,60 @@
+"""Fixtures for the facts tests: each store the conformance suite runs against, on fresh storage.
+
+The Redis store runs against the real redis-server the history tests start (same fixture), in
+an owner namespace no other test uses.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from contextledger.facts import FactMemory, FactStore, RedisFactStore
+from tests.facts.support import Clock
+from tests.history.conftest import redis_server
+from tests.history.support import RedisServer
+
+__all__ = ["MakeStore", "redis_server"]
+
+MakeStore = Callable[..., FactMemory]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeStore]:
+    """Builds stores of one backend; every store it builds in a test shares that test's storage
+    (a Redis owner of its own), the way several agents or processes would share it.  The
+    in-memory backend has one store per test: options apply to the first one built."""
+    if request.param == "memory":
+        shared: list[FactStore] = []
+
+        def memory(**options: object) -> FactMemory:
+            if not shared:
+                shared.append(FactStore(**options) if options else FactStore(clock=clock))  # type: ignore[arg-type]
+            return shared[0]
+
+        yield memory
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    owner = f"test-{uuid.uuid4().hex[:12]}"
+    opened: list[RedisFactStore] = []
+
+    def redis(**options: object) -> FactMemory:
+        store = RedisFactStore(server.url, owner=owner, **{"clock": clock, **options})  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield redis
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: MakeStore) -> FactMemory:
+    return make_store()
