@@ -44,9 +44,9 @@ def _fingerprint(message: Message) -> str:
 
 
 def _same_prefix(old: Sequence[Message], new: Sequence[Message]) -> bool:
-    if len(new) < len(old):
-        return False
-    return all(a is b or a == b for a, b in zip(old, new))
+    # List equality checks identity first, element by element, in C: the usual case (the very
+    # objects indexed last time) costs a pointer comparison per message.
+    return len(new) >= len(old) and new[: len(old)] == old
 
 
 class _View:
@@ -79,6 +79,11 @@ class _View:
                     runs.append([position, position + size])
             position += size
         return runs
+
+    def record(self) -> dict[str, Any]:
+        """What a restored session needs to keep this view's exclusions (see ``excluded_runs``)."""
+        conversation = self.index.source_messages[len(self.context) :]
+        return {"length": len(conversation), "last": _fingerprint(conversation[-1]), "excluded": self.excluded_runs()}
 
     def apply_runs(self, runs: Sequence[Sequence[int]], limit: int) -> None:
         wanted = [(start, end) for start, end in runs if end <= limit]
@@ -215,21 +220,31 @@ class CompactionProvider(ContextProvider):
     async def after_run(self, context: RunContext) -> None:
         session = context.session
         view: _View | None = session._cache.get(self)
-        if view is not None:
-            conversation = view.index.source_messages[len(view.context) :]
-            if conversation:
-                session.state[self._state_key] = {
-                    "length": len(conversation),
-                    "last": _fingerprint(conversation[-1]),
-                    "excluded": view.excluded_runs(),
-                }
+        if view is not None and len(view.index.source_messages) > len(view.context):
+            # Written into the session's state only when the session is serialised: walking a long
+            # index on every turn would cost more than the compaction itself.
+            session._exports[self._state_key] = view.record
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
         stored = await history.load(session.session_id)
-        reduced = await apply_compaction(stored, strategy=self.after_strategy, tokenizer=self._after_tokenizer)
-        if len(reduced) != len(stored) or any(a is not b for a, b in zip(reduced, stored)):
+        # The retained history is the projection of an index over everything ever stored, kept
+        # between runs: a run adds a few messages, so only those are grouped and counted, and the
+        # strategy's earlier decisions stand.  If the store no longer starts with the projection
+        # written last time (another writer, a restart), the index is rebuilt from the store.
+        key = (self, "after")
+        kept: tuple[MessageIndex, list[Message]] | None = session._cache.get(key)
+        if kept is not None and _same_prefix(kept[1], stored):
+            index = kept[0]
+            index.append(stored[len(kept[1]) :])
+            changed = await self.after_strategy.compact(index)
+        else:
+            index = MessageIndex(stored, tokenizer=self._after_tokenizer)
+            changed = await self.after_strategy.compact(index) or bool(index.events)
+        reduced = index.projection() if changed else stored
+        if reduced != stored:
             await history.replace(session.session_id, reduced)
+        session._cache[key] = (index, reduced)
 
 
 class ReducedHistoryProvider:

@@ -57,6 +57,7 @@ class RunContext:
         self.response: AgentResponse | None = None
         self._context: list[tuple[Message, MessageSource]] = []
         self._history: list[tuple[Message, MessageSource]] = []
+        self._history_messages: list[Message] = []
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
 
@@ -78,9 +79,10 @@ class RunContext:
         self._context.extend((message, source) for message in items)
         self._sources = None
 
-    def _add_history(self, source_id: str, messages: Iterable[Message]) -> None:
+    def _add_history(self, source_id: str, messages: list[Message]) -> None:
         source = MessageSource("history", source_id)
-        self._history.extend((message, source) for message in messages)
+        self._history.extend(zip(messages, [source] * len(messages)))
+        self._history_messages.extend(messages)
         self._sources = None
 
     @property
@@ -109,11 +111,7 @@ class RunContext:
     @property
     def conversation(self) -> list[Message]:
         """History, input and generated messages: the part of the request that grows turn by turn."""
-        return [
-            *(message for message, _ in self._history),
-            *self.input_messages,
-            *self.generated,
-        ]
+        return [*self._history_messages, *self.input_messages, *self.generated]
 
     @property
     def context_messages(self) -> list[Message]:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from contextledger.history._encoding import check_name, check_session_id, encode_messages
 from contextledger.messages import Message
 
 __all__ = ["InMemoryHistoryProvider"]
+
+
+def _materialise(messages: object) -> object:
+    """A list of an iterable batch (so a generator is read once); anything else as it came, for the checks to refuse."""
+    if isinstance(messages, Iterable) and not isinstance(messages, (str, bytes, Mapping, Message)):
+        return list(messages)
+    return messages
 
 
 class InMemoryHistoryProvider:
@@ -34,14 +41,27 @@ class InMemoryHistoryProvider:
             return list(self._sessions.get(key, ()))
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        key, _, stored = encode_messages(session_id, messages, "append to")
-        if not stored:
+        items = _materialise(messages)
+        key, _, decoded = encode_messages(session_id, items, "append to")
+        if not decoded:
             return
+        checked: list[Message] = items  # type: ignore[assignment]  # every item was just checked to be a Message
+        # Messages are immutable and were just shown to read back equal from their stored form,
+        # so the objects themselves are kept: a later load hands back the very objects an agent
+        # indexed, and its caches (token counts, a request view) stay valid.
         with self._lock:
-            self._sessions.setdefault(key, []).extend(stored)
+            self._sessions.setdefault(key, []).extend(checked)
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
-        key, _, stored = encode_messages(session_id, messages, "replace")
+        items = _materialise(messages)
+        current = check_session_id(session_id)
+        with self._lock:
+            known = {id(m) for m in self._sessions.get(current, ())} if isinstance(items, list) else set()
+        # A reduction rewrites a long history but keeps most of its messages: only the new
+        # ones need the storage check.
+        fresh = [m for m in items if id(m) not in known] if isinstance(items, list) else items
+        key, _, _ = encode_messages(session_id, fresh, "replace")
+        stored = items if isinstance(items, list) else []
         with self._lock:
             if stored:
                 self._sessions[key] = stored
