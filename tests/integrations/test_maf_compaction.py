@@ -1,0 +1,292 @@
+"""The compaction guide's Python samples, run inside real MAF agents with contextledger's strategies.
+
+Each sample is written as the guide writes it, with the strategies imported from
+``contextledger.integrations.maf`` instead of ``agent_framework._compaction``.  The
+agent talks through MAF's own OpenAI client to a server on 127.0.0.1, which records
+every request; each request the agent sent is compared with what
+``contextledger.compaction.apply_compaction`` computes on the same messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import agent_framework as maf
+import pytest
+from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
+
+from contextledger import compaction
+from contextledger.clients import ScriptedChatClient
+from contextledger.integrations.maf import (
+    AgentFrameworkStrategy,
+    CharacterEstimatorTokenizer,
+    SelectiveToolCallCompactionStrategy,
+    SlidingWindowStrategy,
+    SummarizationStrategy,
+    TokenBudgetComposedStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    apply_compaction,
+    from_maf_messages,
+)
+from contextledger.messages import Message, validate
+from tests.integrations.conftest import ChatServer
+from tests.integrations.maf_support import (
+    AGENT_NAME,
+    CUSTOM_PROMPT,
+    INSTRUCTIONS,
+    Shop,
+    difference,
+    expected,
+    is_agent_request,
+    maf_client,
+    question,
+    sent,
+    summary_reply,
+)
+
+TURNS = 12
+RESULT_CHARS = 12_000  # 12 turns of these pass every threshold in the guide (32 000 tokens is the largest)
+
+# Each sample builds its strategy from a summariser client, so the agent side can use MAF's
+# client on the test server and the reference side a scripted client giving the same answers.
+Sample = Callable[[Any], AgentFrameworkStrategy]
+
+
+def truncation(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
+
+
+def sliding_window(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return SlidingWindowStrategy(keep_last_groups=20)
+
+
+def tool_result(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
+
+
+def selective_tool(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)
+
+
+def summarization(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return SummarizationStrategy(client=summarizer_client, target_count=4, threshold=2)
+
+
+def summarization_with_prompt(summarizer_client: Any) -> AgentFrameworkStrategy:
+    return SummarizationStrategy(client=summarizer_client, target_count=4, prompt=CUSTOM_PROMPT)
+
+
+def token_budget(summarizer_client: Any) -> AgentFrameworkStrategy:
+    tokenizer = CharacterEstimatorTokenizer()
+    return TokenBudgetComposedStrategy(
+        token_budget=16_000,
+        tokenizer=tokenizer,
+        strategies=[
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            SummarizationStrategy(client=summarizer_client, target_count=4, threshold=2),
+            SlidingWindowStrategy(keep_last_groups=20),
+        ],
+    )
+
+
+SAMPLES: dict[str, Sample] = {
+    "truncation": truncation,
+    "sliding_window": sliding_window,
+    "tool_result": tool_result,
+    "selective_tool": selective_tool,
+    "summarization": summarization,
+    "summarization_with_prompt": summarization_with_prompt,
+    "token_budget": token_budget,
+}
+
+
+def included(stored: list[maf.Message]) -> list[maf.Message]:
+    return [m for m in stored if not m.additional_properties.get("_excluded")]
+
+
+def agent_requests(server: ChatServer, start: int) -> list[dict[str, Any]]:
+    return [request for request in server.requests[start:] if is_agent_request(request)]
+
+
+async def shopping_session(
+    server: ChatServer,
+    compaction_provider: CompactionProvider,
+    history: InMemoryHistoryProvider,
+    reference: compaction.CompactionStrategy,
+    shop: Shop,
+) -> list[tuple[bool, dict[str, Any]]]:
+    """The guide's registration sample, run for :data:`TURNS` questions; each turn's first request
+    is checked against contextledger's own projection of the history it was built from.
+
+    Returns, per turn, whether compaction changed what was sent, and the turn's first request.
+    """
+    agent = Agent(
+        client=maf_client(server),
+        name=AGENT_NAME,
+        instructions=INSTRUCTIONS,
+        tools=[shop.tool()],
+        context_providers=[history, compaction_provider],
+    )
+    session = agent.create_session()
+    turns: list[tuple[bool, dict[str, Any]]] = []
+    for number in range(TURNS):
+        stored = session.state.get(history.source_id, {}).get("messages", [])
+        before = from_maf_messages(included(stored))
+        projection = await compaction.apply_compaction(before, strategy=reference)
+        start = len(server.requests)
+        await agent.run(question(number), session=session)
+        first, *follow_ups = agent_requests(server, start)
+        want = expected([Message.system(INSTRUCTIONS), *projection, Message.user(question(number))])
+        assert sent(first) == want, f"turn {number}: {difference(sent(first), want)}"
+        for follow_up in follow_ups:  # the tool loop appends the call and its result, compacting nothing more
+            assert sent(follow_up)[: len(want)] == want
+        turns.append((len(projection) != len(before), first))
+    return turns
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_seed_sample_as_before_strategy_sends_contextledgers_projection(chat_server: ChatServer, name: str) -> None:
+    """``CompactionProvider(before_strategy=<sample>, history_source_id=history.source_id)`` inside a MAF
+    agent: every request equals apply_compaction's projection, and the strategy really compacted."""
+    shop = Shop(result_chars=RESULT_CHARS)
+    chat_server.respond = shop.respond
+    sample = SAMPLES[name]
+    history = InMemoryHistoryProvider()
+    provider = CompactionProvider(before_strategy=sample(maf_client(chat_server)), history_source_id=history.source_id)
+    reference = sample(ScriptedChatClient([summary_reply])).strategy
+    turns = asyncio.run(shopping_session(chat_server, provider, history, reference, shop))
+    assert any(changed for changed, _ in turns), f"{name} never compacted in {TURNS} turns; the sample was not run"
+    for request in chat_server.requests:
+        assert validate(from_openai_request(request)) == [], "a request separated a tool call from its result"
+
+
+def from_openai_request(request: dict[str, Any]) -> list[Message]:
+    from contextledger.messages import from_openai  # noqa: PLC0415
+
+    return from_openai(request["messages"])
+
+
+def test_summariser_usage_reported_by_maf_client_is_recorded(chat_server: ChatServer) -> None:
+    """The summariser is MAF's client; the usage the server reported reaches the strategy unchanged."""
+    shop = Shop(result_chars=200)
+    chat_server.respond = shop.respond
+    strategy = SummarizationStrategy(client=maf_client(chat_server), target_count=4, threshold=2)
+    history = InMemoryHistoryProvider()
+    provider = CompactionProvider(before_strategy=strategy, history_source_id=history.source_id)
+    reference = summarization(ScriptedChatClient([summary_reply])).strategy
+    asyncio.run(shopping_session(chat_server, provider, history, reference, shop))
+    summariser_requests = [r for r in chat_server.requests if not is_agent_request(r)]
+    assert summariser_requests, "the summariser was never called"
+    last = shop.respond(summariser_requests[-1])["usage"]
+    usage = strategy.strategy.last_usage  # type: ignore[attr-defined]
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (last["prompt_tokens"], last["completion_tokens"])
+
+
+def test_after_strategy_collapses_stored_history_and_never_sends_originals(chat_server: ChatServer) -> None:
+    """The guide's ``before_strategy=SlidingWindowStrategy(keep_last_groups=20)`` with
+    ``after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1)``: after each run the
+    stored history holds one-line summaries in place of older tool groups (originals kept but excluded),
+    and no request carries both a summary and the tool results it replaced."""
+    shop = Shop(result_chars=3_000)
+    chat_server.respond = shop.respond
+    history = InMemoryHistoryProvider()
+    provider = CompactionProvider(
+        before_strategy=SlidingWindowStrategy(keep_last_groups=20),
+        after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+        history_source_id=history.source_id,
+    )
+    reference = compaction.SlidingWindowStrategy(keep_last_groups=20)
+    turns = asyncio.run(shopping_session(chat_server, provider, history, reference, shop))
+    # MAF runs after_run providers in reverse order, so with [history, compaction] the collapse sees the
+    # history as it was before the run: the newest kept group and the run's own stay verbatim.
+    for number, (_, first) in enumerate(turns):
+        messages = from_openai_request(first)
+        verbatim = {m.text.split(":")[0] for m in messages if m.role == "tool"}
+        collapsed = {m.text.split(": ")[2] for m in messages if m.text.startswith("[Tool results: lookup_price")}
+        assert len(verbatim) == min(number, 2), f"turn {number}: {sorted(verbatim)} sent verbatim"
+        assert not verbatim & collapsed, f"turn {number}: {sorted(verbatim & collapsed)} sent twice"
+        if number < 6:  # later, the window of 20 groups drops the oldest summaries too
+            assert len(collapsed) == max(number - 2, 0), f"turn {number}: summaries of {sorted(collapsed)}"
+    assert collapsed, "the after strategy never collapsed anything"
+
+
+def test_agent_compaction_strategy_compacts_every_model_call(chat_server: ChatServer) -> None:
+    """``Agent(compaction_strategy=...)`` runs the strategy on MAF's whole message list before every
+    model call, tool-loop calls included; each request equals contextledger's projection of that list."""
+    shop = Shop(result_chars=500)
+    chat_server.respond = shop.respond
+    history = InMemoryHistoryProvider()
+    window = SlidingWindowStrategy(keep_last_groups=4)
+    agent = Agent(
+        client=maf_client(chat_server),
+        name=AGENT_NAME,
+        instructions=INSTRUCTIONS,
+        tools=[shop.tool()],
+        context_providers=[history],
+        compaction_strategy=window,
+    )
+
+    async def main() -> None:
+        session = agent.create_session()
+        for number in range(6):
+            stored = from_maf_messages(session.state.get(history.source_id, {}).get("messages", []))
+            start = len(chat_server.requests)
+            await agent.run(question(number), session=session)
+            first, follow_up = agent_requests(chat_server, start)
+            conversation = [*stored, Message.user(question(number))]
+            projection = await compaction.apply_compaction(conversation, strategy=window.strategy)
+            assert sent(first) == expected([Message.system(INSTRUCTIONS), *projection])
+            # The loop's second call sees the call and its result too, compacted again.
+            call, result = from_openai_request(follow_up)[-2:]
+            projection = await compaction.apply_compaction([*conversation, call, result], strategy=window.strategy)
+            assert sent(follow_up)[1:] == expected(projection)
+
+    asyncio.run(main())
+
+
+def test_ad_hoc_apply_compaction_sample_leaves_input_untouched() -> None:
+    """The guide's ad hoc sample on MAF messages: ``await apply_compaction(messages, strategy=
+    TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer), tokenizer=tokenizer)``."""
+    tokenizer = CharacterEstimatorTokenizer()
+    messages: list[maf.Message] = [maf.Message("system", ["Be brief."])]
+    for number in range(40):
+        messages.append(maf.Message("user", [f"question {number} " + "detail " * 200]))
+        messages.append(maf.Message("assistant", [f"answer {number} " + "more " * 200], author_name=AGENT_NAME))
+    snapshot = [m.to_dict() for m in messages]
+
+    compacted = asyncio.run(
+        apply_compaction(
+            messages,
+            strategy=TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer),
+            tokenizer=tokenizer,
+        )
+    )
+
+    assert [m.to_dict() for m in messages] == snapshot, "apply_compaction changed the caller's messages"
+    reference = asyncio.run(
+        compaction.apply_compaction(
+            from_maf_messages(messages),
+            strategy=compaction.TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer),
+            tokenizer=tokenizer,
+        )
+    )
+    assert expected(from_maf_messages(compacted)) == expected(reference)
+    assert len(compacted) < len(messages)
+    assert compacted[0] is messages[0], "kept messages are the caller's own objects"
+    assert sum(tokenizer.count_messages(reference)) <= 4_000
+
+
+def test_a_maf_tokenizer_counts_inside_contextledgers_strategies() -> None:
+    """A sample that keeps MAF's own ``CharacterEstimatorTokenizer`` still runs: its counts drive the
+    thresholds (so a smaller chars-per-token tokenizer compacts more)."""
+    from agent_framework._compaction import CharacterEstimatorTokenizer as MafTokenizer  # noqa: PLC0415
+
+    messages = [maf.Message("user" if n % 2 == 0 else "assistant", ["word " * 400]) for n in range(20)]
+    maf_strategy = TruncationStrategy(max_n=2_000, compact_to=1_000, tokenizer=MafTokenizer())
+    kept = asyncio.run(apply_compaction(messages, strategy=maf_strategy, tokenizer=MafTokenizer()))
+    counted = [MafTokenizer().count_tokens(m.text) + 3 for m in kept]
+    assert 0 < sum(counted) <= 1_000 < sum(MafTokenizer().count_tokens(m.text) + 3 for m in messages)
