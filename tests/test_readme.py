@@ -15,8 +15,8 @@ def test_python_blocks_run(monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
     assert blocks, "the README should show Python usage"
     monkeypatch.chdir(ROOT)
+    namespace: dict[str, object] = {}
     for block in blocks:
-        namespace: dict[str, object] = {}
         exec(compile(block, "README.md", "exec"), namespace)
     # The compaction example must actually have compacted something.
     request, messages = namespace["request"], namespace["messages"]
