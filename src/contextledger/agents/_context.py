@@ -104,7 +104,8 @@ class RunContext:
 
     def source_of(self, message: Message) -> MessageSource | None:
         """The source of a message object of this run (by identity), or None if it is not one."""
-        if self._sources is None or len(self._sources) < len(self.generated):
+        # Rebuilt on a miss too: messages generated since the last lookup are not in it yet.
+        if self._sources is None or id(message) not in self._sources:
             self._sources = {id(message): source for message, source in self.entries}
         return self._sources.get(id(message))
 
