@@ -1,0 +1,244 @@
+"""Many writers on one store: 8 asyncio tasks and 4 threads on an in-memory store, and 4 processes
+on one Redis store, each checked operation by operation against a sequential model.
+
+The check (``history_check.check``) is shown to fail on stores with the classic bugs (a ticket
+check skipped, a forget that does not advance the epoch, a forget that leaves the fact, a write
+that drops a fact), so a pass means something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from contextledger.facts import Admission, Candidate, FactMemory, FactStore, Forgotten, RedisFactStore, Ticket
+from tests.facts.fact_worker import run, run_async
+from tests.facts.history_check import Operation, Recorder, Report, check
+from tests.history.support import RedisServer, running
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+TURNS = 1000
+
+
+def run_mixed(store: FactMemory, *, tasks: int, threads: int, turns: int) -> list[Recorder]:
+    """``threads`` threads and ``tasks`` asyncio tasks (in this thread's event loop) at once.
+
+    Threads are switched every 10 microseconds instead of every 5 milliseconds, so that a
+    switch can land inside any store operation that is not properly locked.
+    """
+    recorders: list[Recorder] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads + 1)
+
+    def thread_main(index: int) -> None:
+        try:
+            start.wait()
+            recorder = run(store, f"thread{index}", turns, seed=1000 + index)
+            with lock:
+                recorders.append(recorder)
+        except BaseException as error:  # reported by the test, not lost in the thread
+            errors.append(error)
+
+    async def tasks_main() -> list[Recorder]:
+        start.wait()
+        return list(await asyncio.gather(*(run_async(store, f"task{i}", turns, seed=i) for i in range(tasks))))
+
+    workers = [threading.Thread(target=thread_main, args=(index,)) for index in range(threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for worker in workers:
+            worker.start()
+        task_recorders = asyncio.run(tasks_main())
+    finally:
+        for worker in workers:
+            worker.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    return recorders + task_recorders
+
+
+def operations_of(recorders: Sequence[Recorder]) -> list[Operation]:
+    return [operation for recorder in recorders for operation in recorder.operations]
+
+
+def test_8_tasks_and_4_threads_1000_turns_each_lose_and_resurrect_nothing() -> None:
+    store = FactStore()
+    recorders = run_mixed(store, tasks=8, threads=4, turns=TURNS)
+    operations = operations_of(recorders)
+    assert sum(op.kind == "begin" for op in operations) == 12 * TURNS
+    report = check(operations, (0, 0), store.facts())
+    assert report.violations == [], report.summary()
+    assert (report.facts_lost, report.facts_back_after_forget, report.stale_accepted) == (0, 0, 0)
+    # The run exercised what it claims to: admissions, stale tickets and forgets, from every worker.
+    assert report.admitted_batches > 1000
+    assert report.stale_rejections > 1000
+    assert report.forgets > 300
+    assert {op.worker for op in operations if op.kind == "apply" and not op.stale} == {r.worker for r in recorders}
+    assert (store.epoch, store.turn) == (report.forgets, 12 * TURNS)
+
+
+# The check can fail -----------------------------------------------------------------------------
+
+
+class SkipsTicketCheck(FactStore):
+    """Applies every extraction as if its ticket were current (the bug tickets exist to prevent)."""
+
+    def apply(self, ticket: Ticket, candidates: Sequence[Candidate]) -> Admission:
+        return super().apply(Ticket(self.epoch, self.turn, ticket.user_text), candidates)
+
+
+class ForgetKeepsEpoch(FactStore):
+    """Forgets without starting a new epoch, so a pre-forget extraction can still land."""
+
+    def forget(self, key: str | None = None) -> Forgotten:
+        removed = super().forget(key)
+        self._epoch -= 1
+        return Forgotten(tuple(removed), epoch=self._epoch, turn=removed.turn)
+
+
+class ForgetKeepsFact(FactStore):
+    """Reports a forgotten key as removed but leaves it in the store."""
+
+    def forget(self, key: str | None = None) -> Forgotten:
+        kept = dict(self._facts)
+        removed = super().forget(key)
+        if key is not None:
+            self._facts = kept
+        return removed
+
+
+class DropsAWrite(FactStore):
+    """Admits a batch but loses the write of its last key, now and then."""
+
+    calls = 0
+
+    def apply(self, ticket: Ticket, candidates: Sequence[Candidate]) -> Admission:
+        admission = super().apply(ticket, candidates)
+        self.calls += 1
+        if self.calls % 7 == 0 and admission.admitted:
+            self._facts.pop(admission.admitted[-1].key, None)
+        return admission
+
+
+@pytest.mark.parametrize(
+    ("broken", "counter"),
+    [
+        (SkipsTicketCheck, "stale_accepted"),
+        (ForgetKeepsEpoch, None),
+        (ForgetKeepsFact, "facts_back_after_forget"),
+        (DropsAWrite, "facts_lost"),
+    ],
+)
+def test_the_check_catches_a_broken_store(broken: type[FactStore], counter: str | None) -> None:
+    store = broken()
+    recorders = asyncio.run(_tasks_only(store, tasks=4, turns=150))
+    report = check(operations_of(recorders), (0, 0), store.facts())
+    assert report.violations, f"{broken.__name__} went unnoticed"
+    if counter is not None:
+        assert getattr(report, counter) > 0, report.summary()
+
+
+async def _tasks_only(store: FactMemory, *, tasks: int, turns: int) -> list[Recorder]:
+    return list(await asyncio.gather(*(run_async(store, f"task{i}", turns, seed=i) for i in range(tasks))))
+
+
+class Unlocked(FactStore):
+    """The in-memory store with its lock removed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = contextlib.nullcontext()  # type: ignore[assignment]
+
+
+def test_the_mixed_run_catches_a_store_without_its_lock() -> None:
+    store = Unlocked()
+    recorders = run_mixed(store, tasks=8, threads=4, turns=TURNS)
+    report = check(operations_of(recorders), (0, 0), store.facts())
+    assert report.violations, "threads switched inside unlocked operations and nothing was noticed"
+    assert report.facts_lost > 0
+
+
+def test_the_check_catches_a_stale_refusal_that_was_not_stale() -> None:
+    store = FactStore()
+    recorder = Recorder("only")
+    ticket = recorder.begin(store, "hello")
+    # A forged ticket is refused as stale; the recording then shows a refusal of the real ticket,
+    # which nothing had made stale.
+    recorder.apply(store, Ticket(ticket.epoch + 1, ticket.number, ticket.user_text), [])
+    recorder.operations[-1].state = (ticket.epoch, ticket.number)
+    report = check(recorder.operations, (0, 0), store.facts())
+    assert report.fresh_rejected == 1
+
+
+def test_the_same_workload_on_a_correct_store_passes_the_check() -> None:
+    store = FactStore()
+    recorders = asyncio.run(_tasks_only(store, tasks=4, turns=150))
+    report = check(operations_of(recorders), (0, 0), store.facts())
+    assert report.violations == [], report.summary()
+    assert report.forgets > 0
+    assert report.stale_rejections > 0
+
+
+# Four processes on one Redis store ------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_4_processes_on_one_redis_store_lose_and_resurrect_nothing(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = f"processes-{uuid.uuid4().hex[:12]}"
+    with RedisFactStore(redis_server.url, owner=owner) as store:
+        store.begin_turn("setup")  # creates the owner's hash, so the initial state is known
+        initial = (store.epoch, store.turn)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
+        commands = [
+            [
+                sys.executable,
+                "-m",
+                "tests.facts.fact_worker",
+                redis_server.url,
+                owner,
+                f"process{index}",
+                "--turns",
+                str(TURNS),
+                "--seed",
+                str(index),
+            ]
+            for index in range(4)
+        ]
+        operations: list[Operation] = []
+        with running(commands, timeout=300) as children:
+            for child in children:
+                assert child.stdout is not None
+                assert child.stdout.readline() == "ready\n", child.stderr.read() if child.stderr else ""
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            for child in children:
+                assert child.stdout is not None
+                assert child.stderr is not None
+                lines = child.stdout.read().splitlines()
+                errors = child.stderr.read()
+                assert child.wait() == 0, errors
+                operations.extend(Operation.from_json(json.loads(line)) for line in lines)
+        final = store.facts()
+        report: Report = check(operations, initial, final)
+        assert report.violations == [], report.summary()
+        assert (report.facts_lost, report.facts_back_after_forget, report.stale_accepted) == (0, 0, 0)
+        assert sum(op.kind == "begin" for op in operations) == 4 * TURNS
+        assert report.admitted_batches > 100
+        assert report.stale_rejections > 0
+        assert report.forgets > 100
+        assert (store.epoch, store.turn) == (initial[0] + report.forgets, initial[1] + 4 * TURNS)
