@@ -1,0 +1,88 @@
+"""The lab in a terminal: a progress bar while it runs and one table per timeline (with ``rich``).
+
+Only the command line imports this module, so ``import contextledger`` never
+pulls ``rich`` in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from contextledger.lab._report import answer_rows, summary_rows
+
+__all__ = ["print_report", "progress_bar"]
+
+# Shorter headings than the HTML report's: the table has to fit a terminal.
+_HEADINGS = (
+    ("policy", "policy"),
+    ("calls", "calls\n+extra"),
+    ("tokens", "tokens\nestimate"),
+    ("extra_tokens", "extra\ncalls"),
+    ("exact", "tokens\nexact"),
+    ("reported", "provider\nin / out"),
+    ("current", "current\npresent"),
+    ("superseded", "superseded\npresent"),
+    ("prohibition", "prohibition\npresent"),
+    ("forgotten", "forgotten\npresent"),
+    ("evicted", "evicted\npresent"),
+    ("notes", "notes"),
+)
+
+
+@contextmanager
+def progress_bar(console: Console) -> Iterator[Callable[[int, int, str], None]]:
+    """A callback for :func:`run_lab`'s ``on_progress`` that drives a rich progress bar."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+
+        def update(done: int, total: int, label: str) -> None:
+            progress.update(task, completed=done, total=total, description=label)
+
+        yield update
+
+
+def print_report(data: Mapping[str, Any], console: Console) -> None:
+    settings = data["settings"]
+    exact = settings["tokenizer"] != "estimate"
+    headings = [h for h in _HEADINGS if exact or h[0] != "exact"]
+    for timeline in data["timelines"]:
+        table = Table(
+            title=f"{timeline['name']} · {timeline['turns']} turns · {timeline['source']}",
+            title_justify="left",
+            show_lines=False,
+        )
+        for key, heading in headings:
+            table.add_column(heading, overflow="fold", no_wrap=key == "policy")
+        for row in summary_rows(timeline, compact=True):
+            table.add_row(*(row[key] for key, _ in headings))
+        console.print(table)
+        answers = answer_rows(timeline)
+        if answers:
+            asked = Table(title=f"{timeline['name']} · answers to probe questions (exact match)", title_justify="left")
+            for heading in ("policy", "key", "current value", "with current value", "with superseded value"):
+                asked.add_column(heading)
+            for row in answers:
+                asked.add_row(row["policy"], row["key"], row["value"], row["current"], row["superseded"])
+            console.print(asked)
+    lines = [
+        f"model: {settings['model']}; tokens: {settings['estimate']}"
+        + (f", with exact {settings['tokenizer']} counts" if exact else ""),
+        "tokens: everything sent to the model, extra calls (facts writer, summariser) included; "
+        "'calls +extra' counts model calls + extra calls.",
+        "present: (turn, value) checks of the text sent that found the value, out of those made; - : nothing to check.",
+        "Policies are listed in the order they ran; the figures are measurements, not a verdict.",
+    ]
+    for line in lines:
+        console.print(line, style="dim", highlight=False)
