@@ -1,0 +1,190 @@
+"""Putting controlled facts around an agent's model calls, in the two styles the seed shows.
+
+provider
+    :class:`FactsProvider` is a context provider: before the call it adds the facts block to the
+    run's instructions (never to a message, so it is never stored in the history), and after a
+    *successful* call it extracts from the run's external user messages only.  Injected context,
+    loaded history and generated replies are never read, so nothing the library or the model
+    wrote can become a fact.
+manual
+    :func:`run_with_facts` prepends the block to the user's message, runs the agent, then
+    extracts from the user's own text.  The stored copy of that message is put back to the
+    user's text alone: the block is a snapshot of memory at send time, and keeping snapshots in
+    the history would keep a corrected value in view after its correction, the very drift this
+    memory exists to stop.
+
+In both styles the turn's ticket is taken *before* the model call, so a ``forget`` that happens
+while the model is answering makes the extraction stale and it is refused.  A refused
+extraction never fails the run (the reply is real and already stored) and is never silent: it
+is kept on the :class:`FactsTurn` the caller gets back, and on the provider's
+``last_turn``/``last_rejection``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+import weakref
+from dataclasses import dataclass
+
+from contextledger.agents import Agent, AgentResponse, ContextProvider, RunContext, Session
+from contextledger.exceptions import ConfigurationError, FactsError
+from contextledger.facts._records import Admission, Ticket
+from contextledger.facts._store import FactMemory
+from contextledger.facts._writers import FactWriter, RuleWriter, extract
+from contextledger.messages import Message
+
+__all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "FactsTurn", "external_user_text", "run_with_facts"]
+
+MANUAL_BLOCK_PROPERTY = "_contextledger_facts_block"
+"""Marks (in ``additional_properties``, which no model sees) a message the manual helper sent
+with the facts block in front; its stored copy is put back to the user's text."""
+
+
+@dataclass(frozen=True, slots=True)
+class FactsTurn:
+    """What one turn did to the facts: exactly one of ``admission`` and ``rejection`` is set once
+    an extraction ran; both are ``None`` when the turn had no user text to extract from.
+
+    ``rejection`` is a :class:`FactRejectedError` (the message's declarations or the writer's
+    proposal were refused) or a :class:`StaleTicketError` (a ``forget`` or a newer turn came
+    first); either way nothing was admitted and the previous facts are unchanged.
+    """
+
+    ticket: Ticket | None
+    admission: Admission | None = None
+    rejection: FactsError | None = None
+    response: AgentResponse | None = None
+
+    def describe(self) -> str:
+        """One line for a person: what was admitted, corrected or evicted, or why nothing was."""
+        if self.rejection is not None:
+            return f"facts: {self.rejection}"
+        if self.admission is None or not self.admission.admitted:
+            return "facts: no key=value declaration in this message; facts unchanged"
+        parts = [f"{fact.key}={fact.value!r}" for fact in self.admission.admitted]
+        line = f"facts: admitted {', '.join(parts)} at turn {self.admission.admitted[0].turn}"
+        if self.admission.replaced:
+            line += "; corrected " + ", ".join(f"{fact.key} (was {fact.value!r})" for fact in self.admission.replaced)
+        if self.admission.evicted:
+            line += "; evicted " + ", ".join(f"{fact.key}={fact.value!r}" for fact in self.admission.evicted)
+        return line
+
+
+def external_user_text(context: RunContext) -> str | None:
+    """The run's own user text: the external user messages with text, joined by line breaks
+    (a line break separates declarations, so joining never merges two of them), or ``None``."""
+    texts = [message.text for message in context.messages_from("external") if message.role == "user"]
+    texts = [text for text in texts if text.strip()]
+    return "\n".join(texts) if texts else None
+
+
+async def _extract(store: FactMemory, writer: FactWriter, ticket: Ticket) -> tuple[Admission | None, FactsError | None]:
+    try:
+        return await extract(store, writer, ticket), None
+    except FactsError as error:  # refused or stale: reported, never raised into a run that succeeded
+        return None, error
+
+
+def _begin(store: FactMemory, text: str) -> tuple[Ticket | None, FactsError | None]:
+    try:
+        return store.begin_turn(text), None
+    except FactsError as error:  # a message over the bound: the run goes on, the facts cannot change
+        return None, error
+
+
+class FactsProvider(ContextProvider):
+    """Controlled facts as a context provider (the seed's provider style).
+
+    ``before_run`` adds ``store.to_prompt_block()`` to the instructions and begins the turn from
+    the external user messages; ``after_run`` (called only after a successful run) has
+    ``writer`` propose from that text and applies it with the turn's ticket.  A failed model
+    call therefore admits nothing.  Each run's outcome is kept on ``last_turn``; the same
+    provider may serve several agents and concurrent runs, since tickets are kept per run.
+    """
+
+    def __init__(self, store: FactMemory, writer: FactWriter | None = None, *, source_id: str = "facts") -> None:
+        if not isinstance(store, FactMemory):
+            raise ConfigurationError(f"FactsProvider needs a fact store (FactStore or RedisFactStore), got {store!r}")
+        if writer is not None and not isinstance(writer, FactWriter):
+            raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
+        if not isinstance(source_id, str) or not source_id:
+            raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
+        self.store = store
+        self.writer: FactWriter = writer if writer is not None else RuleWriter()
+        self.source_id = source_id
+        self.last_turn: FactsTurn | None = None
+        self._tickets: weakref.WeakKeyDictionary[RunContext, FactsTurn] = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"FactsProvider(store={self.store!r}, writer={self.writer!r}, source_id={self.source_id!r})"
+
+    @property
+    def last_admission(self) -> Admission | None:
+        return None if self.last_turn is None else self.last_turn.admission
+
+    @property
+    def last_rejection(self) -> FactsError | None:
+        return None if self.last_turn is None else self.last_turn.rejection
+
+    async def before_run(self, context: RunContext) -> None:
+        context.add_instructions(self.store.to_prompt_block())
+        text = external_user_text(context)
+        if text is None:
+            return
+        ticket, problem = _begin(self.store, text)
+        self._tickets[context] = FactsTurn(ticket, rejection=problem)
+
+    async def after_run(self, context: RunContext) -> None:
+        begun = self._tickets.pop(context, None)
+        if begun is None:
+            return
+        if begun.ticket is None:
+            self.last_turn = dataclasses.replace(begun, response=context.response)
+            return
+        admission, rejection = await _extract(self.store, self.writer, begun.ticket)
+        self.last_turn = FactsTurn(begun.ticket, admission, rejection, context.response)
+
+
+async def _store_user_text(agent: Agent, session: Session, sent: Message, text: str) -> None:
+    """Put the stored copy of ``sent`` back to the user's own text in every history of ``agent``."""
+    for history in agent.history_providers.values():
+        stored = await history.load(session.session_id)
+        rewritten = [
+            Message.user(text, message_id=message.message_id, author_name=message.author_name)
+            if message.role == "user" and message.message_id == sent.message_id
+            else message
+            for message in stored
+        ]
+        if any(new is not old for new, old in zip(rewritten, stored)):
+            await history.replace(session.session_id, rewritten)
+
+
+async def run_with_facts(
+    agent: Agent, store: FactMemory, text: str, session: Session, writer: FactWriter | None = None
+) -> FactsTurn:
+    """One turn in the manual style: the block in front of the message, the run, then extraction.
+
+    The ticket is taken before the run; a failed run raises and admits nothing.  After a
+    successful run the history keeps ``text`` alone (see the module docstring) and the writer
+    proposes from ``text`` alone, so the block itself is never read as declarations.
+    """
+    if not isinstance(agent, Agent):
+        raise ConfigurationError(f"run_with_facts needs an Agent, got {agent!r}")
+    if not isinstance(store, FactMemory):
+        raise ConfigurationError(f"run_with_facts needs a fact store (FactStore or RedisFactStore), got {store!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(f"run_with_facts needs the user's text, got {text!r}")
+    chosen: FactWriter = writer if writer is not None else RuleWriter()
+    ticket, problem = _begin(store, text)
+    sent = Message.user(
+        f"{store.to_prompt_block()}\n\n{text}",
+        message_id=f"facts-{uuid.uuid4().hex}",
+        additional_properties={MANUAL_BLOCK_PROPERTY: True},
+    )
+    response = await agent.run(sent, session=session)
+    await _store_user_text(agent, session, sent, text)
+    if ticket is None:
+        return FactsTurn(None, rejection=problem, response=response)
+    admission, rejection = await _extract(store, chosen, ticket)
+    return FactsTurn(ticket, admission, rejection, response)

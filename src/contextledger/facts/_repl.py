@@ -1,0 +1,102 @@
+"""``contextledger chat``: the shared-facts desk as an interactive loop.
+
+The loop reads lines from any text stream, so a terminal, a pipe and a test's scripted input
+all go through the same code.  Each line is a host command (``mem``, ``forget KEY``,
+``forget``, ``quit``), handled without a model call, or a message routed to the main or the
+logs agent.  A model call that fails is reported and the loop goes on: the failed turn stored
+nothing and admitted nothing.  A refused extraction is printed after the reply that carried it.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from contextledger.clients import resolve_client
+from contextledger.clients._protocol import ChatClient
+from contextledger.exceptions import ContextLedgerError
+from contextledger.facts._records import ALLOWED_KEYS
+from contextledger.facts._router import DeskReply, FactsDesk, Mode
+from contextledger.facts._store import FactMemory
+from contextledger.facts._writers import FactWriter, ModelWriter, RuleWriter
+
+__all__ = ["ChatLoop", "build_desk"]
+
+PROMPT = "> "
+
+
+def _banner(desk: FactsDesk) -> str:
+    return (
+        f"contextledger chat ({desk.mode} mode). Declare facts as key=value, separated by ';' or new lines; "
+        f"allowed keys: {', '.join(sorted(ALLOWED_KEYS))}.\n"
+        "Commands (never sent to a model): mem, forget KEY, forget, quit. "
+        "Questions about logs go to the logs agent; everything else to the main agent."
+    )
+
+
+def build_desk(
+    *,
+    mode: Mode = "provider",
+    model: str = "offline",
+    writer: str = "rule",
+    client: ChatClient | None = None,
+    store: FactMemory | None = None,
+) -> FactsDesk:
+    """The desk ``contextledger chat`` runs: ``client`` if given, else the one ``model`` names;
+    ``writer`` is ``rule`` (no model call) or ``model`` (the same client proposes the facts)."""
+    chosen_client = client if client is not None else resolve_client(model)
+    if writer not in ("rule", "model"):
+        raise ContextLedgerError(f"writer must be 'rule' or 'model', got {writer!r}")
+    fact_writer: FactWriter = RuleWriter() if writer == "rule" else ModelWriter(chosen_client)
+    return FactsDesk.create(chosen_client, store=store, mode=mode, writer=fact_writer)
+
+
+class ChatLoop:
+    """Reads lines from ``stdin`` until ``quit`` or the end of the input, writing to ``stdout``.
+
+    When the input is not a terminal each line is echoed after the prompt, so the output of a
+    piped session reads as the transcript it was.
+    """
+
+    def __init__(self, desk: FactsDesk, stdout: TextIO) -> None:
+        self.desk = desk
+        self.stdout = stdout
+        self.replies: list[DeskReply] = []
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def _show(self, reply: DeskReply) -> None:
+        if reply.agent is not None:
+            self._say(f"[{reply.agent}] {reply.text}")
+            if reply.turn is not None:
+                self._say(reply.turn.describe())
+        elif reply.text:
+            self._say(reply.text)
+
+    async def run(self, stdin: TextIO) -> int:
+        """The loop itself; returns the exit status (0, or 1 if any turn failed)."""
+        interactive = stdin.isatty()
+        failures = 0
+        self._say(_banner(self.desk))
+        while True:
+            self.stdout.write(PROMPT)
+            self.stdout.flush()
+            line = stdin.readline()
+            if not line:
+                self._say("" if interactive else "(end of input)")
+                return 1 if failures else 0
+            if not interactive:
+                self.stdout.write(line if line.endswith("\n") else line + "\n")
+            try:
+                reply = await self.desk.handle(line)
+            except ContextLedgerError as error:
+                failures += 1
+                self._say(f"error: {error}")
+                if not self.desk.is_command(line):
+                    self._say("The turn stored nothing and admitted nothing; the facts are as they were (see mem).")
+                continue
+            self.replies.append(reply)
+            self._show(reply)
+            if reply.quit:
+                return 1 if failures else 0
