@@ -4,6 +4,7 @@
     contextledger validate IN.jsonl
     contextledger lab [TIMELINE ...] [--model offline|openai:MODEL|local] [--policies NAME ...]
                       [--tokenizer estimate|cl100k_base|o200k_base] [--html FILE] [--json FILE] [--replicates N]
+    contextledger chat [--mode provider|manual] [--model offline|openai:MODEL|local] [--writer rules|model]
 
 Transcripts are OpenAI-format JSONL, one message per line.  Errors are one
 line on stderr and a non-zero exit; no output file is written unless the whole
@@ -221,6 +222,14 @@ def _lab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chat(args: argparse.Namespace) -> int:
+    # Imported here so that the other commands start without the agent runtime.
+    from contextledger.facts import ChatLoop, build_desk  # noqa: PLC0415
+
+    desk = build_desk(mode=args.mode, model=args.model, writer=args.writer)
+    return asyncio.run(ChatLoop(desk, sys.stdout).run(sys.stdin))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextledger", description="Control what an agent sends to its model.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -279,6 +288,23 @@ def _parser() -> argparse.ArgumentParser:
         help="how bounded facts are extracted: a structured-output call to the model (default) or parsing rules",
     )
     lab.set_defaults(run=_lab)
+    chat = commands.add_parser(
+        "chat",
+        help="talk to two agents that share controlled facts (mem, forget KEY, forget, quit)",
+        description=(
+            "An interactive desk: a main agent and a logs agent with separate sessions share one store of "
+            "key=value facts. Commands are handled here and never sent to a model. Runs offline by default."
+        ),
+    )
+    chat.add_argument("--mode", default="provider", choices=["provider", "manual"], help="how facts reach the model")
+    chat.add_argument("--model", default="offline", help="offline (default), local, or openai:MODEL")
+    chat.add_argument(
+        "--writer",
+        default="rules",
+        choices=["rules", "model"],
+        help="how facts are extracted: parsing rules (default, no model call) or a structured-output model call",
+    )
+    chat.set_defaults(run=_chat)
     return parser
 
 

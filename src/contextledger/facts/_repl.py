@@ -13,7 +13,7 @@ from typing import TextIO
 
 from contextledger.clients import resolve_client
 from contextledger.clients._protocol import ChatClient
-from contextledger.exceptions import ContextLedgerError
+from contextledger.exceptions import ConfigurationError, ContextLedgerError
 from contextledger.facts._records import ALLOWED_KEYS
 from contextledger.facts._router import DeskReply, FactsDesk, Mode
 from contextledger.facts._store import FactMemory
@@ -37,16 +37,16 @@ def build_desk(
     *,
     mode: Mode = "provider",
     model: str = "offline",
-    writer: str = "rule",
+    writer: str = "rules",
     client: ChatClient | None = None,
     store: FactMemory | None = None,
 ) -> FactsDesk:
     """The desk ``contextledger chat`` runs: ``client`` if given, else the one ``model`` names;
-    ``writer`` is ``rule`` (no model call) or ``model`` (the same client proposes the facts)."""
+    ``writer`` is ``rules`` (no model call) or ``model`` (the same client proposes the facts)."""
     chosen_client = client if client is not None else resolve_client(model)
-    if writer not in ("rule", "model"):
-        raise ContextLedgerError(f"writer must be 'rule' or 'model', got {writer!r}")
-    fact_writer: FactWriter = RuleWriter() if writer == "rule" else ModelWriter(chosen_client)
+    if writer not in ("rules", "model"):
+        raise ConfigurationError(f"writer must be 'rules' or 'model', got {writer!r}")
+    fact_writer: FactWriter = RuleWriter() if writer == "rules" else ModelWriter(chosen_client)
     return FactsDesk.create(chosen_client, store=store, mode=mode, writer=fact_writer)
 
 
