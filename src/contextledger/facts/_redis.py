@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._admission import check_batch, in_order, settle
@@ -43,6 +43,7 @@ from contextledger.facts._store import Clock, begin_text, check_forget_key, reco
 
 __all__ = ["RedisFactStore"]
 
+_Store = TypeVar("_Store", bound="RedisFactStore")
 _FACT_PREFIX = "fact:"
 _MAX_ATTEMPTS = 100
 
@@ -207,7 +208,7 @@ class RedisFactStore:
     def __repr__(self) -> str:
         return f"RedisFactStore({self._where!r}, owner={self.owner!r}, ttl_seconds={self.ttl_seconds!r})"
 
-    def __enter__(self) -> RedisFactStore:
+    def __enter__(self: _Store) -> _Store:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
