@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import Agent, AgentSession, HistoryProvider, InMemoryHistoryProvider
+from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, StaleTicketError
 from contextledger.facts import EMPTY_BLOCK, FactStore, is_logs_question, parse_assertions
@@ -45,6 +45,13 @@ def respond(request: dict[str, Any]) -> dict[str, Any]:
     if system.startswith(LOGS):
         return completion(f"Logs are under /var/log/<service>/ for {', '.join(seen) or 'your service'}.", usage=usage)
     return completion(f"Noted; I see {', '.join(seen) or 'no facts'}.", usage=usage)
+
+
+def run(agent: Agent, text: str) -> AgentResponse[Any]:
+    async def main() -> AgentResponse[Any]:
+        return await agent.run(text)
+
+    return asyncio.run(main())
 
 
 def facts(store: FactStore) -> dict[str, tuple[str, str]]:
@@ -104,10 +111,13 @@ def test_demo160_inside_maf_agents(chat_server: ChatServer, tmp_path: Path) -> N
         request = await ask("Where can I find logs?")
         instructions = request["messages"][0]["content"]
         assert instructions.startswith(LOGS)
-        assert "Billing" in instructions and "SQL Server 2022" in instructions
-        assert "Reporting" not in instructions and "PostgreSQL" not in instructions
+        assert "Billing" in instructions
+        assert "SQL Server 2022" in instructions
+        assert "Reporting" not in instructions
+        assert "PostgreSQL" not in instructions
         assert store.facts() == before
-        assert logs_facts.last_admission is not None and logs_facts.last_admission.admitted == ()
+        assert logs_facts.last_admission is not None
+        assert logs_facts.last_admission.admitted == ()
         assert len(main_session.state[main_history.source_id]["messages"]) == 4, "the logs turn stayed apart"
 
         # forget module: database stays, and neither history still states or repeats the module.
@@ -131,7 +141,8 @@ def test_demo160_inside_maf_agents(chat_server: ChatServer, tmp_path: Path) -> N
         sent = json.dumps(request["messages"][1:])
         assert not any(value in sent for value in KNOWN_VALUES), "a forgotten value was sent again"
         assert store.facts() == []
-        assert main_facts.last_admission is not None and main_facts.last_admission.admitted == ()
+        assert main_facts.last_admission is not None
+        assert main_facts.last_admission.admitted == ()
 
     asyncio.run(demo())
 
@@ -144,8 +155,8 @@ def test_a_failed_model_call_admits_nothing(chat_server: ChatServer) -> None:
     store = FactStore()
     provider = FactsContextProvider(store)
     agent = Agent(client=maf_client(chat_server), instructions=MAIN, context_providers=[provider])
-    with pytest.raises(Exception, match="model is down|500"):
-        asyncio.run(agent.run("module=Billing"))
+    with pytest.raises(Exception, match=r"model is down|500"):
+        run(agent, "module=Billing")
     assert store.facts() == []
     assert provider.last_turn is None
 
@@ -160,7 +171,7 @@ def test_a_forget_during_the_call_makes_the_extraction_stale(chat_server: ChatSe
     chat_server.respond = forget_then_answer
     provider = FactsContextProvider(store)
     agent = Agent(client=maf_client(chat_server), instructions=MAIN, context_providers=[provider])
-    asyncio.run(agent.run("module=Billing"))
+    run(agent, "module=Billing")
     assert store.facts() == []
     assert isinstance(provider.last_rejection, StaleTicketError)
 
@@ -170,8 +181,8 @@ def test_invalid_declarations_are_refused_whole_and_the_run_still_answers(chat_s
     store = FactStore()
     provider = FactsContextProvider(store)
     agent = Agent(client=maf_client(chat_server), instructions=MAIN, context_providers=[provider])
-    asyncio.run(agent.run("module=Billing"))
-    response = asyncio.run(agent.run("module=Reporting; colour=blue"))
+    run(agent, "module=Billing")
+    response = run(agent, "module=Reporting; colour=blue")
     assert response.text == "ok"
     assert isinstance(provider.last_rejection, FactRejectedError)
     assert "colour" in str(provider.last_rejection)
