@@ -25,6 +25,7 @@ from contextledger.lab._policies import (
     get_policy,
     policy_names,
     register_policy,
+    unregister_policy,
 )
 from contextledger.lab._probes import Expectation, ProbeOutcome, check_context, expectations, final_state
 from contextledger.lab._report import render_html
@@ -73,4 +74,5 @@ __all__ = [
     "run_lab",
     "run_lab_sync",
     "shipped_timeline_paths",
+    "unregister_policy",
 ]

@@ -45,6 +45,7 @@ __all__ = [
     "get_policy",
     "policy_names",
     "register_policy",
+    "unregister_policy",
 ]
 
 SUMMARY_LIMIT = 700
@@ -127,6 +128,12 @@ def register_policy(
     spec = PolicySpec(name, description.strip(), factory)
     _REGISTRY[name] = spec
     return spec
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a registered policy (built-in ones included); unknown names raise :class:`LabError`."""
+    get_policy(name)
+    del _REGISTRY[name]
 
 
 def policy_names() -> tuple[str, ...]:

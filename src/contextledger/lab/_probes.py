@@ -188,17 +188,30 @@ def check_probeable(timeline: Timeline) -> None:
                 path=timeline.source,
                 entry="instructions",
             )
-    for expectation, turn in zip(expectations(timeline), timeline.turns):
+    for expectation in expectations(timeline):
         old = expectation.superseded + expectation.forgotten + expectation.evicted
         for old_key, old_value in old:
             for key, value in expectation.current:
                 if old_value in value:
+                    # Name the later of the two declarations: that is where the clash was written.
+                    turn = max(
+                        _declared_at(timeline, key, value, expectation.turn),
+                        _declared_at(timeline, old_key, old_value, expectation.turn),
+                    )
                     raise TimelineError(
                         f"the current {key} value {value!r} contains the old {old_key} value {old_value!r}, so a "
                         "probe could not tell them apart; choose values that do not contain one another",
                         path=timeline.source,
-                        entry=f"turns[{turn.number - 1}].user",
+                        entry=f"turns[{turn - 1}].user",
                     )
+
+
+def _declared_at(timeline: Timeline, key: str, value: str, last: int) -> int:
+    """The number of the latest turn up to ``last`` that declared ``key=value``."""
+    for turn in reversed(timeline.turns[:last]):
+        if turn.declarations.get(key) == value:
+            return turn.number
+    return last
 
 
 def is_present(value: str, text: str) -> bool:

@@ -157,7 +157,7 @@ def _kind(value: object) -> str:
 def _host_command(check: _Checker, raw: object, entry: str) -> HostCommand:
     text = check.text(raw, entry)
     words = text.split()
-    if words[0] != "forget" or len(words) > 2:
+    if words[0].lower() != "forget" or len(words) > 2:
         raise check.fail(entry, f"unknown host command {text!r}; use 'forget KEY' or 'forget'")
     if len(words) == 1:
         return HostCommand(text=text.strip(), key=None)

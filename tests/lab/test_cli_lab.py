@@ -1,0 +1,264 @@
+"""``contextledger lab``: the main command, its reports, its errors, and live mode over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextledger.cli import main
+from contextledger.lab import load_timelines
+from tests.lab.model_server import model_server
+from tests.lab.support import VERDICT_WORDS, small, write
+
+POLICIES = ["full-history", "last-3-turns", "summary", "bounded-facts", "request-view", "reduced-history"]
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The README's main command: every shipped timeline, offline, with the HTML report."""
+    folder = tmp_path_factory.mktemp("lab")
+    html, report = folder / "lab-report.html", folder / "lab-report.json"
+    capture = folder / "stdout.txt"
+    script = Path(sys.executable).with_name("contextledger")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "contextledger.cli"]
+    with capture.open("w", encoding="utf-8") as out:
+        result = subprocess.run(
+            [*command, "lab", "--html", str(html), "--json", str(report)],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            cwd=folder,
+        )
+    return {
+        "code": result.returncode,
+        "stderr": result.stderr,
+        "stdout": capture.read_text(encoding="utf-8"),
+        "html": html,
+        "json": report,
+    }
+
+
+def test_the_main_command_runs_every_shipped_timeline_and_writes_the_reports(offline_run: dict[str, Any]) -> None:
+    assert offline_run["code"] == 0, offline_run["stderr"]
+    data = json.loads(offline_run["json"].read_text(encoding="utf-8"))
+    assert [t["name"] for t in data["timelines"]] == [t.name for t in load_timelines()]
+    for item in data["timelines"]:
+        assert [p["name"] for p in item["policies"]] == POLICIES
+        assert item["name"] in offline_run["stdout"]
+    for name in POLICIES:
+        assert name in offline_run["stdout"]
+    assert "estimate" in offline_run["stdout"]
+    assert f"HTML report written to {offline_run['html']}" in offline_run["stdout"]
+    assert not VERDICT_WORDS.search(offline_run["stdout"])
+
+
+def test_two_command_runs_write_identical_json(tmp_path: Path, offline_run: dict[str, Any]) -> None:
+    again = tmp_path / "again.json"
+    assert main(["lab", "--json", str(again)]) == 0
+    assert again.read_bytes() == offline_run["json"].read_bytes()
+
+
+def test_the_html_report_is_self_contained(offline_run: dict[str, Any]) -> None:
+    text = offline_run["html"].read_text(encoding="utf-8")
+    assert "<script" not in text
+    assert " src=" not in text
+    assert " href=" not in text
+    assert "@import" not in text
+    assert "url(" not in text
+
+
+class _Marks(HTMLParser):
+    """The chart marks of a rendered page, by timeline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeline = ""
+        self.row: tuple[str, str] | None = None
+        self.series: dict[tuple[str, str], int] = {}
+        self.rows: dict[tuple[str, str, str], float] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {key: value or "" for key, value in attrs}
+        classes = found.get("class", "").split()
+        if tag == "section" and "timeline" in classes:
+            self.timeline = found["data-timeline"]
+        elif tag == "polyline" and "series" in classes:
+            self.series[(self.timeline, found["data-policy"])] = len(found["points"].split())
+        elif tag == "g" and "probe-row" in classes:
+            self.row = (found["data-policy"], found["data-probe"])
+            self.rows[(self.timeline, *self.row)] = 0.0
+        elif tag == "rect" and self.row is not None:
+            self.rows[(self.timeline, *self.row)] += float(found["width"])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "g":
+            self.row = None
+
+
+def _chromium() -> str:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
+    return binary
+
+
+def test_every_chart_is_drawn_in_headless_chromium(offline_run: dict[str, Any], tmp_path: Path) -> None:
+    binary = _chromium()
+    result = subprocess.run(
+        [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            offline_run["html"].resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    marks = _Marks()
+    marks.feed(result.stdout)
+    data = json.loads(offline_run["json"].read_text(encoding="utf-8"))
+    assert data["timelines"]
+    for item in data["timelines"]:
+        for name in POLICIES:
+            # One point per turn on the token chart ...
+            assert marks.series.get((item["name"], name)) == item["turns"], (item["name"], name)
+            # ... and a probe row of each kind spanning every turn.
+            for kind in ("current", "superseded", "prohibition", "forgotten", "evicted"):
+                width = marks.rows.get((item["name"], name, kind))
+                assert width is not None, (item["name"], name, kind)
+                assert width == pytest.approx(650, abs=0.5), (item["name"], name, kind)
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("contextledger: error: ")
+    return err[0]
+
+
+def test_a_malformed_timeline_stops_everything_before_any_model_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = write(tmp_path / "good.json", small())
+    broken = small(name="broken")
+    broken["turns"][4]["host_commands"] = ["forget everything"]
+    bad = write(tmp_path / "bad.json", broken)
+    html, report = tmp_path / "r.html", tmp_path / "r.json"
+    with model_server() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        code = main(
+            ["lab", str(good), str(bad), "--model", "openai:test-model", "--html", str(html), "--json", str(report)]
+        )
+        assert server.requests == []
+    assert code == 2
+    line = _error_line(capsys)
+    assert f"{bad}, turns[4].host_commands[0]: cannot forget 'everything'" in line
+    assert not html.exists()
+    assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (["--policies", "full-history", "everything"], "unknown policy 'everything'"),
+        (["--replicates", "0"], "--replicates must be 1 or more"),
+        (["--model", "gpt"], "model must be one of"),
+        (["--model", "openai:"], "openai needs a model name"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    arguments: list[str], problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeline = write(tmp_path / "t.json", small())
+    assert main(["lab", str(timeline), *arguments, "--html", str(tmp_path / "r.html")]) == 2
+    assert problem in _error_line(capsys)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_policies_may_be_chosen_and_ordered(tmp_path: Path) -> None:
+    timeline = write(tmp_path / "t.json", small())
+    report = tmp_path / "r.json"
+    assert main(["lab", str(timeline), "--policies", "bounded-facts,full-history", "--json", str(report)]) == 0
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert [p["name"] for p in data["timelines"][0]["policies"]] == ["bounded-facts", "full-history"]
+
+
+def test_a_summariser_over_the_limit_stops_the_command_with_no_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeline = write(tmp_path / "t.json", small())
+    html = tmp_path / "r.html"
+    with model_server(summary="x" * 701) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        code = main(["lab", str(timeline), "--model", "openai:test-model", "--writer", "rules", "--html", str(html)])
+    assert code == 2
+    line = _error_line(capsys)
+    assert "701 characters, more than the 700 allowed" in line
+    assert "the comparison stopped" in line
+    assert not html.exists()
+
+
+@pytest.mark.parametrize("report_usage", [True, False])
+def test_live_mode_asks_probe_questions_over_replicates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, report_usage: bool
+) -> None:
+    timeline = write(tmp_path / "t.json", small())
+    report = tmp_path / "r.json"
+    with model_server(report_usage=report_usage) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        code = main(["lab", str(timeline), "--model", "openai:test-model", "--replicates", "3", "--json", str(report)])
+        kinds = server.kinds()
+    assert code == 0
+    out = capsys.readouterr().out
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["settings"]["answer_probes"] is True
+    item = data["timelines"][0]
+    current = {"customer": "Contoso", "database": "SQL Server 2022", "module": "Billing"}
+    # 3 current facts x 3 replicates x 6 policies questions reached the server, each answered.
+    assert kinds.count("question") == len(current) * 3 * len(POLICIES)
+    by_policy = {p["name"]: {q["key"]: q for q in p["answers"]["questions"]} for p in item["policies"]}
+    for _name, questions in by_policy.items():
+        assert {key: q["value"] for key, q in questions.items()} == current
+        for question in questions.values():
+            assert question["replicates"] == 3
+            assert len(question["replies"]) == 3
+            hits = sum(question["value"] in reply for reply in question["replies"])
+            assert question["answers_with_current_value"] == hits
+    # The full history still holds every value; three turns back, module=Billing is out of sight.
+    assert all(q["answers_with_current_value"] == 3 for q in by_policy["full-history"].values())
+    assert all(q["answers_with_current_value"] == 3 for q in by_policy["bounded-facts"].values())
+    assert by_policy["last-3-turns"]["module"]["answers_with_current_value"] == 0
+    assert "answers to probe questions" in out
+    # The writer asked the server: its calls are extra calls, counted in the totals.
+    facts = next(p for p in item["policies"] if p["name"] == "bounded-facts")
+    assert facts["totals"]["extra_calls"] == {"writer": 6}
+    assert kinds.count("writer") == 6
+    totals = facts["totals"]
+    if report_usage:
+        assert isinstance(totals["reported_input"], int)
+        assert totals["reported_input"] > totals["extra"]["reported_input"] > 0
+        assert "unknown" not in out.split("answers to probe questions")[0]
+    else:
+        assert totals["reported_input"] == "unknown"
+        assert totals["extra"]["reported_input"] == "unknown"
+        assert "unknown" in out
