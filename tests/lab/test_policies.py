@@ -82,10 +82,10 @@ def test_bounded_facts_sends_the_block_and_the_current_message_only(report: Any)
     data = policy(report, "bounded-facts")
     for number in range(1, 7):
         messages = sent(data, number)
-        assert [m["role"] for m in messages] == ["system", "system", "user"]
-        assert messages[2]["content"] == TURN_TEXTS[number - 1]
-        assert messages[1]["content"].startswith("<user_facts>")
-    block = sent(data, 4)[1]["content"]
+        assert [m["role"] for m in messages] == ["system", "user"]
+        assert messages[1]["content"] == TURN_TEXTS[number - 1]
+        assert "<user_facts>" in messages[0]["content"]
+    block = sent(data, 4)[0]["content"]
     assert '"Billing"' in block
     assert '"SQL Server 2022"' in block
     assert "Reporting" not in block
@@ -236,7 +236,7 @@ def test_scripted_replies_are_not_sent_and_enter_the_conversation() -> None:
 def test_the_rule_writer_is_an_explicit_choice_with_no_extra_call() -> None:
     data = policy(run([timeline()], policies=("bounded-facts",), writer="rules"), "bounded-facts")
     assert data["totals"]["extra_calls"] == {}
-    assert '"Billing"' in sent(data, 4)[1]["content"]
+    assert '"Billing"' in sent(data, 4)[0]["content"]
 
 
 def test_a_refused_extraction_is_noted_and_the_facts_stay() -> None:
@@ -245,7 +245,7 @@ def test_a_refused_extraction_is_noted_and_the_facts_stay() -> None:
 
     data = policy(run([timeline()], lambda: ScriptedChatClient([reply]), policies=("bounded-facts",)), "bounded-facts")
     assert all(turn["notes"] and "extraction refused" in turn["notes"][0] for turn in data["turns"])
-    assert "No facts" in sent(data, 6)[1]["content"]
+    assert "No facts" in sent(data, 6)[0]["content"]
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,8 @@ from contextledger.agents import (
 )
 from contextledger.clients._protocol import ChatClient
 from contextledger.compaction import SlidingWindowStrategy, turns_exceed
-from contextledger.exceptions import ConfigurationError, FactRejectedError, LabError, SummaryGuardError
+from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
+from contextledger.facts import FactsProvider, FactStore, ModelWriter, RuleWriter
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
 from contextledger.lab._calls import RecordingClient, ToolBox
 from contextledger.lab._timeline import HostCommand, Timeline, Turn
@@ -242,42 +243,45 @@ class SummaryView(_LabProvider):
         self._pending = None
 
 
-class FactsView(_LabProvider):
-    """Sends the controlled-facts block and the current message only, then extracts after a successful call."""
+class CurrentMessageOnly(_LabProvider):
+    """Sends the run's own input and nothing of the history (context messages, if any, are kept)."""
 
-    source_id = "facts"
-
-    def __init__(self, setup: PolicySetup, notes: list[str]) -> None:
-        from contextledger.facts import FactStore, ModelWriter, RuleWriter  # noqa: PLC0415
-
-        self.store = FactStore()
-        self.writer = ModelWriter(setup.extra_client("writer")) if setup.writer == "model" else RuleWriter()
-        self.notes = notes
-        self._ticket: object | None = None
-
-    async def before_run(self, context: RunContext) -> None:
-        self._ticket = None
-        if not self.frozen:
-            text = "\n".join(m.text for m in context.input_messages if m.role == "user")
-            self._ticket = self.store.begin_turn(text)
-        context.add_messages(self.source_id, [Message.system(self.store.to_prompt_block())])
+    source_id = "current_message_only"
 
     async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
         if context is None:
             return messages
         return [*context.context_messages, *context.input_messages]
 
-    async def after_run(self, context: RunContext) -> None:
-        from contextledger.facts import Ticket, extract  # noqa: PLC0415
 
-        ticket, self._ticket = self._ticket, None
-        if not isinstance(ticket, Ticket):
+class FactsView(FactsProvider):
+    """The facts provider, made freezable: a probe question sees the block but begins no turn and extracts nothing.
+
+    Refused extractions are copied to the policy's notes, so they show beside the turn.
+    """
+
+    frozen = False
+
+    def __init__(self, setup: PolicySetup, notes: list[str]) -> None:
+        writer = ModelWriter(setup.extra_client("writer")) if setup.writer == "model" else RuleWriter()
+        super().__init__(FactStore(), writer)
+        self.notes = notes
+
+    async def before_run(self, context: RunContext) -> None:
+        if self.frozen:
+            context.add_instructions(self.store.to_prompt_block())
             return
-        try:
-            await extract(self.store, self.writer, ticket)
-        except FactRejectedError as error:
-            problems = "; ".join(error.problems) if error.problems else str(error)
-            self.notes.append(f"extraction refused, facts unchanged: {problems}")
+        await super().before_run(context)
+
+    async def after_run(self, context: RunContext) -> None:
+        if self.frozen:
+            return
+        self.last_turn = None
+        await super().after_run(context)
+        rejection = self.last_turn.rejection if self.last_turn is not None else None
+        if rejection is not None:
+            problems = getattr(rejection, "problems", ()) or (str(rejection),)
+            self.notes.append("extraction refused, facts unchanged: " + "; ".join(problems))
 
     def forget(self, key: str | None) -> None:
         if key is None:
@@ -302,7 +306,7 @@ class AgentPolicy:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.providers: list[_LabProvider] = []
+        self.providers: list[_LabProvider | FactsView] = []
         self.agent = self.build()
         self.session = Session(_SESSION_ID)
 
@@ -314,7 +318,7 @@ class AgentPolicy:
         *,
         client: ChatClient | None = None,
         history: HistoryProvider | None = None,
-        providers: Sequence[_LabProvider] = (),
+        providers: Sequence[_LabProvider | FactsView] = (),
     ) -> Agent:
         self.providers.extend(providers)
         return Agent(
@@ -373,7 +377,7 @@ class SummaryPolicy(AgentPolicy):
 class BoundedFactsPolicy(AgentPolicy):
     def build(self) -> Agent:
         self.facts = FactsView(self.setup, self.notes)
-        return self.agent_with(providers=[self.facts])
+        return self.agent_with(providers=[self.facts, CurrentMessageOnly()])
 
     async def host_command(self, command: HostCommand) -> None:
         self.facts.forget(command.key)
