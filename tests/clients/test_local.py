@@ -7,6 +7,9 @@ assistant reply, usage llama.cpp counted, repeatable output at temperature 0) ra
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,49 @@ def test_a_file_that_is_not_a_model_fails_as_a_model_error(tmp_path: Path) -> No
     with pytest.raises(ModelConnectionError, match="could not load"):
         asyncio.run(client.get_response([Message.user("Hi.")]))
     assert issubclass(ModelConnectionError, ModelError)
+
+
+SHORT_TIMELINE = {
+    "schema": 1,
+    "name": "short-local",
+    "description": "A declaration, then a question about it.",
+    "turns": [{"user": "module=Billing"}, {"user": "Which module is affected?"}],
+}
+
+
+def _cli(*arguments: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The installed command line, in its own process, as a user would run it."""
+    command = [sys.executable, "-c", "from contextledger.cli import main; raise SystemExit(main())", *arguments]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_lab_runs_a_timeline_end_to_end_on_the_local_model(tmp_path: Path) -> None:
+    """``contextledger lab TIMELINE --model local --json out.json``: every model call records the usage
+    llama.cpp reported, and the totals add them up."""
+    timeline = tmp_path / "short.json"
+    timeline.write_text(json.dumps(SHORT_TIMELINE))
+    out = tmp_path / "out.json"
+    done = _cli(
+        "lab", str(timeline), "--model", "local", "--policies", "full-history", "--writer", "rules", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["settings"]["model"] == "local"
+    (policy,) = report["timelines"][0]["policies"]
+    calls = [call for turn in policy["turns"] for call in turn["calls"] if call["kind"] == "model"]
+    assert len(calls) == len(SHORT_TIMELINE["turns"])
+    for call in calls:
+        assert call["reported_is_estimate"] is False
+        assert call["reported_input"] > 0
+        assert call["reported_output"] > 0
+    totals = policy["totals"]
+    assert totals["reported_input"] == sum(call["reported_input"] for call in calls)
+    assert totals["reported_output"] == sum(call["reported_output"] for call in calls)
+    assert calls[1]["reported_input"] > calls[0]["reported_input"], "the second turn resends the first"
+
+
+def test_the_chat_demo_runs_on_the_local_model() -> None:
+    """``contextledger chat --model local``: a declaration reaches the facts memory through a real model turn."""
+    done = _cli("chat", "--model", "local", stdin="module=Billing\nmem\nquit\n")
+    assert done.returncode == 0, done.stderr
+    assert "Billing" in done.stdout

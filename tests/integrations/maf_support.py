@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import openai
 from agent_framework.openai import OpenAIChatCompletionClient
 
 from contextledger.compaction import DEFAULT_SUMMARIZATION_PROMPT
@@ -25,8 +26,10 @@ Sent = list[tuple[str, tuple[Content, ...], str | None]]
 
 
 def maf_client(server: ChatServer) -> OpenAIChatCompletionClient:
-    """MAF's own OpenAI chat-completions client, pointed at the test server."""
-    return OpenAIChatCompletionClient(model="test-model", base_url=server.url, api_key="test-key")
+    """MAF's own OpenAI chat-completions client, pointed at the test server (no retries: a scripted
+    failure should fail at once)."""
+    sdk = openai.AsyncOpenAI(base_url=server.url, api_key="test-key", max_retries=0)
+    return OpenAIChatCompletionClient(model="test-model", async_client=sdk)
 
 
 def summary_for(transcript: str) -> str:

@@ -10,6 +10,7 @@ every request; each request the agent sent is compared with what
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,9 @@ from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
 
 from contextledger import compaction
 from contextledger.clients import ScriptedChatClient
+from contextledger.exceptions import ModelError
 from contextledger.integrations.maf import (
+    AgentFrameworkChatClient,
     AgentFrameworkStrategy,
     CharacterEstimatorTokenizer,
     SelectiveToolCallCompactionStrategy,
@@ -290,3 +293,37 @@ def test_a_maf_tokenizer_counts_inside_contextledgers_strategies() -> None:
     kept = asyncio.run(apply_compaction(messages, strategy=maf_strategy, tokenizer=MafTokenizer()))
     counted = [MafTokenizer().count_tokens(m.text) + 3 for m in kept]
     assert 0 < sum(counted) <= 1_000 < sum(MafTokenizer().count_tokens(m.text) + 3 for m in messages)
+
+
+def test_a_failing_maf_summariser_fails_closed_inside_the_agent(chat_server: ChatServer) -> None:
+    """The summariser (MAF's client) gets HTTP 500: nothing is replaced, the agent still answers, and
+    what it sends is the uncompacted history."""
+    shop = Shop(result_chars=100)
+
+    def respond(request: dict[str, Any]) -> dict[str, Any]:
+        if not is_agent_request(request):
+            raise RuntimeError("summariser down")
+        return shop.respond(request)
+
+    chat_server.respond = respond
+    history = InMemoryHistoryProvider()
+    strategy = SummarizationStrategy(client=maf_client(chat_server), target_count=4, threshold=2)
+    provider = CompactionProvider(before_strategy=strategy, history_source_id=history.source_id)
+    turns = asyncio.run(
+        shopping_session(
+            chat_server, provider, history, compaction.SlidingWindowStrategy(keep_last_groups=10_000), shop
+        )
+    )
+    assert not any(changed for changed, _ in turns)
+    assert any(not is_agent_request(r) for r in chat_server.requests), "the summariser was never asked"
+    assert not any("[Summary]" in json.dumps(first) for _, first in turns)
+
+
+def test_the_maf_client_adapter_reports_failures_as_model_errors(chat_server: ChatServer) -> None:
+    def fail(request: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("down")
+
+    chat_server.respond = fail
+    adapter = AgentFrameworkChatClient(maf_client(chat_server))
+    with pytest.raises(ModelError, match="Agent Framework client"):
+        asyncio.run(adapter.get_response([Message.user("hi")]))

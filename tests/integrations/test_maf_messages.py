@@ -77,14 +77,14 @@ def maf_messages(draw: st.DrawFn) -> maf.Message:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(maf_messages(), max_size=5))
 def test_maf_to_contextledger_and_back_is_lossless(messages: list[maf.Message]) -> None:
     back = to_maf_messages(from_maf_messages(messages))
     assert [m.to_dict() for m in back] == [m.to_dict() for m in messages]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(maf_messages(), max_size=5))
 def test_the_typed_view_is_what_maf_holds(messages: list[maf.Message]) -> None:
     """The contextledger side is not a blob: texts, calls and results are typed with MAF's values."""

