@@ -132,11 +132,12 @@ def test_a_file_that_is_not_a_model_fails_as_a_model_error(tmp_path: Path) -> No
     assert issubclass(ModelConnectionError, ModelError)
 
 
-SHORT_TIMELINE = {
+SHORT_TURNS = [{"user": "module=Billing"}, {"user": "Which module is affected?"}]
+SHORT_TIMELINE: dict[str, object] = {
     "schema": 1,
     "name": "short-local",
     "description": "A declaration, then a question about it.",
-    "turns": [{"user": "module=Billing"}, {"user": "Which module is affected?"}],
+    "turns": SHORT_TURNS,
 }
 
 
@@ -160,7 +161,7 @@ def test_the_lab_runs_a_timeline_end_to_end_on_the_local_model(tmp_path: Path) -
     assert report["settings"]["model"] == "local"
     (policy,) = report["timelines"][0]["policies"]
     calls = [call for turn in policy["turns"] for call in turn["calls"] if call["kind"] == "model"]
-    assert len(calls) == len(SHORT_TIMELINE["turns"])
+    assert len(calls) == len(SHORT_TURNS)
     for call in calls:
         assert call["reported_is_estimate"] is False
         assert call["reported_input"] > 0
