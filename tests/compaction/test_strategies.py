@@ -478,7 +478,7 @@ class CancelledClient:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def get_response(self, messages: Sequence[Message]) -> ChatResponse:
+    async def get_response(self, messages: Sequence[Message], **options: Any) -> ChatResponse:
         self.calls += 1
         raise asyncio.CancelledError
 
