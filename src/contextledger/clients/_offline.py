@@ -26,8 +26,10 @@ __all__ = ["FACT_WRITER_MARKER", "OfflineModel"]
 FACT_WRITER_MARKER = "[contextledger fact writer]"
 """A system prompt holding this asks for the user message's key=value declarations as JSON."""
 
-_DECLARATION = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n]+)")
+# A value stops at a quote too, so a quoted fact in a host-written block reads as its value.
+_DECLARATION = re.compile(r'\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n"]+)')
 _WORD = re.compile(r"[A-Za-z0-9]+")
+_TAGGED_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 _RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
 # Words a tool name shares with almost any question; they never pick a tool on their own.
 _GENERIC = frozenset({"get", "lookup", "search", "find", "query", "fetch", "list", "run", "tool"})
@@ -44,7 +46,8 @@ def _declarations(messages: Sequence[Message]) -> dict[str, str]:
         if message.role == "tool":
             continue
         for key, value in _DECLARATION.findall(message.text):
-            found[key.lower()] = value.strip()
+            if value.strip():
+                found[key.lower()] = value.strip()
     return found
 
 
@@ -162,11 +165,14 @@ class OfflineModel:
 
     def _answer(self, messages: list[Message], last: Message) -> str:
         facts = _declarations(messages[:-1]) | _declarations([last])
-        asked = _words(last.text)
+        # A tagged block the host put in front of the question (facts, retrieved context) is
+        # context to answer from, not part of what was asked.
+        question = _TAGGED_BLOCK.sub(" ", last.text)
+        asked = _words(question)
         relevant = [f"{key}: {value}" for key, value in facts.items() if key in asked]
         if relevant:
             return "From this conversation: " + "; ".join(relevant) + "."
-        if "?" in last.text:
+        if "?" in question:
             return "I don't know that from this conversation."
         return "Noted."
 
