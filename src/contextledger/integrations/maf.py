@@ -17,6 +17,9 @@ sessions and swaps in contextledger where it wants its guarantees:
   the exclusions and the summaries are contextledger's, so the projection MAF
   sends is exactly what :func:`contextledger.compaction.apply_compaction`
   returns for the same messages.
+- **Models**: :class:`ContextLedgerChatClient` runs a MAF agent on any contextledger chat
+  client (the local model, the offline model, an OpenAI-compatible endpoint), and
+  :class:`AgentFrameworkChatClient` lends a MAF client to contextledger (a summariser).
 - **History**: any :class:`contextledger.history.HistoryProvider` (in memory,
   SQLite, Redis) behind MAF's history-provider interface
   (:class:`ContextLedgerHistoryProvider`).
@@ -77,6 +80,7 @@ __all__ = [
     "AgentFrameworkStrategy",
     "AgentFrameworkTokenizer",
     "CharacterEstimatorTokenizer",
+    "ContextLedgerChatClient",
     "ContextLedgerHistoryProvider",
     "FactsContextProvider",
     "PipelineStrategy",
@@ -499,6 +503,75 @@ def _as_chat_client(value: object) -> object:
     if isinstance(value, maf.BaseChatClient) or (callable(method) and not inspect.iscoroutinefunction(method)):
         return AgentFrameworkChatClient(value)
     return value
+
+
+# Request options a contextledger client may take; MAF's other options (its own bookkeeping, tool
+# modes the client cannot honour) are not forwarded.
+_FORWARDED_OPTIONS: Final = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+class ContextLedgerChatClient(maf.FunctionInvocationLayer[Any], maf.ChatMiddlewareLayer[Any], maf.BaseChatClient[Any]):
+    """A contextledger :class:`~contextledger.clients.ChatClient` as a MAF chat client.
+
+    A MAF agent can then run on anything contextledger can talk to: the local
+    SmolLM2 model (``ContextLedgerChatClient(LocalChatClient())``, no network),
+    the offline model, or an OpenAI-compatible endpoint.  MAF's function
+    invocation layer is kept, so tools a model calls are run by MAF as usual;
+    function tools are offered to the client as OpenAI tool dicts.  The run's
+    instructions become a leading system message.  Usage is passed through as
+    the client reported it.  Streaming is not offered.
+    """
+
+    OTEL_PROVIDER_NAME: ClassVar[str] = "contextledger"
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        if not callable(getattr(client, "get_response", None)) or not inspect.iscoroutinefunction(client.get_response):
+            raise ConfigurationError(f"ContextLedgerChatClient wraps a contextledger chat client, got {client!r}")
+        super().__init__(**kwargs)
+        self.client = client
+
+    def __repr__(self) -> str:
+        return f"ContextLedgerChatClient({self.client!r})"
+
+    def _inner_get_response(
+        self, *, messages: Sequence[maf.Message], stream: bool, options: Mapping[str, Any], **kwargs: Any
+    ) -> Any:
+        if stream:
+            raise ConfigurationError("ContextLedgerChatClient does not stream; run the agent with stream=False")
+        return self._respond(messages, options)
+
+    async def _respond(self, messages: Sequence[maf.Message], options: Mapping[str, Any]) -> maf.ChatResponse[Any]:
+        request = from_maf_messages(messages)
+        instructions = options.get("instructions")
+        if isinstance(instructions, str) and instructions:
+            request = [Message.system(instructions), *request]
+        tools = [
+            tool.to_json_schema_spec()
+            for tool in maf.normalize_tools(options.get("tools"))
+            if isinstance(tool, maf.FunctionTool)
+        ]
+        forwarded = {key: options[key] for key in _FORWARDED_OPTIONS if options.get(key) is not None}
+        response = await self.client.get_response(request, tools=tools or None, **forwarded)
+        produced = (
+            to_maf_messages(response.messages) if response.messages else [maf.Message("assistant", [response.text])]
+        )
+        usage: maf.UsageDetails | None = None
+        if response.usage is not None:
+            usage = maf.UsageDetails()
+            if response.usage.input_tokens is not None:
+                usage["input_token_count"] = response.usage.input_tokens
+            if response.usage.output_tokens is not None:
+                usage["output_token_count"] = response.usage.output_tokens
+        model = getattr(self.client, "model", None)
+        return maf.ChatResponse(messages=produced, usage_details=usage, model=model if isinstance(model, str) else None)
 
 
 # Compaction ---------------------------------------------------------------------------------
