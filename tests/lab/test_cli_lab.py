@@ -70,6 +70,7 @@ def test_two_command_runs_write_identical_json(tmp_path: Path, offline_run: dict
 def test_the_html_report_is_self_contained(offline_run: dict[str, Any]) -> None:
     text = offline_run["html"].read_text(encoding="utf-8")
     assert "<script" not in text
+    assert text.count("What each policy sent on its last model call") == len(load_timelines())
     assert " src=" not in text
     assert " href=" not in text
     assert "@import" not in text

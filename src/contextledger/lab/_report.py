@@ -30,6 +30,10 @@ COLUMNS = (
     ("notes", "notes"),
 )
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f")
+# Two policies can send exactly the same thing (a request view and a last-turns window often do):
+# distinct dash patterns keep both lines visible where they overlap.
+DASHES = ("", "8 4", "2 3", "10 3 2 3", "4 4", "1 2", "12 6", "6 2 2 2", "3 6")
+SHOWN_CHARS = 400
 PROBE_ROWS = (
     ("current", "current values"),
     ("superseded", "superseded values"),
@@ -137,7 +141,7 @@ th,td{border:1px solid #ddd;padding:.25rem .45rem;text-align:left;vertical-align
 th{background:#f4f4f4}.muted{color:#666}figure{margin:1rem 0}figcaption{font-weight:600;margin-bottom:.3rem}
 svg text{font:11px system-ui,sans-serif;fill:#333}.axis{stroke:#999;stroke-width:1}
 .series{fill:none;stroke-width:1.6}.present{opacity:1}.partial{opacity:.45}.absent{fill:#fff;stroke-width:.6}
-.none{fill:#eee}.notsent{fill:#fafafa}
+.none{fill:#eee}.notsent{fill:#fafafa}ol.sent{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap}
 """
 
 
@@ -182,16 +186,18 @@ def _tokens_chart(timeline: Mapping[str, Any], exact: bool) -> str:
     parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">turn</text>')
     for position, policy in enumerate(policies):
         color = _color(position)
+        dash = DASHES[position % len(DASHES)]
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
         points = " ".join(f"{x(t['turn']):.1f},{y(_tokens_of(t, exact)):.1f}" for t in policy["turns"])
         parts.append(
             f'<polyline class="series" data-chart="tokens" data-policy="{_esc(policy["name"])}" '
-            f'data-points="{len(policy["turns"])}" stroke="{color}" points="{points}">'
-            f"<title>{_esc(policy['name'])}</title></polyline>"
+            f'stroke="{color}"{dashed} points="{points}"><title>{_esc(policy["name"])}</title></polyline>'
         )
         ly = top + 14 + 18 * position
         parts.append(
-            f'<line x1="{left + plot_w + 14}" y1="{ly - 4}" x2="{left + plot_w + 34}" y2="{ly - 4}" '
-            f'stroke="{color}" stroke-width="3"/><text x="{left + plot_w + 40}" y="{ly}">{_esc(policy["name"])}</text>'
+            f'<line x1="{left + plot_w + 10}" y1="{ly - 4}" x2="{left + plot_w + 40}" y2="{ly - 4}" '
+            f'stroke="{color}" stroke-width="2.5"{dashed}/>'
+            f'<text x="{left + plot_w + 46}" y="{ly}">{_esc(policy["name"])}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -265,6 +271,40 @@ def _probes_chart(timeline: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _shown(message: Mapping[str, Any]) -> str:
+    """One sent message as a line of text: role, then content, tool calls or tool result."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    text = content or ""
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        text += f" [calls {function.get('name')}({function.get('arguments')})]"
+    if len(text) > SHOWN_CHARS:
+        text = text[: SHOWN_CHARS - 1] + "…"
+    return f"{message.get('role')}: {text}"
+
+
+def _last_requests(timeline: Mapping[str, Any]) -> str:
+    """What each policy sent on the last turn it sent anything, message by message."""
+    out = [
+        "<details><summary>What each policy sent on its last model call (messages cut at "
+        f"{SHOWN_CHARS} characters; the JSON report has every message of every call in full)</summary>"
+    ]
+    for policy in timeline["policies"]:
+        calls = [(turn["turn"], call) for turn in policy["turns"] for call in turn["calls"]]
+        if not calls:
+            continue
+        number, call = calls[-1]
+        rows = "".join(f"<li>{_esc(_shown(policy['messages'][i]))}</li>" for i in call["messages"])
+        out.append(
+            f"<h4>{_esc(policy['name'])} · turn {number} · {len(call['messages'])} messages · "
+            f"{call['input_estimate']:,} tokens (estimate)</h4><ol class=sent>{rows}</ol>"
+        )
+    out.append("</details>")
+    return "".join(out)
+
+
 def _table(columns: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, str]]) -> str:
     head = "".join(f"<th>{_esc(title)}</th>" for _, title in columns)
     body = "".join("<tr>" + "".join(f"<td>{_esc(row[key])}</td>" for key, _ in columns) + "</tr>" for row in rows)
@@ -332,6 +372,8 @@ def render_html(data: Mapping[str, Any]) -> str:
         out.append("<details><summary>What each policy sends</summary><ul>")
         for policy in timeline["policies"]:
             out.append(f"<li><b>{_esc(policy['name'])}</b>: {_esc(policy['description'])}</li>")
-        out.append("</ul></details></section>")
+        out.append("</ul></details>")
+        out.append(_last_requests(timeline))
+        out.append("</section>")
     out.append("</body></html>\n")
     return "".join(out)
