@@ -16,7 +16,6 @@ from contextledger.integrations.maf import (
     ContextLedgerHistoryProvider,
     SlidingWindowStrategy,
     from_maf_messages,
-    to_maf_messages,
 )
 from contextledger.messages import Message
 from tests.history.conftest import backend  # noqa: F401  (the fixture: one store per backend)
@@ -105,14 +104,32 @@ def test_a_reducer_replaces_the_retained_history_with_the_reduced_list(chat_serv
     asyncio.run(main())
 
 
-def test_messages_maf_excluded_are_not_loaded_unless_asked() -> None:
+def test_a_request_view_exclusion_never_reaches_the_stored_history(chat_server: ChatServer) -> None:
+    """A per-call strategy marks the very message objects MAF then stores; the store keeps the whole
+    conversation all the same, without MAF's annotations, and the next turn loads all of it."""
+    shop = Shop(result_chars=100)
+    chat_server.respond = shop.respond
     store = InMemoryHistoryProvider()
-    kept, dropped = Message.user("kept"), Message.user("dropped", additional_properties={"_excluded": True})
-    asyncio.run(store.append("s", [kept, dropped]))
-    skipping = asyncio.run(ContextLedgerHistoryProvider(store).get_messages("s"))
-    everything = asyncio.run(ContextLedgerHistoryProvider(store, skip_excluded=False).get_messages("s"))
-    assert [m.text for m in skipping] == ["kept"]
-    assert [m.to_dict() for m in everything] == [m.to_dict() for m in to_maf_messages([kept, dropped])]
+    agent = Agent(
+        client=maf_client(chat_server),
+        name=AGENT_NAME,
+        instructions=INSTRUCTIONS,
+        tools=[shop.tool()],
+        context_providers=[ContextLedgerHistoryProvider(store)],
+        compaction_strategy=SlidingWindowStrategy(keep_last_groups=1),
+    )
+
+    async def main() -> None:
+        session = agent.create_session()
+        for number in range(3):
+            await agent.run(question(number), session=session)
+        stored = await store.load(session.session_id)
+        assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * 3
+        assert not any(key.startswith(("_group", "_exclu")) for m in stored for key in m.additional_properties)
+        loaded = await ContextLedgerHistoryProvider(store).get_messages(session.session_id)
+        assert len(loaded) == len(stored)
+
+    asyncio.run(main())
 
 
 def test_a_history_needs_a_session_id() -> None:

@@ -32,6 +32,7 @@ The package is the ``maf`` extra: ``pip install 'contextledger[maf]'``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import weakref
@@ -807,6 +808,18 @@ class PipelineStrategy(_SameName):
 # History ------------------------------------------------------------------------------------
 
 
+_VIEW_ANNOTATIONS: Final = frozenset({"_group", _EXCLUDED, _EXCLUDE_REASON})
+
+
+def _without_view_annotations(message: Message) -> Message:
+    """``message`` without MAF's compaction annotations (see :class:`ContextLedgerHistoryProvider`)."""
+    properties = message.additional_properties
+    if not any(key in properties for key in _VIEW_ANNOTATIONS):
+        return message
+    kept = {key: value for key, value in properties.items() if key not in _VIEW_ANNOTATIONS}
+    return dataclasses.replace(message, additional_properties=kept)
+
+
 class ContextLedgerHistoryProvider(maf.HistoryProvider):
     """A contextledger history store (in memory, SQLite, Redis) as a MAF history provider.
 
@@ -819,7 +832,11 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
     makes the retained history smaller after each save: the reduced list
     *replaces* the stored one, so what it removed is gone (unlike a
     request-view compaction, which leaves the stored history whole).
-    Messages MAF marked excluded are not loaded when ``skip_excluded`` is set.
+    What is stored is the conversation, never a view of it: MAF's compaction
+    annotations (``_group``, ``_excluded``, ``_exclude_reason``), which a
+    request-view strategy writes on the very message objects MAF then stores,
+    are removed on the way in.  Otherwise an exclusion meant for one request
+    would silently become a reduction of the retained history.
     """
 
     def __init__(
@@ -832,7 +849,6 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
         store_context_messages: bool = False,
         store_context_from: set[str] | None = None,
         store_outputs: bool = True,
-        skip_excluded: bool = True,
         reducer: AgentFrameworkStrategy | compaction.CompactionStrategy | None = None,
         tokenizer: object = None,
     ) -> None:
@@ -852,7 +868,6 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
             store_outputs=store_outputs,
         )
         self.provider = provider
-        self.skip_excluded = skip_excluded
         self.reducer: compaction.CompactionStrategy | None = engine
         self.tokenizer = _as_tokenizer(tokenizer)
 
@@ -872,8 +887,6 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[maf.Message]:
         stored = await self.provider.load(self._session(session_id))
-        if self.skip_excluded:
-            stored = [message for message in stored if not message.additional_properties.get(_EXCLUDED)]
         return to_maf_messages(stored)
 
     async def save_messages(
@@ -885,7 +898,7 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
         **kwargs: Any,
     ) -> None:
         key = self._session(session_id)
-        converted = from_maf_messages(messages)
+        converted = [_without_view_annotations(message) for message in from_maf_messages(messages)]
         if converted:
             await self.provider.append(key, converted)
         if self.reducer is not None:
