@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
-from contextledger.exceptions import ConfigurationError, FactRejectedError, StaleTicketError
+from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
 from contextledger.facts import EMPTY_BLOCK, FactStore, is_logs_question, parse_assertions
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages
@@ -207,3 +207,22 @@ def test_forget_refuses_a_history_it_cannot_rewrite_before_changing_anything() -
     with pytest.raises(ConfigurationError, match="cannot rewrite"):
         asyncio.run(provider.forget("module", histories=[(AgentSession(), Elsewhere("elsewhere"))]))
     assert facts(store) == {"module": ("Billing", "module=Billing")}, "a refused forget changed the store"
+
+
+def test_forgetting_an_unknown_key_changes_neither_store_nor_history(chat_server: ChatServer) -> None:
+    chat_server.respond = lambda request: completion("ok")
+    store = FactStore()
+    provider = FactsContextProvider(store)
+    history = InMemoryHistoryProvider()
+    agent = Agent(client=maf_client(chat_server), instructions=MAIN, context_providers=[history, provider])
+    session = agent.create_session()
+
+    async def main() -> None:
+        await agent.run("module=Billing", session=session)
+        before = [m.to_dict() for m in session.state[history.source_id]["messages"]]
+        with pytest.raises(FactsError, match="colour"):
+            await provider.forget("colour", histories=[(session, history)])
+        assert [m.to_dict() for m in session.state[history.source_id]["messages"]] == before
+
+    asyncio.run(main())
+    assert facts(store) == {"module": ("Billing", "module=Billing")}

@@ -1011,7 +1011,8 @@ class FactsContextProvider(maf.ContextProvider):
                     f"cannot rewrite {history!r}: forget rewrites MAF's InMemoryHistoryProvider and "
                     "ContextLedgerHistoryProvider; clear other histories yourself"
                 )
-        name = None if key is None else key.strip().lower()
+        # The store validates the key (and refuses a bad one before anything changes).
+        name = key.strip().lower() if isinstance(key, str) else None
         keys = ALLOWED_KEYS if name is None else frozenset({name})
         loaded = [(session, history, await _load_history(session, history)) for session, history in histories]
         forgotten = self.store.forget(key)
