@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
 from contextledger.clients._protocol import ChatClient, ChatResponse
-from contextledger.compaction import CompactionStrategy, MessageIndex, apply_compaction
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, apply_compaction
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryProvider
@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from contextledger.agents._agent import Agent
 
 __all__ = ["CompactionProvider", "ReducedHistoryProvider", "use_context_providers"]
+
+
+# Leading excluded messages worth moving out of a request view's index: small enough that the
+# index stays near the size of what is sent, large enough that rebuilding it is rare.
+_FREEZE_AT = 256
 
 
 def _strategy(value: object, what: str) -> CompactionStrategy | None:
@@ -50,29 +55,53 @@ def _same_prefix(old: Sequence[Message], new: Sequence[Message]) -> bool:
 
 
 class _View:
-    """A session's request view: an index over context messages and the conversation, kept between calls."""
+    """A session's request view, kept between calls so each call only indexes what is new.
 
-    __slots__ = ("context", "conversation_length", "index")
+    The index covers the provider-added context messages and the conversation from
+    ``len(frozen)`` on.  ``frozen`` is a prefix of the conversation that a strategy excluded
+    outright, up to the start of a turn: exclusions persist, so it can never be sent again and
+    need not be indexed again.  Moving such a prefix out of the index now and then keeps the
+    per-call cost in proportion to what is still sent, however long the history grows.
+    """
 
-    def __init__(self, index: MessageIndex, context: list[Message], conversation_length: int) -> None:
+    __slots__ = ("context", "frozen", "index")
+
+    def __init__(self, index: MessageIndex, context: list[Message], frozen: list[Message]) -> None:
         self.index = index
         self.context = context
-        self.conversation_length = conversation_length
+        self.frozen = frozen
 
-    def excluded_runs(self) -> list[list[int]]:
-        """Conversation positions of groups dropped outright (not replaced by a summary), as [start, end) runs.
+    @property
+    def indexed_conversation(self) -> list[Message]:
+        return self.index.source_messages[len(self.context) :]
+
+    def follows(self, extra: list[Message], conversation: list[Message]) -> bool:
+        """Whether this call's messages only add to what the view indexed (the usual case)."""
+        skip = len(self.frozen)
+        indexed = self.indexed_conversation
+        return (
+            len(extra) == len(self.context)
+            and extra == self.context
+            and len(conversation) >= skip + len(indexed)
+            and conversation[:skip] == self.frozen
+            and conversation[skip : skip + len(indexed)] == indexed
+        )
+
+    def _runs(self) -> list[list[int]]:
+        """Index positions (context first, so negative for context) of groups dropped outright.
 
         Replaced groups are left out on purpose: carrying their exclusion over without the
         text that replaced them would lose information, so the strategy decides them again.
         """
-        replaced = {id(old) for group in self.index.groups for old in group.replaces}
+        groups = self.index.groups
+        replaced = {id(old) for group in groups if group.replaces for old in group.replaces}
         runs: list[list[int]] = []
         position = -len(self.context)
-        for group in self.index.groups:
-            if group.origin != "input":
+        for group in groups:
+            if group.replaces:  # written by a strategy: not a source message
                 continue
             size = len(group.messages)
-            if group.excluded and id(group) not in replaced and position >= 0:
+            if group.excluded and id(group) not in replaced:
                 if runs and runs[-1][1] == position:
                     runs[-1][1] = position + size
                 else:
@@ -80,20 +109,34 @@ class _View:
             position += size
         return runs
 
+    def excluded_runs(self) -> list[list[int]]:
+        """Conversation positions of groups dropped outright, as [start, end) runs."""
+        skip = len(self.frozen)
+        runs = [[max(start, 0) + skip, end + skip] for start, end in self._runs() if end > 0]
+        if skip:
+            if runs and runs[0][0] == skip:
+                runs[0][0] = 0
+            else:
+                runs.insert(0, [0, skip])
+        return runs
+
     def record(self) -> dict[str, Any]:
         """What a restored session needs to keep this view's exclusions (see ``excluded_runs``)."""
-        conversation = self.index.source_messages[len(self.context) :]
+        conversation = [*self.frozen, *self.indexed_conversation]
         return {"length": len(conversation), "last": _fingerprint(conversation[-1]), "excluded": self.excluded_runs()}
 
-    def apply_runs(self, runs: Sequence[Sequence[int]], limit: int) -> None:
-        wanted = [(start, end) for start, end in runs if end <= limit]
+    def apply_runs(self, runs: Sequence[Sequence[int]], limit: int, *, offset: int = 0) -> None:
+        """Exclude again the groups lying wholly inside ``runs`` (index positions plus ``offset``)."""
+        wanted = [
+            (start - offset, end - offset) for start, end in runs if end <= limit and end - offset > -len(self.context)
+        ]
         if not wanted:
             return
         drop = []
         position = -len(self.context)
         cursor = 0
         for group in self.index.groups:
-            if group.origin != "input":
+            if group.replaces:  # written by a strategy: not a source message
                 continue
             start, end = position, position + len(group.messages)
             position = end
@@ -102,6 +145,37 @@ class _View:
             if cursor < len(wanted) and wanted[cursor][0] <= start and end <= wanted[cursor][1]:
                 drop.append(group)
         self.index.exclude_many(drop, "kept from an earlier call")
+
+    def freeze_dropped_prefix(self, tokenizer: Tokenizer | None, at_least: int) -> None:
+        """Move the conversation's leading excluded turns out of the index (see the class docstring).
+
+        Only done when no group in the index stands in for others (a summary, a collapsed tool
+        result): the new index is built from source messages, and those would be lost.
+        """
+        groups = self.index.groups
+        if any(group.replaces for group in groups):
+            return
+        position = -len(self.context)
+        cut = 0
+        for group in groups:
+            size = len(group.messages)
+            if position < 0:
+                if position + size > 0:
+                    return  # a group spanning context and conversation: leave the index as it is
+                position += size
+                continue
+            if not group.excluded:
+                break
+            if group.kind is GroupKind.USER:
+                cut = position
+            position += size
+        if cut < at_least:
+            return
+        runs = self._runs()
+        conversation = self.indexed_conversation
+        self.frozen = [*self.frozen, *conversation[:cut]]
+        self.index = MessageIndex([*self.context, *conversation[cut:]], tokenizer=tokenizer)
+        self.apply_runs(runs, len(conversation), offset=cut)
 
 
 class CompactionProvider(ContextProvider):
@@ -177,27 +251,30 @@ class CompactionProvider(ContextProvider):
                 context_count = len(added)
         view = self._view(body, context_count, context)
         await self.before_strategy.compact(view.index)
-        return [*messages[:head], *view.index.projection()]
+        projection = view.index.projection()
+        view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
+        return [*messages[:head], *projection]
 
     def _view(self, body: list[Message], context_count: int, context: RunContext | None) -> _View:
         extra = body[:context_count]
         conversation = body[context_count:]
         cache: dict[object, Any] | None = context.session._cache if context is not None else None
         old: _View | None = cache.get(self) if cache is not None else self._loose_view
-        if (
-            old is not None
-            and len(old.context) == len(extra)
-            and _same_prefix(old.context, extra)
-            and _same_prefix(old.index.source_messages, body)
-        ):
-            old.index.update(body)  # an append: exclusions made on earlier calls stay
-            old.conversation_length = len(conversation)
+        if old is not None and old.follows(extra, conversation):
+            old.index.update([*extra, *conversation[len(old.frozen) :]])  # exclusions made earlier stay
             return old
-        view = _View(MessageIndex(body, tokenizer=self._before_tokenizer), list(extra), len(conversation))
+        skip = 0
+        if old is not None and len(conversation) >= len(old.frozen) and conversation[: len(old.frozen)] == old.frozen:
+            skip = len(old.frozen)  # the history changed after the frozen prefix (a reduction, new context)
+        view = _View(
+            MessageIndex([*extra, *conversation[skip:]], tokenizer=self._before_tokenizer),
+            list(extra),
+            conversation[:skip],
+        )
         if old is not None:
-            old_conversation = old.index.source_messages[len(old.context) :]
+            old_conversation = [*old.frozen, *old.indexed_conversation]
             if _same_prefix(old_conversation, conversation):
-                view.apply_runs(old.excluded_runs(), len(old_conversation))
+                view.apply_runs(old.excluded_runs(), len(old_conversation), offset=skip)
         elif context is not None:
             record = context.session.state.get(self._state_key)
             if isinstance(record, dict) and self._record_matches(record, conversation):
@@ -220,7 +297,7 @@ class CompactionProvider(ContextProvider):
     async def after_run(self, context: RunContext) -> None:
         session = context.session
         view: _View | None = session._cache.get(self)
-        if view is not None and len(view.index.source_messages) > len(view.context):
+        if view is not None and (view.frozen or len(view.index.source_messages) > len(view.context)):
             # Written into the session's state only when the session is serialised: walking a long
             # index on every turn would cost more than the compaction itself.
             session._exports[self._state_key] = view.record
