@@ -13,12 +13,14 @@ from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardE
 from contextledger.lab import (
     SUMMARY_LIMIT,
     AgentPolicy,
+    LabSettings,
     PolicySetup,
     RecordingClient,
     ToolBox,
     get_policy,
     policy_names,
     register_policy,
+    run_lab_sync,
     unregister_policy,
 )
 from contextledger.lab._calls import CallLog
@@ -313,3 +315,16 @@ def test_registration_is_checked() -> None:
         get_policy("nope")
     with pytest.raises(LabError, match="listed twice"):
         run([timeline()], policies=("summary", "summary"))
+
+
+def test_progress_counts_every_turn_of_every_policy() -> None:
+    seen: list[tuple[int, int, str]] = []
+    item = timeline()
+    run_lab_sync(
+        [item], OfflineModel, LabSettings(policies=("summary", "full-history")), on_progress=lambda *a: seen.append(a)
+    )
+    total = len(item.turns) * 2
+    assert [done for done, _, _ in seen] == list(range(1, total + 1))
+    assert {t for _, t, _ in seen} == {total}
+    assert seen[0][2] == "small · summary"
+    assert seen[-1][2] == "small · full-history"
