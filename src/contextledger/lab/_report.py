@@ -334,8 +334,8 @@ def render_html(data: Mapping[str, Any]) -> str:
         "<p class=muted>Probes are exact substring checks of the text sent on each turn: <b>current</b> values are "
         "those the facts contract holds (the latest declaration of each key, at most five, minus what was "
         "forgotten); <b>superseded</b> values were replaced by a later declaration; <b>evicted</b> values were "
-        "dropped by the five-fact bound though never retracted. Provider usage is shown as reported, or "
-        "<i>unknown</i>.</p>",
+        "dropped by the five-fact bound though never retracted. Tokens sent count every message, the tool "
+        "definitions offered and the extra calls; provider usage is shown as reported, or <i>unknown</i>.</p>",
     ]
     for timeline in data["timelines"]:
         out.append(f'<section class="timeline" data-timeline="{_esc(timeline["name"])}">')

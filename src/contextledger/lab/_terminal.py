@@ -79,8 +79,8 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
     lines = [
         f"model: {settings['model']}; tokens: {settings['estimate']}"
         + (f", with exact {settings['tokenizer']} counts" if exact else ""),
-        "tokens: everything sent to the model, extra calls (facts writer, summariser) included; "
-        "'calls +extra' counts model calls + extra calls.",
+        "tokens: everything sent to the model, tool definitions and extra calls (facts writer, summariser) "
+        "included; 'calls +extra' counts model calls + extra calls.",
         "present: (turn, value) checks of the text sent that found the value, out of those made; - : nothing to check.",
         "Policies are listed in the order they ran; the figures are measurements, not a verdict.",
     ]
