@@ -12,7 +12,9 @@ messages already seen.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from contextledger.exceptions import ConfigurationError, TokenizerUnavailableError
@@ -123,41 +125,53 @@ class CharacterEstimatorTokenizer:
         return self.count_messages((message,))[0]
 
     def count_messages(self, messages: Sequence[Message]) -> list[int]:
-        # The hot path of indexing a long history: one flat loop, no generators, memo first.
+        # The hot path of indexing a long history: one flat loop over the messages with the
+        # arithmetic inline, and the memos read and recorded by C-level loops around it.
+        name = self._name
+        memos = list(map(_memo_of, messages))
+        if memos.count(None) != len(memos):  # some were counted before: serve those from the memo
+            counts = [memo[1] if memo is not None and memo[0] == name else -1 for memo in memos]
+            if -1 in counts:
+                todo = [position for position, count in enumerate(counts) if count < 0]
+                for position, count in zip(todo, self._count_new([messages[p] for p in todo])):
+                    counts[position] = count
+            return counts
+        return self._count_new(messages)
+
+    def _count_new(self, messages: Sequence[Message]) -> list[int]:
+        """Count messages with no memo for this tokenizer, and memoise the counts."""
         name = self._name
         per_token = self.characters_per_token
+        text_type, result_type, call_type = TextContent, FunctionResultContent, FunctionCallContent
+        message_overhead, call_overhead, name_overhead = MESSAGE_OVERHEAD, CALL_OVERHEAD, NAME_OVERHEAD
         out: list[int] = []
         append = out.append
-        set_memo = set_token_memo
         for message in messages:
-            memo = message._token_memo
-            if memo is not None and memo[0] == name:
-                append(memo[1])
-                continue
-            author = message.author_name
-            overhead = MESSAGE_OVERHEAD + (NAME_OVERHEAD if author else 0)
-            contents = message.contents
-            if len(contents) == 1:  # most messages: decide without a loop
-                content = contents[0]
+            overhead = message_overhead
+            chars = 0
+            for content in message.contents:
                 kind = type(content)
-                if kind is TextContent:
-                    chars = len(content.text)  # type: ignore[union-attr]
-                elif kind is FunctionResultContent:
-                    chars = len(content.result)  # type: ignore[union-attr]
-                elif kind is FunctionCallContent:
-                    chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
-                    overhead += CALL_OVERHEAD
+                if kind is text_type:
+                    chars += len(content.text)  # type: ignore[union-attr]
+                elif kind is result_type:
+                    chars += len(content.result)  # type: ignore[union-attr]
+                elif kind is call_type:
+                    chars += len(content.name) + len(content.arguments)  # type: ignore[union-attr]
+                    overhead += call_overhead
                 else:
-                    chars = _payload_chars(contents)
-            else:
-                chars = _payload_chars(contents)
-                overhead += CALL_OVERHEAD * sum(1 for c in contents if type(c) is FunctionCallContent)
-            if author:  # a name is read by the model too: its own tokens, plus one
-                chars += len(author)
-            count = overhead - (-chars // per_token)
-            set_memo(message, (name, count))
-            append(count)
+                    chars += _payload_chars((content,))
+            if message.author_name:  # a name is read by the model too: its own tokens, plus one
+                chars += len(message.author_name)
+                overhead += name_overhead
+            append(overhead - (-chars // per_token))
+        # Equal counts share one memo tuple, so a long history does not leave a tuple per message
+        # for the garbage collector to walk.
+        shared = {count: (name, count) for count in set(out)}
+        deque(map(set_token_memo, messages, map(shared.__getitem__, out)), maxlen=0)
         return out
+
+
+_memo_of = attrgetter("_token_memo")
 
 
 class OpenAITokenizer:

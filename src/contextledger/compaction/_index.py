@@ -13,10 +13,13 @@ appended; if earlier messages changed, the index is rebuilt.
 from __future__ import annotations
 
 import gc
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import repeat
+from operator import attrgetter, itemgetter, sub
 from typing import Any
 
 from contextledger.exceptions import CompactionError, InvalidMessageError
@@ -64,6 +67,14 @@ class GroupKind(str, Enum):
         return self.value
 
 
+# Reading an enum member through its class costs a lookup each time; the hot loops use these.
+_SYSTEM = GroupKind.SYSTEM
+_TOOL_CALL = GroupKind.TOOL_CALL
+_SUMMARY = GroupKind.SUMMARY
+_excluded = attrgetter("excluded")
+_first = itemgetter(0)
+
+
 class MessageGroup:
     """Messages that are kept or excluded together.
 
@@ -76,15 +87,23 @@ class MessageGroup:
     message are turn 0.
     """
 
-    # Every group has these; the rarer attributes below are class-level defaults, set on an
-    # instance only when they differ, so indexing a long history builds each group in five stores.
-    __slots__ = ("__dict__", "excluded", "kind", "messages", "token_count", "turn")
+    # What every group has, or gets on the hot paths (an exclusion sets its reason, a tool-call
+    # group its call ids), lives in slots, so neither indexing nor excluding thousands of groups
+    # creates a per-group dict.  The rarer attributes below are class-level defaults, set on an
+    # instance only when they differ.
+    __slots__ = ("__dict__", "call_ids", "excluded", "exclusion_reason", "kind", "messages", "token_count", "turn")
+
+    kind: GroupKind
+    messages: list[Message]
+    turn: int | None
+    token_count: int
+    excluded: bool
+    exclusion_reason: str | None
+    call_ids: frozenset[str] | None
 
     orphan: bool = False
     origin: str = "input"
     replaces: tuple[MessageGroup, ...] = ()
-    exclusion_reason: str | None = None
-    call_ids: frozenset[str] | None = None
     _byte_count: int | None = None
     # A replacement's key in the index's ordered set of included groups: the group whose place it
     # took, which keeps its position without rebuilding the set.  None means "the group itself".
@@ -106,6 +125,8 @@ class MessageGroup:
         self.turn = turn
         self.token_count = token_count
         self.excluded = False
+        self.exclusion_reason = None
+        self.call_ids = None
         if orphan:
             self.orphan = True
         if origin != "input":
@@ -116,7 +137,7 @@ class MessageGroup:
     @property
     def key(self) -> MessageGroup:
         """This group's key among the included groups (see ``_live_key``)."""
-        return self._live_key if self._live_key is not None else self
+        return self._live_key or self
 
     @property
     def message_count(self) -> int:
@@ -140,23 +161,7 @@ class MessageGroup:
     @property
     def is_complete(self) -> bool:
         """For a tool-call group: every call has a result.  Other groups are always complete."""
-        if self.kind is not GroupKind.TOOL_CALL or not self.call_ids:
-            return True
-        if len(self.call_ids) == 1 and len(self.messages) == 2:  # one call, one answer: the usual shape
-            answer = self.messages[1].contents
-            return (
-                len(answer) == 1
-                and isinstance(answer[0], FunctionResultContent)
-                and (answer[0].call_id in self.call_ids)
-            )
-        answered = {
-            c.call_id
-            for m in self.messages
-            if m.role == "tool"
-            for c in m.contents
-            if isinstance(c, FunctionResultContent)
-        }
-        return self.call_ids <= answered
+        return _is_complete(self)
 
     def __repr__(self) -> str:
         state = f"excluded:{self.exclusion_reason}" if self.excluded else "included"
@@ -164,6 +169,51 @@ class MessageGroup:
             f"MessageGroup({self.kind.value}, turn={self.turn}, messages={len(self.messages)}, "
             f"tokens={self.token_count}, {state})"
         )
+
+
+class _SummaryGroup(MessageGroup):
+    """A summary group written by a strategy.
+
+    Strategies write one per collapsed tool group, thousands per call on a long
+    history, and each needs its origin, what it replaces and (as a replacement)
+    its place among the included groups: slots here, so none of them needs a dict.
+    """
+
+    __slots__ = ("_live_key", "origin", "replaces")
+
+    def __init__(
+        self,
+        message: Message,
+        turn: int | None,
+        token_count: int,
+        origin: str,
+        replaces: tuple[MessageGroup, ...],
+    ) -> None:
+        self.kind = _SUMMARY
+        self.messages = [message]
+        self.turn = turn
+        self.token_count = token_count
+        self.excluded = False
+        self.exclusion_reason = None
+        self.call_ids = None
+        self.origin = origin
+        self.replaces = replaces
+        self._live_key = None
+
+
+def _is_complete(group: MessageGroup) -> bool:
+    """``group.is_complete``, callable without the property on the strategies' hot paths."""
+    call_ids = group.call_ids
+    if not call_ids:  # only tool-call groups made by a call have call ids
+        return True
+    messages = group.messages
+    if len(messages) == 2 and len(call_ids) == 1:  # one call, one answer: the usual shape
+        answer = messages[1].contents
+        return len(answer) == 1 and isinstance(answer[0], FunctionResultContent) and answer[0].call_id in call_ids
+    answered = {
+        c.call_id for m in messages if m.role == "tool" for c in m.contents if isinstance(c, FunctionResultContent)
+    }
+    return call_ids <= answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +273,8 @@ class MessageIndex:
         self.included_non_system_messages = 0
         self.included_tool_call_groups = 0
         self.included_turns = 0
-        self._turn_groups: dict[int, int] = {}
+        # Included groups per turn, indexed by turn (turn 0 is never counted as a turn).
+        self._turn_groups: list[int] = [0]
         self.total_turns = 0
 
     def _count(self, group: MessageGroup, sign: int) -> None:
@@ -235,14 +286,14 @@ class MessageIndex:
         self.included_messages += size
         self.included_tokens += sign * group.token_count
         kind = group.kind
-        if kind is not GroupKind.SYSTEM:
+        if kind is not _SYSTEM:
             self.included_non_system_groups += sign
             self.included_non_system_messages += size
-            if kind is GroupKind.TOOL_CALL:
+            if kind is _TOOL_CALL:
                 self.included_tool_call_groups += sign
         turn = group.turn
         if turn:
-            before = self._turn_groups.get(turn, 0)
+            before = self._turn_groups[turn]
             after = before + sign
             self._turn_groups[turn] = after
             if before == 0 and after > 0:
@@ -251,28 +302,29 @@ class MessageIndex:
                 self.included_turns -= 1
 
     def _tally(
-        self, groups: Iterable[MessageGroup], sign: int, *, totals: bool = True, admit: bool = False
-    ) -> None:
+        self,
+        groups: Iterable[MessageGroup],
+        sign: int,
+        *,
+        totals: bool = True,
+        admit: bool = False,
+        exclude: str | None = None,
+    ) -> list[MessageGroup]:
         """Add (sign=1) or remove (sign=-1) many groups' contributions in one pass: totals, and the
         included metrics of the included ones.  With ``admit`` the included ones also join the
-        ordered set of included groups.  Runs of groups in the same turn update the per-turn
-        count once, so appending a long history costs one dict update per turn, not per group."""
+        ordered set of included groups; with ``exclude`` (a reason) they are excluded as they are
+        counted out, and returned.  Runs of groups in the same turn update the per-turn count once,
+        so a long history costs one update per turn, not per group."""
         total_groups = total_messages = total_tokens = 0
         groups_in = messages_in = tokens_in = non_system = non_system_messages = tool_calls = 0
         turns_delta = 0
         turn_groups = self._turn_groups
         live = self._live
-        system, tool = GroupKind.SYSTEM, GroupKind.TOOL_CALL
-        run_turn: int | None = None
+        system, tool = _SYSTEM, _TOOL_CALL
+        run_turn = 0
         run_length = 0
-
-        def close_run(turn: int, count: int) -> int:
-            """Apply a run of ``count`` groups of one turn; +1/-1 if the turn appeared/vanished."""
-            before = turn_groups.get(turn, 0)
-            after = before + sign * count
-            turn_groups[turn] = after
-            return (before == 0 and after > 0) - (before > 0 and after == 0)
-
+        marked: list[MessageGroup] = []
+        mark = marked.append
         for group in groups:
             size = len(group.messages)
             tokens = group.token_count
@@ -281,8 +333,13 @@ class MessageIndex:
             total_tokens += tokens
             if group.excluded:
                 continue
-            if admit:
-                live[group.key] = group
+            if exclude is not None:
+                group.excluded = True
+                group.exclusion_reason = exclude
+                del live[group._live_key or group]
+                mark(group)
+            elif admit:
+                live[group._live_key or group] = group
             groups_in += 1
             messages_in += size
             tokens_in += tokens
@@ -297,11 +354,17 @@ class MessageIndex:
                 if turn == run_turn:
                     run_length += 1
                 else:
-                    if run_turn is not None:
-                        turns_delta += close_run(run_turn, run_length)
+                    if run_length:  # close the previous run: one per-turn update for all of it
+                        before = turn_groups[run_turn]
+                        after = before + sign * run_length
+                        turn_groups[run_turn] = after
+                        turns_delta += (before == 0 and after > 0) - (before > 0 and after == 0)
                     run_turn, run_length = turn, 1
-        if run_turn is not None:
-            turns_delta += close_run(run_turn, run_length)
+        if run_length:
+            before = turn_groups[run_turn]
+            after = before + sign * run_length
+            turn_groups[run_turn] = after
+            turns_delta += (before == 0 and after > 0) - (before > 0 and after == 0)
         if totals:
             self.total_groups += sign * total_groups
             self.total_messages += sign * total_messages
@@ -313,6 +376,7 @@ class MessageIndex:
         self.included_non_system_messages += sign * non_system_messages
         self.included_tool_call_groups += sign * tool_calls
         self.included_turns += turns_delta
+        return marked
 
     def append(self, messages: Iterable[Message]) -> None:
         """Group and count ``messages`` as if they followed what is already indexed.
@@ -337,7 +401,7 @@ class MessageIndex:
         self._flush()
         counts = self.tokenizer.count_messages(new)
         groups = self._groups
-        # Take the still-open tail out of the metrics; it is counted again, as it ends up, below.
+        live = self._live
         start = len(groups)
         open_tool = self._open_tool
         provisional = self._provisional
@@ -347,119 +411,179 @@ class MessageIndex:
             # A strategy already excluded some of these; merging them into a call group now could
             # flip a message's inclusion behind its back, so they stay the groups they were.
             provisional = []
-        if open_tool is not None or provisional:
+        # The still-open tail (rare: a call still waiting for its results) is taken out of the
+        # metrics and counted again, as it ends up, below.  Otherwise every group made here is new
+        # and included, and the metrics follow from a few counts kept while the groups are made.
+        reopened = open_tool is not None or bool(provisional)
+        if reopened:
             first = open_tool if open_tool is not None else provisional[0]
             start = len(groups) - 1
             while groups[start] is not first:
                 start -= 1
             self._tally(groups[start:], -1)
-        turn = self._turn
-        system_kind, user_kind, text_kind, tool_kind, summary_kind = (
-            GroupKind.SYSTEM,
-            GroupKind.USER,
-            GroupKind.ASSISTANT_TEXT,
-            GroupKind.TOOL_CALL,
-            GroupKind.SUMMARY,
+        turn = first_turn = self._turn
+        turn_starts: list[int] = []  # where each new turn's user group sits in ``groups``
+        unturned: list[int] = []  # where each group of no turn (system, conversation summary) sits
+        systems = tool_groups = 0
+        user_kind, text_kind, tool_kind = GroupKind.USER, GroupKind.ASSISTANT_TEXT, _TOOL_CALL
+        text_type, call_type, result_type, reasoning_type = (
+            TextContent,
+            FunctionCallContent,
+            FunctionResultContent,
+            ReasoningContent,
         )
+        group_type = MessageGroup
+        new_group = object.__new__
         add = groups.append
-        live = self._live
+        mark_turn = turn_starts.append
         for message, tokens in zip(new, counts):
             role = message.role
-            if role == "tool":
-                contents = message.contents
-                if (
-                    open_tool is not None
-                    and open_tool.call_ids is not None
-                    and len(contents) == 1
-                    and isinstance(contents[0], FunctionResultContent)
-                ):
-                    belongs = contents[0].call_id in open_tool.call_ids
-                else:
-                    result_ids = [c.call_id for c in contents if type(c) is FunctionResultContent]
-                    belongs = (
-                        open_tool is not None
-                        and open_tool.call_ids is not None
-                        and bool(result_ids)
-                        and all(call_id in open_tool.call_ids for call_id in result_ids)
-                    )
-                # A result nobody asked for, while a call still waits for its own, stays inside the
-                # open group (flagged), so that call and its results are never split apart.
-                if open_tool is not None and (belongs or not open_tool.is_complete):
-                    if provisional:  # reasoning between results joins the tool group
-                        for group in provisional:
-                            groups.pop()
-                            live.pop(group.key, None)
-                            open_tool.messages.extend(group.messages)
-                            open_tool.token_count += group.token_count
-                        provisional = []
-                    open_tool.messages.append(message)
-                    open_tool.token_count += tokens
-                    open_tool._byte_count = None
-                    if not belongs:
-                        open_tool.orphan = True
-                else:
-                    open_tool = None
-                    if provisional:
-                        provisional = []
-                    add(MessageGroup(tool_kind, [message], turn, tokens, orphan=True))
-            elif role == "user":
-                open_tool = None
-                if provisional:
-                    provisional = []
-                turn += 1
-                add(MessageGroup(user_kind, [message], turn, tokens))
-            elif role == "assistant":
+            if role == "assistant":
                 contents = message.contents
                 only: type | None = type(contents[0]) if len(contents) == 1 else None
-                if only is TextContent and not message.additional_properties:
-                    # The common case, decided without scanning anything.
+                if only is text_type and not message.additional_properties:
+                    # The commonest groups are built in place: a constructor call per message
+                    # would cost as much as the rest of the loop.
                     open_tool = None
                     if provisional:
                         provisional = []
-                    add(MessageGroup(text_kind, [message], turn, tokens))
+                    group = new_group(group_type)
+                    group.kind = text_kind
+                    group.messages = [message]
+                    group.turn = turn
+                    group.token_count = tokens
+                    group.excluded = False
+                    group.exclusion_reason = group.call_ids = None
+                    add(group)
                     continue
-                head = contents[0] if contents else None
-                if only is FunctionCallContent and isinstance(head, FunctionCallContent):
-                    call_ids: frozenset[str] = frozenset((head.call_id,))
+                if only is call_type:
+                    call_ids = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
                 else:
-                    call_ids = frozenset(c.call_id for c in contents if type(c) is FunctionCallContent)
+                    call_ids = frozenset(c.call_id for c in contents if type(c) is call_type)
                 if call_ids:
-                    group = MessageGroup(tool_kind, [message], turn, tokens)
+                    group = new_group(group_type)
+                    group.kind = tool_kind
+                    group.messages = [message]
+                    group.turn = turn
+                    group.token_count = tokens
+                    group.excluded = False
+                    group.exclusion_reason = None
                     group.call_ids = call_ids
                     if provisional:  # reasoning right before a call belongs to it
                         del groups[len(groups) - len(provisional) :]
                         for dropped in provisional:
-                            live.pop(dropped.key, None)
+                            live.pop(dropped._live_key or dropped, None)
                         group.messages[:0] = [m for g in provisional for m in g.messages]
                         group.token_count += sum(g.token_count for g in provisional)
                         provisional = []
                     open_tool = group
                     add(group)
+                    tool_groups += 1
                 elif message.is_summary:
                     open_tool = None
                     if provisional:
                         provisional = []
                     origin = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
-                    add(MessageGroup(summary_kind, [message], _summary_turn(message, turn), tokens, origin=origin))
-                elif contents and all(type(c) is ReasoningContent for c in contents):
-                    group = MessageGroup(text_kind, [message], turn, tokens)
+                    summary_turn = _summary_turn(message, turn)
+                    if summary_turn is None:
+                        unturned.append(len(groups))
+                    add(group_type(_SUMMARY, [message], summary_turn, tokens, origin=origin))
+                elif contents and all(type(c) is reasoning_type for c in contents):
+                    group = group_type(text_kind, [message], turn, tokens)
                     provisional.append(group)
                     add(group)
                 else:
                     open_tool = None
                     if provisional:
                         provisional = []
-                    add(MessageGroup(text_kind, [message], turn, tokens))
+                    add(group_type(text_kind, [message], turn, tokens))
+            elif role == "user":
+                open_tool = None
+                if provisional:
+                    provisional = []
+                mark_turn(len(groups))
+                turn += 1
+                group = new_group(group_type)
+                group.kind = user_kind
+                group.messages = [message]
+                group.turn = turn
+                group.token_count = tokens
+                group.excluded = False
+                group.exclusion_reason = group.call_ids = None
+                add(group)
+            elif role == "tool":
+                contents = message.contents
+                asked = open_tool.call_ids if open_tool is not None else None
+                if asked is not None and len(contents) == 1 and isinstance(contents[0], result_type):
+                    belongs = contents[0].call_id in asked
+                else:
+                    result_ids = [c.call_id for c in contents if type(c) is result_type]
+                    belongs = asked is not None and bool(result_ids) and all(call_id in asked for call_id in result_ids)
+                # A result nobody asked for, while a call still waits for its own, stays inside the
+                # open group (flagged), so that call and its results are never split apart.
+                if open_tool is not None and (belongs or not _is_complete(open_tool)):
+                    if provisional:  # reasoning between results joins the tool group
+                        for group in provisional:
+                            groups.pop()
+                            live.pop(group._live_key or group, None)
+                            open_tool.messages.extend(group.messages)
+                            open_tool.token_count += group.token_count
+                        provisional = []
+                    open_tool.messages.append(message)
+                    open_tool.token_count += tokens
+                    if open_tool._byte_count is not None:
+                        open_tool._byte_count = None
+                    if not belongs:
+                        open_tool.orphan = True
+                else:
+                    open_tool = None
+                    if provisional:
+                        provisional = []
+                    add(group_type(tool_kind, [message], turn, tokens, orphan=True))
+                    tool_groups += 1
             else:  # system
                 open_tool = None
                 if provisional:
                     provisional = []
-                add(MessageGroup(system_kind, [message], None, tokens))
+                unturned.append(len(groups))
+                add(group_type(_SYSTEM, [message], None, tokens))
+                systems += 1
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
-        self._tally(groups[start:], 1, admit=True)
         self._source.extend(new)
+        turn_groups = self._turn_groups
+        turn_groups.extend(repeat(0, turn - first_turn))
+        if reopened:
+            self._tally(groups[start:], 1, admit=True)
+            return
+        fresh = groups[start:]
+        live.update(zip(fresh, fresh))
+        # Groups per turn, from where each turn starts: the turn already open, then the new ones
+        # (merged reasoning only ever left the end of the list, so the starts still hold).
+        per_turn = [turn_starts[0] if turn_starts else len(groups), *turn_starts[1:], len(groups)]
+        per_turn = list(map(sub, per_turn, [start, *turn_starts]))
+        for position in unturned:
+            per_turn[bisect_right(turn_starts, position)] -= 1
+        turns_delta = len(turn_starts)  # every new turn has its user group
+        if first_turn and per_turn[0]:
+            before = turn_groups[first_turn]
+            turn_groups[first_turn] = before + per_turn[0]
+            turns_delta += before == 0
+        turn_groups[first_turn + 1 :] = per_turn[1:]
+        made = len(fresh)
+        size = len(new)
+        tokens = sum(counts)
+        self.total_groups += made
+        self.total_messages += size
+        self.total_tokens += tokens
+        self.included_groups += made
+        self.included_messages += size
+        self.included_tokens += tokens
+        self.included_non_system_groups += made - systems
+        self.included_non_system_messages += size - systems
+        self.included_tool_call_groups += tool_groups
+        self.included_turns += turns_delta
 
     def update(self, messages: Sequence[Message]) -> bool:
         """Bring the index in line with ``messages``: append what is new, or rebuild if the
@@ -482,19 +606,12 @@ class MessageIndex:
         self._count(group, -1)  # while still included, so its contribution is taken out
         group.excluded = True
         group.exclusion_reason = reason
-        del self._live[group.key]
+        del self._live[group._live_key or group]
         return True
 
-    def exclude_many(self, groups: Sequence[MessageGroup], reason: str) -> list[MessageGroup]:
+    def exclude_many(self, groups: Iterable[MessageGroup], reason: str) -> list[MessageGroup]:
         """Exclude several groups in one pass; returns those that were not already excluded."""
-        fresh = [g for g in groups if not g.excluded]
-        self._tally(fresh, -1, totals=False)
-        live = self._live
-        for group in fresh:
-            group.excluded = True
-            group.exclusion_reason = reason
-            del live[group.key]
-        return fresh
+        return self._tally(groups, -1, totals=False, exclude=reason)
 
     def include(self, group: MessageGroup) -> bool:
         """Undo an exclusion; returns False if the group was already included."""
@@ -535,20 +652,14 @@ class MessageIndex:
     ) -> list[MessageGroup]:
         """Summary groups for many messages, counted in one tokenizer batch."""
         counts = self.tokenizer.count_messages(messages)
-        out: list[MessageGroup] = []
-        for message, turn, tokens, source in zip(messages, turns, counts, replaces):
-            group = MessageGroup(GroupKind.SUMMARY, [message], turn, tokens)
-            group.origin = origin
-            group.replaces = source
-            out.append(group)
-        return out
+        return list(map(_SummaryGroup, messages, turns, counts, repeat(origin), replaces))
 
     def make_summary_group(
         self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
     ) -> MessageGroup:
         """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
         tokens = self.tokenizer.count_messages([message])[0]
-        return MessageGroup(GroupKind.SUMMARY, [message], turn, tokens, origin=origin, replaces=replaces)
+        return _SummaryGroup(message, turn, tokens, origin, replaces)
 
     def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
         """Exclude each original and insert its replacement just before it, in one pass.
@@ -562,19 +673,21 @@ class MessageIndex:
         """The metric half of :meth:`replace_many`: O(len(pairs)), so a strategy can check its
         target after every step.  Call :meth:`place_replacements` with all pairs before reading
         the groups or the projection."""
+        if any(map(_excluded, map(_first, pairs))):  # checked first, so a refusal changes nothing
+            raise CompactionError("replace_many: only included groups can be replaced")
         messages_delta = tokens_delta = added_tokens = tool_calls_delta = 0
+        system, tool = _SYSTEM, _TOOL_CALL
         odd: list[tuple[MessageGroup, MessageGroup]] = []
         for original, replacement in pairs:
-            if original.excluded:
-                raise CompactionError("replace_many: only included groups can be replaced")
-            if original.turn != replacement.turn or original.kind is GroupKind.SYSTEM or len(replacement.messages) != 1:
+            if original.turn != replacement.turn or original.kind is system or len(replacement.messages) != 1:
                 odd.append((original, replacement))
                 continue
             # The usual case, netted in one step: same turn, one non-system group for another.
             messages_delta += 1 - len(original.messages)
-            tokens_delta += replacement.token_count - original.token_count
-            added_tokens += replacement.token_count
-            tool_calls_delta += (replacement.kind is GroupKind.TOOL_CALL) - (original.kind is GroupKind.TOOL_CALL)
+            added = replacement.token_count
+            tokens_delta += added - original.token_count
+            added_tokens += added
+            tool_calls_delta += (replacement.kind is tool) - (original.kind is tool)
             original.excluded = True
             original.exclusion_reason = reason
         plain = len(pairs) - len(odd)
@@ -598,9 +711,14 @@ class MessageIndex:
         pending = self._pending
         live = self._live
         for original, replacement in pairs:
-            pending.setdefault(id(original), []).append(replacement)
-            replacement._live_key = original.key
-            live[original.key] = replacement
+            anchor = id(original)
+            if anchor in pending:
+                pending[anchor].append(replacement)
+            else:
+                pending[anchor] = [replacement]
+            key = original._live_key or original
+            replacement._live_key = key
+            live[key] = replacement
 
     def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
         """Insert ``group`` just before ``anchor``.
@@ -659,9 +777,15 @@ class MessageIndex:
 
     def projection(self) -> list[Message]:
         """The included messages, in order: what is sent to the model."""
+        source = self._source
+        if self.included_messages == self.total_messages == len(source):
+            # Every group included and nothing inserted: the groups hold exactly the indexed
+            # messages, in order (a group never has fewer than one message).
+            return list(source)
         out: list[Message] = []
+        extend = out.extend
         for group in self._live.values():
-            out.extend(group.messages)
+            extend(group.messages)
         return out
 
     @property

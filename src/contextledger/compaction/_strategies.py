@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, cast
 
@@ -31,6 +33,7 @@ from contextledger.compaction._index import (
     GroupKind,
     MessageGroup,
     MessageIndex,
+    _is_complete,
     gc_paused,
 )
 from contextledger.compaction.triggers import (
@@ -39,6 +42,7 @@ from contextledger.compaction.triggers import (
     _MessagesExceed,
     _TokensBelow,
     _TokensExceed,
+    _TurnsExceed,
     always,
     messages_exceed,
     never,
@@ -74,6 +78,7 @@ logger = logging.getLogger("contextledger.compaction")
 SYSTEM = GroupKind.SYSTEM
 TOOL_CALL = GroupKind.TOOL_CALL
 SUMMARY = GroupKind.SUMMARY
+_TOOL_KINDS = frozenset({TOOL_CALL})
 
 
 def _count(value: object, what: str, *, minimum: int = 0) -> int:
@@ -112,8 +117,11 @@ class _NonSystemMessagesExceed:
         return f"non_system_messages_exceed({self.limit})"
 
 
-def _threshold_of(target: Trigger | None, trigger: Trigger) -> tuple[str, int] | None:
-    """If "target met" is just ``metric <= limit``, return (index attribute, limit)."""
+def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = False) -> tuple[str, int] | None:
+    """If "target met" is just ``metric <= limit``, return (index attribute, limit).
+
+    A threshold on turns is recognised only with ``turns``, for callers that exclude whole turns
+    (excluding one group does not say how the turn count moves)."""
     if target is None:
         check: object = trigger
     elif isinstance(target, _Not):
@@ -128,6 +136,8 @@ def _threshold_of(target: Trigger | None, trigger: Trigger) -> tuple[str, int] |
         return ("included_messages", check.limit)
     if isinstance(check, _GroupsExceed):
         return ("included_groups", check.limit)
+    if turns and isinstance(check, _TurnsExceed):
+        return ("included_turns", check.limit)
     return None
 
 
@@ -138,19 +148,58 @@ def _stops_never(target: Trigger | None, trigger: Trigger) -> bool:
     return isinstance(target, type(never()))
 
 
-def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[int]:
-    """Ids of the ``count`` newest included non-system groups (of ``kinds``, if given)."""
-    kept: set[int] = set()
+def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[MessageGroup]:
+    """The ``count`` newest included non-system groups (of ``kinds``, if given)."""
+    kept: set[MessageGroup] = set()
     if count <= 0:
         return kept
     for group in index.newest_live():
         if group.kind is SYSTEM:
             continue
         if kinds is None or group.kind in kinds:
-            kept.add(id(group))
+            kept.add(group)
             if len(kept) >= count:
                 break
     return kept
+
+
+_turn_of = attrgetter("turn")
+_kind_of = attrgetter("kind")
+_messages_of = attrgetter("messages")
+_tokens_of = attrgetter("token_count")
+
+
+def _oldest_until(
+    index: MessageIndex, candidates: Sequence[MessageGroup], metric: str, limit: int
+) -> list[MessageGroup]:
+    """The included ``candidates``, oldest first, whose exclusion one by one brings ``metric``
+    (an included-count attribute of the index) down to ``limit``: found with local arithmetic,
+    as excluding each would change the metric, without touching the index."""
+    remaining = getattr(index, metric)
+    chosen: list[MessageGroup] = []
+    take = chosen.append
+    if metric == "included_tokens":
+        for group in candidates:
+            if remaining <= limit:
+                break
+            if not group.excluded:
+                take(group)
+                remaining -= group.token_count
+    elif metric == "included_messages":
+        for group in candidates:
+            if remaining <= limit:
+                break
+            if not group.excluded:
+                take(group)
+                remaining -= len(group.messages)
+    else:  # a count of groups
+        for group in candidates:
+            if remaining <= limit:
+                break
+            if not group.excluded:
+                take(group)
+                remaining -= 1
+    return chosen
 
 
 def _newest_non_system(index: MessageIndex) -> MessageGroup | None:
@@ -206,17 +255,19 @@ class CompactionStrategy(ABC):
         """Record one event for a batch of groups; True if there were any."""
         if not groups:
             return False
-        turns = [g.turn for g in groups if g.turn is not None]
-        span = f", turns {min(turns)}-{max(turns)}" if turns else ""
-        kinds = {g.kind for g in groups}
+        # Thousands of groups per call on a long history: every pass here runs in C.
+        turns = [turn for turn in map(_turn_of, groups) if turn is not None]
+        first, last = (min(turns), max(turns)) if turns else (None, None)
+        span = f", turns {first}-{last}" if turns else ""
+        kinds = set(map(_kind_of, groups))
         index.events.append(
             CompactionEvent(
                 self.name,
                 action,
                 kinds.pop().value if len(kinds) == 1 else None,
-                turns[0] if len(set(turns)) == 1 else None,
-                sum(len(g.messages) for g in groups),
-                sum(g.token_count for g in groups),
+                first if first == last else None,
+                sum(map(len, map(_messages_of, groups))),
+                sum(map(_tokens_of, groups)),
                 f"{len(groups)} group{'s' if len(groups) != 1 else ''}{span}: {detail}",
                 groups=tuple(groups),
             )
@@ -237,20 +288,7 @@ class CompactionStrategy(ABC):
             doomed = index.exclude_many(candidates, reason)
         elif threshold is not None:
             metric, limit = threshold
-            remaining = getattr(index, metric)
-            for group in candidates:
-                if remaining <= limit:
-                    break
-                if group.excluded:
-                    continue
-                doomed.append(group)
-                if metric == "included_tokens":
-                    remaining -= group.token_count
-                elif metric == "included_messages":
-                    remaining -= len(group.messages)
-                else:
-                    remaining -= 1
-            index.exclude_many(doomed, reason)
+            doomed = index.exclude_many(_oldest_until(index, candidates, metric, limit), reason)
         else:
             for group in candidates:
                 if self.target_met(index):
@@ -329,22 +367,19 @@ class TruncationStrategy(CompactionStrategy):
 
     async def _run(self, index: MessageIndex) -> bool:
         protected = _newest(index, max(self.minimum_preserved, 1))
+        live = index.live
         if self.preserve_first_user_group:
-            first_user = next((g for g in index.live if g.kind is GroupKind.USER), None)
+            first_user = next((g for g in live if g.kind is GroupKind.USER), None)
             if first_user is not None:
-                protected.add(id(first_user))
-        candidates = [
-            g for g in index.live if id(g) not in protected and not (g.kind is SYSTEM and self.preserve_system)
-        ]
+                protected.add(first_user)
+        if self.preserve_system:
+            candidates = [g for g in live if g.kind is not SYSTEM and g not in protected]
+        else:
+            candidates = [g for g in live if g not in protected]
         return self._exclude_oldest(index, candidates, "truncation")
 
 
 # Sliding window --------------------------------------------------------------------------------
-
-
-def _always_kept_by_window(group: MessageGroup) -> bool:
-    """System groups, turn 0 and conversation summaries survive any window."""
-    return group.kind is SYSTEM or group.turn == 0 or (group.kind is SUMMARY and group.turn is None)
 
 
 class SlidingWindowStrategy(CompactionStrategy):
@@ -408,7 +443,10 @@ class SlidingWindowStrategy(CompactionStrategy):
         return self._window_turns(index)
 
     def _window_groups(self, index: MessageIndex, keep: int) -> bool:
-        eligible = [g for g in index.live if not _always_kept_by_window(g)]
+        # System groups, turn 0 and conversation summaries survive any window.
+        eligible = [
+            g for g in index.live if not (g.kind is SYSTEM or g.turn == 0 or (g.kind is SUMMARY and g.turn is None))
+        ]
         doomed = eligible[:-keep] if keep else eligible
         newest = _newest_non_system(index)
         if doomed and doomed[-1] is newest:
@@ -417,26 +455,62 @@ class SlidingWindowStrategy(CompactionStrategy):
         return self._log(index, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
+        # The groups of each user turn; turn 0 and groups of no turn (system messages,
+        # conversation summaries) survive any window.
         turns: dict[int, list[MessageGroup]] = {}
+        current: int | None = None
+        bucket: list[MessageGroup] = []
         for group in index.live:
-            if _always_kept_by_window(group) or group.turn is None:
+            turn = group.turn
+            if not turn or group.kind is SYSTEM:
                 continue
-            turns.setdefault(group.turn, []).append(group)
+            if turn != current:
+                current = turn
+                bucket = turns.setdefault(turn, [])
+            bucket.append(group)
         ordered = sorted(turns)
         floor = self.minimum_preserved
         candidates = ordered[: len(ordered) - floor] if floor else ordered
         newest = _newest_non_system(index)
         if newest is not None and candidates and candidates[-1] == newest.turn:
             candidates.pop()  # the latest exchange is always sent, whatever the floor
-        excluded: list[MessageGroup] = []
+        reason = "sliding_window"
+        left = index.included_non_system_groups
+        threshold = _threshold_of(self.target, self.trigger, turns=True)
+        if threshold is None:
+            # Any other target: exclude a turn at a time and ask the index after each.
+            excluded: list[MessageGroup] = []
+            for turn in candidates:
+                if self.target_met(index):
+                    break
+                groups = turns[turn]
+                if len(groups) >= index.included_non_system_groups:
+                    break  # excluding this turn would leave nothing but system messages
+                excluded.extend(index.exclude_many(groups, reason))
+            return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
+        # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
+        # A turn's groups are all of its included groups (no system group has a turn), so dropping
+        # it takes exactly one turn off the count.
+        metric, limit = threshold
+        remaining = getattr(index, metric)
+        doomed: list[MessageGroup] = []
         for turn in candidates:
-            if self.target_met(index):
+            if remaining <= limit:
                 break
             groups = turns[turn]
-            if len(groups) >= index.included_non_system_groups:
+            if len(groups) >= left:
                 break  # excluding this turn would leave nothing but system messages
-            excluded.extend(index.exclude_many(groups, "sliding_window"))
-        return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
+            left -= len(groups)
+            doomed.extend(groups)
+            if metric == "included_tokens":
+                remaining -= sum(map(_tokens_of, groups))
+            elif metric == "included_messages":
+                remaining -= sum(map(len, map(_messages_of, groups)))
+            elif metric == "included_groups":
+                remaining -= len(groups)
+            else:
+                remaining -= 1
+        return self._log(index, "excluded", index.exclude_many(doomed, reason), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
         if self.keep_last_groups is not None:
@@ -463,18 +537,36 @@ def format_tool_results(messages: Sequence[Message], *, max_result_chars: int = 
     """``[Tool results: get_weather: sunny, 18°C; search_docs: 3 documents]``, with each result
     cut to ``max_result_chars`` and the whole line to ``max_chars``: a trace of what the tools
     said, not a copy of it."""
-    if len(messages) == 2:  # the usual shape: one call, one result
-        call, result = messages[0].contents, messages[1].contents
-        if (
-            len(call) == 1
-            and len(result) == 1
-            and type(call[0]) is FunctionCallContent
-            and type(result[0]) is FunctionResultContent
-            and call[0].call_id == result[0].call_id
-        ):
-            text = f"[Tool results: {call[0].name}: {_preview(result[0].result, max_result_chars) or '(empty)'}]"
-            if len(text) <= max_chars:
-                return text
+    return _tool_result_texts((messages,), max_result_chars, max_chars)[0]
+
+
+def _tool_result_texts(groups: Iterable[Sequence[Message]], max_result_chars: int, max_chars: int) -> list[str]:
+    """:func:`format_tool_results` for many groups' messages in one loop (a collapse writes
+    thousands per call), the usual shape decided inline."""
+    out: list[str] = []
+    append = out.append
+    call_type, result_type = FunctionCallContent, FunctionResultContent
+    for messages in groups:
+        if len(messages) == 2:  # the usual shape: one call, one result
+            call, result = messages[0].contents, messages[1].contents
+            if (
+                len(call) == 1
+                and len(result) == 1
+                and type(call[0]) is call_type
+                and type(result[0]) is result_type
+                and call[0].call_id == result[0].call_id
+            ):
+                preview = _preview(result[0].result, max_result_chars) or "(empty)"
+                text = f"[Tool results: {call[0].name}: {preview}]"
+                if len(text) <= max_chars:
+                    append(text)
+                    continue
+        append(_any_tool_results(messages, max_result_chars, max_chars))
+    return out
+
+
+def _any_tool_results(messages: Sequence[Message], max_result_chars: int, max_chars: int) -> str:
+    """The general case of :func:`format_tool_results`: parallel calls, missing results, a cut line."""
     names: dict[str, str] = {}
     for message in messages:
         for c in message.contents:
@@ -539,12 +631,11 @@ class _ToolGroupStrategy(CompactionStrategy):
     keep_last_tool_call_groups: int | None
     minimum_preserved: int
 
-    def _eligible(self, index: MessageIndex) -> list[MessageGroup]:
+    def _protected(self, index: MessageIndex) -> set[MessageGroup]:
+        """The newest groups the floor keeps out of reach."""
         if self.keep_last_tool_call_groups is not None:
-            protected = _newest(index, self.keep_last_tool_call_groups, frozenset({TOOL_CALL}))
-        else:
-            protected = _newest(index, self.minimum_preserved)
-        return [g for g in index.live if g.kind is TOOL_CALL and id(g) not in protected]
+            return _newest(index, self.keep_last_tool_call_groups, _TOOL_KINDS)
+        return _newest(index, self.minimum_preserved)
 
     def __repr__(self) -> str:
         if self.keep_last_tool_call_groups is not None:
@@ -588,28 +679,39 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             raise ConfigurationError(f"formatter must be a callable from messages to text, got {formatter!r}")
         self.formatter = formatter
 
-    def _summary_text(self, messages: Sequence[Message]) -> str:
-        if self.formatter is not None:
-            text = self.formatter(messages)
+    def _summary_texts(self, groups: Sequence[MessageGroup]) -> list[str]:
+        if self.formatter is None:
+            return _tool_result_texts(map(_messages_of, groups), self.max_result_chars, self.max_summary_chars)
+        texts: list[str] = []
+        for group in groups:
+            text = self.formatter(group.messages)
             if not isinstance(text, str) or not text.strip():
                 raise ConfigurationError(f"the tool-result formatter returned {text!r}; it must return non-empty text")
-            return text
-        return format_tool_results(messages, max_result_chars=self.max_result_chars, max_chars=self.max_summary_chars)
+            texts.append(text)
+        return texts
 
     def _collapse(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> list[MessageGroup]:
-        summaries = [assistant_text_message(self._summary_text(g.messages), _TOOL_SUMMARY_PROPERTIES) for g in groups]
+        # Thousands of groups per call on a long history: each step is one loop, most of them in C.
+        summaries = list(map(assistant_text_message, self._summary_texts(groups), repeat(_TOOL_SUMMARY_PROPERTIES)))
         return index.make_summary_groups(
-            summaries, turns=[g.turn for g in groups], origin="tool_results", replaces=[(g,) for g in groups]
+            summaries, turns=list(map(_turn_of, groups)), origin="tool_results", replaces=list(zip(groups))
         )
 
     async def _run(self, index: MessageIndex) -> bool:
-        candidates = [g for g in self._eligible(index) if not g.orphan and g.is_complete]
+        protected = self._protected(index)
+        candidates = [
+            g for g in index.live if g.kind is TOOL_CALL and g not in protected and not g.orphan and _is_complete(g)
+        ]
         threshold = _threshold_of(self.target, self.trigger)
         pairs: list[tuple[MessageGroup, MessageGroup]] = []
         if _stops_never(self.target, self.trigger):
-            pairs = list(zip(candidates, self._collapse(index, candidates)))
+            replacements = self._collapse(index, candidates)
+            pairs = list(zip(candidates, replacements))
             index.replace_many(pairs, "collapsed")
-        elif threshold is not None:
+            saved = sum(map(_tokens_of, candidates)) - sum(map(_tokens_of, replacements))
+            detail = f"replaced by one-line summaries, {saved} tokens saved"
+            return self._log(index, "collapsed", candidates, detail)
+        if threshold is not None:
             # Collapse just enough groups, found with local arithmetic.
             metric, limit = threshold
             remaining = getattr(index, metric)
@@ -665,7 +767,8 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
 
     async def _run(self, index: MessageIndex) -> bool:
         newest = _newest_non_system(index)
-        candidates = [g for g in self._eligible(index) if g is not newest]
+        protected = self._protected(index)
+        candidates = [g for g in index.live if g.kind is TOOL_CALL and g not in protected and g is not newest]
         return self._exclude_oldest(index, candidates, "tool_call_removed")
 
 
@@ -788,19 +891,19 @@ class SummarizationStrategy(CompactionStrategy):
         tokenizer = index.tokenizer
         spent = sum(tokenizer.count_messages(self._request([])))
         if self.target_count is not None:
-            kept: set[int] = set()
+            kept: set[MessageGroup] = set()
             retained = 0
             for group in index.newest_live():
                 if group.kind is SYSTEM:
                     continue
                 if retained >= self.target_count and kept:
                     break
-                kept.add(id(group))
+                kept.add(group)
                 retained += len(group.messages)
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
         for group in index.live:
-            if group.kind is SYSTEM or id(group) in kept:
+            if group.kind is SYSTEM or group in kept:
                 continue
             if self.target_count is None and self.target_met(index):
                 break
