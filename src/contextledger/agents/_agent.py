@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contextledger.agents._compaction import _ProvidedClient
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, describe_tools
@@ -171,7 +172,13 @@ class Agent:
                 histories[provider.source_id] = provider
         self.context_providers: tuple[ContextProvider | HistoryProvider, ...] = tuple(providers)
         self.history_providers: Mapping[str, HistoryProvider] = histories
-        for provider in providers:
+        # Providers registered on the client (use_context_providers) rewrite every call there;
+        # the agent still gives them their place in the run: bind, before_run and after_run.
+        on_client = getattr(client, "providers", ()) if isinstance(client, _ProvidedClient) else ()
+        self._client_providers: tuple[ContextProvider, ...] = tuple(
+            p for p in on_client if not any(p is q for q in providers)
+        )
+        for provider in [*providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 provider.bind(self)
 
@@ -180,7 +187,10 @@ class Agent:
 
     @property
     def history(self) -> HistoryProvider:
-        """The first history provider: where ``run`` stores the conversation."""
+        """The first history provider: the history each request is built from.
+
+        Every history provider stores each turn; only this one is read into requests.
+        """
         return next(iter(self.history_providers.values()))
 
     def create_session(self, session_id: str | None = None) -> Session:
@@ -213,18 +223,23 @@ class Agent:
             raise
         finally:
             current_run.reset(token)
-        for provider in self.context_providers:
+        for provider in [*self.context_providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 await provider.after_run(context)
         return response
 
     async def _run(self, context: RunContext) -> AgentResponse:
         session_id = context.session.session_id
-        for provider in self.context_providers:
+        primary = self.history
+        for provider in [*self.context_providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 await provider.before_run(context)
-            else:
+            elif provider is primary:
                 context._add_history(provider.source_id, await provider.load(session_id))
+            else:
+                # Another store (a mirror) receives the turn too, but its copy is not sent again;
+                # it is read only so a failed store can be put back as it was.
+                context._mirrors[provider.source_id] = await provider.load(session_id)
         instructions = [self.instructions] if self.instructions else []
         instructions.extend(context.instructions)
         head = (
@@ -286,7 +301,7 @@ class Agent:
                 await provider.append(session_id, turn)
                 done.append(provider)
         except HistoryError:
-            loaded: dict[str | None, list[Message]] = {}
+            loaded: dict[str | None, list[Message]] = dict(context._mirrors)
             for message, source in context.entries:
                 if source.kind == "history":
                     loaded.setdefault(source.source_id, []).append(message)

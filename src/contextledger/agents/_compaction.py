@@ -298,9 +298,8 @@ class CompactionProvider(ContextProvider):
         session = context.session
         view: _View | None = session._cache.get(self)
         if view is not None and (view.frozen or len(view.index.source_messages) > len(view.context)):
-            # Written into the session's state only when the session is serialised: walking a long
-            # index on every turn would cost more than the compaction itself.
-            session._exports[self._state_key] = view.record
+            # Cheap: the view's index holds little more than what is still sent (see _View).
+            session.state[self._state_key] = view.record()
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
@@ -318,10 +317,32 @@ class CompactionProvider(ContextProvider):
         else:
             index = MessageIndex(stored, tokenizer=self._after_tokenizer)
             changed = await self.after_strategy.compact(index) or bool(index.events)
+        changed = _drop_stranded(index) or changed
         reduced = index.projection() if changed else stored
         if reduced != stored:
             await history.replace(session.session_id, reduced)
         session._cache[key] = (index, reduced)
+
+
+def _drop_stranded(index: MessageIndex) -> bool:
+    """Exclude what a window left of a turn whose user message it dropped, before the first kept turn.
+
+    A stored history that started with such a remnant (an answer, a tool exchange) would read
+    back as the preamble before the first user message, which every window keeps: reduced
+    again from the store it would never go, and each reduction would strand another.  A retained
+    history therefore starts at a turn's beginning; the request view is not affected.
+    """
+    stranded = []
+    for group in index.live:
+        if group.kind is GroupKind.USER:
+            break
+        if group.kind is GroupKind.SYSTEM or not group.turn:
+            continue  # system messages and the real preamble (turn 0) stay
+        stranded.append(group)
+    if not stranded:
+        return False
+    index.exclude_many(stranded, "stranded by a reduction")
+    return True
 
 
 class ReducedHistoryProvider:
@@ -351,7 +372,10 @@ class ReducedHistoryProvider:
         return f"ReducedHistoryProvider({self.inner!r}, {self.strategy!r})"
 
     async def reduce(self, messages: Sequence[Message]) -> list[Message]:
-        return await apply_compaction(messages, strategy=self.strategy, tokenizer=self.tokenizer)
+        index = MessageIndex(messages, tokenizer=self.tokenizer)
+        await self.strategy.compact(index)
+        _drop_stranded(index)
+        return index.projection()
 
     async def load(self, session_id: str) -> list[Message]:
         return await self.inner.load(session_id)

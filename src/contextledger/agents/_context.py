@@ -58,6 +58,7 @@ class RunContext:
         self._context: list[tuple[Message, MessageSource]] = []
         self._history: list[tuple[Message, MessageSource]] = []
         self._history_messages: list[Message] = []
+        self._mirrors: dict[str | None, list[Message]] = {}
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
 

@@ -6,7 +6,6 @@ import copy
 import json
 import math
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from contextledger.exceptions import SessionError
@@ -55,7 +54,7 @@ class Session:
     beside it, are never serialised, and are dropped when a run fails.
     """
 
-    __slots__ = ("_cache", "_exports", "session_id", "state")
+    __slots__ = ("_cache", "session_id", "state")
 
     def __init__(self, session_id: str | None = None, state: dict[str, Any] | None = None) -> None:
         if session_id is None:
@@ -67,17 +66,12 @@ class Session:
         self.session_id = session_id
         self.state: dict[str, Any] = {} if state is None else state
         self._cache: dict[object, Any] = {}
-        # State a provider computes only when the session is serialised: key -> function.
-        self._exports: dict[str, Callable[[], Any]] = {}
 
     def __repr__(self) -> str:
         return f"Session(session_id={self.session_id!r}, state_keys={sorted(self.state)})"
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of what identifies the session and its state, as plain JSON values."""
-        for key, export in self._exports.items():
-            self.state[key] = export()
-        self._exports.clear()
         return {"session_id": self.session_id, "state": copy.deepcopy(self.state)}
 
     def to_json(self) -> str:
@@ -114,4 +108,3 @@ class Session:
 
     def _drop_caches(self) -> None:
         self._cache.clear()
-        self._exports.clear()

@@ -11,6 +11,7 @@ tokenizer and labelled an estimate.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,20 @@ _TAGGED_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 _RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
 # Words a tool name shares with almost any question; they never pick a tool on their own.
 _GENERIC = frozenset({"get", "lookup", "search", "find", "query", "fetch", "list", "run", "tool"})
+
+
+def _call_id(messages: Sequence[Message], name: str, arguments: Mapping[str, str]) -> str:
+    """An id that depends only on the request, so two runs give the same transcript, and that
+    differs from every call id the request already holds, so a history stays valid across
+    restarts of the model."""
+    taken = {c.call_id for m in messages for c in m.contents if isinstance(c, FunctionCallContent)}
+    seed = f"{len(messages)}|{name}|{json.dumps(dict(arguments), sort_keys=True)}|{messages[-1].text}"
+    digest = hashlib.sha256(seed.encode("utf-8")).hexdigest()
+    for width in range(12, len(digest) + 1):
+        candidate = f"call_{digest[:width]}"
+        if candidate not in taken:
+            return candidate
+    return f"call_{digest}_{len(taken)}"
 
 
 def _words(text: str) -> set[str]:
@@ -110,7 +125,7 @@ class OfflineModel:
             limit = min(self.summary_chars, requested)
             return Message.assistant(self._summarise(last.text, limit))
         if tools and last.role == "user":
-            call = self._choose_tool(last.text, tools)
+            call = self._choose_tool(messages, last.text, tools)
             if call is not None:
                 return Message.assistant(calls=[call])
         return Message.assistant(self._answer(messages, last))
@@ -143,7 +158,9 @@ class OfflineModel:
                     results.append(f"{names.get(content.call_id, 'the tool')} returned {content.result.strip()}")
         return "; ".join(reversed(results)) + "."
 
-    def _choose_tool(self, question: str, tools: Sequence[Mapping[str, Any]]) -> FunctionCallContent | None:
+    def _choose_tool(
+        self, messages: list[Message], question: str, tools: Sequence[Mapping[str, Any]]
+    ) -> FunctionCallContent | None:
         asked = _words(question)
         for tool in tools:
             function = tool.get("function", tool)
@@ -160,7 +177,7 @@ class OfflineModel:
                 required = parameters.get("required") or list(properties)
                 arguments[str(required[0])] = subject[-1].lower()
             self._calls += 1
-            return FunctionCallContent(f"call_offline_{self._calls}", name, json.dumps(arguments))
+            return FunctionCallContent(_call_id(messages, name, arguments), name, json.dumps(arguments))
         return None
 
     def _answer(self, messages: list[Message], last: Message) -> str:
