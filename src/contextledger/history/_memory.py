@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 
 from contextledger.history._encoding import check_name, check_session_id, encode_messages
 from contextledger.messages import Message
@@ -55,11 +56,14 @@ class InMemoryHistoryProvider:
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
         items = _materialise(messages)
         current = check_session_id(session_id)
-        with self._lock:
-            known = {id(m) for m in self._sessions.get(current, ())} if isinstance(items, list) else set()
-        # A reduction rewrites a long history but keeps most of its messages: only the new
-        # ones need the storage check.
-        fresh = [m for m in items if id(m) not in known] if isinstance(items, list) else items
+        fresh: object = items
+        if isinstance(items, list):
+            # A reduction rewrites a long history but keeps most of its messages: only the new
+            # ones need the storage check (found with set operations, as this runs every turn).
+            with self._lock:
+                known = set(map(id, self._sessions.get(current, ())))
+            new_ids = set(map(id, items)).difference(known)
+            fresh = list(compress(items, map(new_ids.__contains__, map(id, items)))) if new_ids else []
         key, _, _ = encode_messages(session_id, fresh, "replace")
         stored = items if isinstance(items, list) else []
         with self._lock:
