@@ -309,19 +309,31 @@ class Message:
                     yield text
 
 
-_set_role = Message.__dict__["role"].__set__
-_set_contents = Message.__dict__["contents"].__set__
-_set_author_name = Message.__dict__["author_name"].__set__
-_set_message_id = Message.__dict__["message_id"].__set__
-_set_properties = Message.__dict__["additional_properties"].__set__
-_set_extra = Message.__dict__["extra"].__set__
-_set_content_form = Message.__dict__["content_form"].__set__
 _set_token_memo = Message.__dict__["_token_memo"].__set__
 set_token_memo: Callable[[Message, tuple[object, int]], None] = _set_token_memo
 """Record a message's token count for a tokenizer (the memo is invisible to equality and output)."""
-_set_text = TextContent.__dict__["text"].__set__
-_set_text_type = TextContent.__dict__["type"].__set__
-_new = object.__new__
+
+
+class _TextContentFields:
+    """TextContent's slots on a class that lets them be assigned (see assistant_text_message)."""
+
+    __slots__ = TextContent.__slots__
+    text: str
+    type: str
+
+
+class _MessageFields:
+    """Message's slots on a class that lets them be assigned (see assistant_text_message)."""
+
+    __slots__ = Message.__slots__
+    role: str
+    contents: tuple[object, ...]
+    author_name: str | None
+    message_id: str | None
+    additional_properties: Mapping[str, Any]
+    extra: Mapping[str, Any]
+    content_form: str | None
+    _token_memo: tuple[object, int] | None
 
 
 def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
@@ -330,20 +342,27 @@ def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
     Compaction writes one such message per collapsed group, thousands per call on
     long histories; this skips the re-validation a caller-supplied message gets.
     ``properties`` must already be read-only (a ``MappingProxyType``).
+
+    A frozen dataclass only takes its fields through a descriptor call each, which
+    costs more than the rest of the work; so the fields are assigned on a plain
+    object with the very same slots, which then becomes the frozen class (same
+    layout, so Python allows the switch).  The result is an ordinary ``Message``.
     """
-    content = _new(TextContent)
-    _set_text(content, text)
-    _set_text_type(content, "text")
-    message = _new(Message)
-    _set_role(message, "assistant")
-    _set_contents(message, (content,))
-    _set_author_name(message, None)
-    _set_message_id(message, None)
-    _set_properties(message, properties)
-    _set_extra(message, _EMPTY)
-    _set_content_form(message, None)
-    _set_token_memo(message, None)
-    return message
+    content = _TextContentFields()
+    content.text = text
+    content.type = "text"
+    content.__class__ = TextContent  # type: ignore[assignment]
+    message = _MessageFields()
+    message.role = "assistant"
+    message.contents = (content,)
+    message.author_name = None
+    message.message_id = None
+    message.additional_properties = properties
+    message.extra = _EMPTY
+    message.content_form = None
+    message._token_memo = None
+    message.__class__ = Message  # type: ignore[assignment]
+    return message  # type: ignore[return-value]
 
 
 # OpenAI conversion --------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from contextledger.exceptions import ConfigurationError, TokenizerUnavailableError
@@ -126,9 +125,9 @@ class CharacterEstimatorTokenizer:
 
     def count_messages(self, messages: Sequence[Message]) -> list[int]:
         # The hot path of indexing a long history: one flat loop over the messages with the
-        # arithmetic inline, and the memos read and recorded by C-level loops around it.
+        # arithmetic inline, and the memos read and recorded around it.
         name = self._name
-        memos = list(map(_memo_of, messages))
+        memos = [message._token_memo for message in messages]
         if memos.count(None) != len(memos):  # some were counted before: serve those from the memo
             counts = [memo[1] if memo is not None and memo[0] == name else -1 for memo in memos]
             if -1 in counts:
@@ -140,38 +139,44 @@ class CharacterEstimatorTokenizer:
 
     def _count_new(self, messages: Sequence[Message]) -> list[int]:
         """Count messages with no memo for this tokenizer, and memoise the counts."""
-        name = self._name
         per_token = self.characters_per_token
+        rounding = per_token - 1
         text_type, result_type, call_type = TextContent, FunctionResultContent, FunctionCallContent
-        message_overhead, call_overhead, name_overhead = MESSAGE_OVERHEAD, CALL_OVERHEAD, NAME_OVERHEAD
+        overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
         out: list[int] = []
         append = out.append
         for message in messages:
-            overhead = message_overhead
-            chars = 0
-            for content in message.contents:
+            contents = message.contents
+            if len(contents) == 1 and message.author_name is None:  # most messages: no loop
+                content = contents[0]
                 kind = type(content)
                 if kind is text_type:
-                    chars += len(content.text)  # type: ignore[union-attr]
-                elif kind is result_type:
-                    chars += len(content.result)  # type: ignore[union-attr]
-                elif kind is call_type:
-                    chars += len(content.name) + len(content.arguments)  # type: ignore[union-attr]
-                    overhead += call_overhead
-                else:
-                    chars += _payload_chars((content,))
-            if message.author_name:  # a name is read by the model too: its own tokens, plus one
-                chars += len(message.author_name)
-                overhead += name_overhead
-            append(overhead - (-chars // per_token))
+                    append(overhead + (len(content.text) + rounding) // per_token)  # type: ignore[union-attr]
+                    continue
+                if kind is result_type:
+                    append(overhead + (len(content.result) + rounding) // per_token)  # type: ignore[union-attr]
+                    continue
+                if kind is call_type:
+                    chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
+                    append(call_overhead + (chars + rounding) // per_token)
+                    continue
+            append(self._count_any(message))
         # Equal counts share one memo tuple, so a long history does not leave a tuple per message
         # for the garbage collector to walk.
+        name = self._name
         shared = {count: (name, count) for count in set(out)}
         deque(map(set_token_memo, messages, map(shared.__getitem__, out)), maxlen=0)
         return out
 
-
-_memo_of = attrgetter("_token_memo")
+    def _count_any(self, message: Message) -> int:
+        """Any message: every content, the author name, a wrapper per tool call."""
+        contents = message.contents
+        chars = _payload_chars(contents)
+        overhead = MESSAGE_OVERHEAD + CALL_OVERHEAD * sum(1 for c in contents if type(c) is FunctionCallContent)
+        if message.author_name:  # a name is read by the model too: its own tokens, plus one
+            chars += len(message.author_name)
+            overhead += NAME_OVERHEAD
+        return overhead - (-chars // self.characters_per_token)
 
 
 class OpenAITokenizer:

@@ -8,19 +8,26 @@ strategy that excludes k groups costs O(k), not O(k·n).
 
 Appending messages to an indexed history groups and counts only what was
 appended; if earlier messages changed, the index is rebuilt.
+
+The groups are kept as columns (one list per attribute, indexed by a group id)
+rather than as one object per group: indexing a long history then costs a few
+list appends per message, and a strategy excluding or collapsing thousands of
+groups works on whole columns at once.  :class:`MessageGroup` objects are made
+on demand, as views of a group's row, and are the same object every time.
 """
 
 from __future__ import annotations
 
 import gc
-from bisect import bisect_right
+import itertools
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import repeat
-from operator import attrgetter, itemgetter, sub
-from typing import Any
+from itertools import compress, repeat
+from operator import add, ne
+from typing import Any, cast, overload
 
 from contextledger.exceptions import CompactionError, InvalidMessageError
 from contextledger.messages import (
@@ -40,9 +47,9 @@ __all__ = ["CompactionEvent", "GroupKind", "MessageGroup", "MessageIndex", "gc_p
 def gc_paused() -> Iterator[None]:
     """Hold the cyclic garbage collector during a burst of allocations that creates no cycles.
 
-    Indexing 100,000 messages allocates a few hundred thousand small objects;
-    with the collector running, each young-generation pass re-walks them and
-    the build slows by a third.  Reference counting still frees everything.
+    Compacting a long history allocates many small objects; with the collector
+    running, each young-generation pass re-walks them.  Reference counting
+    still frees everything.
     """
     if not gc.isenabled():
         yield
@@ -69,10 +76,126 @@ class GroupKind(str, Enum):
 
 # Reading an enum member through its class costs a lookup each time; the hot loops use these.
 _SYSTEM = GroupKind.SYSTEM
+_USER = GroupKind.USER
+_TEXT = GroupKind.ASSISTANT_TEXT
 _TOOL_CALL = GroupKind.TOOL_CALL
 _SUMMARY = GroupKind.SUMMARY
-_excluded = attrgetter("excluded")
-_first = itemgetter(0)
+
+
+class _Table:
+    """Every group's attributes, one column each, indexed by group id (ids in creation order).
+
+    A group's messages are the run ``pool[first:first + size]``: input groups are
+    runs of the indexed messages (a call and its results are adjacent), and a
+    message written by a strategy is added to the pool when its group is made.
+    Rare attributes are sparse: a dict or set holding only the groups that have them.
+    """
+
+    __slots__ = (
+        "bytes",
+        "call_ids",
+        "first",
+        "kind",
+        "origin",
+        "orphan",
+        "pool",
+        "reason",
+        "replaces",
+        "size",
+        "tokens",
+        "turn",
+        "unanswered",
+        "views",
+    )
+
+    def __init__(self) -> None:
+        self.pool: list[Message] = []
+        self.kind: list[GroupKind] = []
+        self.turn: list[int | None] = []
+        self.tokens: list[int] = []
+        self.first: list[int] = []
+        self.size: list[int] = []
+        self.reason: list[str | None] = []  # why a group is excluded; None while it is included
+        self.call_ids: dict[int, frozenset[str]] = {}
+        self.unanswered: dict[int, frozenset[str]] = {}  # tool-call groups still waiting for results
+        self.orphan: set[int] = set()
+        self.origin: dict[int, str] = {}  # groups not written by the caller, and input summaries
+        self.replaces: dict[int, tuple[int, ...]] = {}
+        self.bytes: dict[int, int] = {}  # byte counts computed so far
+        self.views: dict[int, MessageGroup] = {}
+
+    def add(
+        self,
+        kind: GroupKind,
+        messages: Sequence[Message],
+        turn: int | None,
+        tokens: int,
+        *,
+        reason: str | None = None,
+        origin: str = "input",
+        replaces: tuple[int, ...] = (),
+    ) -> int:
+        """Add a group whose messages are not in the pool yet; returns its id."""
+        group = len(self.kind)
+        self.first.append(len(self.pool))
+        self.pool.extend(messages)
+        self.size.append(len(messages))
+        self.kind.append(kind)
+        self.turn.append(turn)
+        self.tokens.append(tokens)
+        self.reason.append(reason)
+        if origin != "input":
+            self.origin[group] = origin
+        if replaces:
+            self.replaces[group] = replaces
+        return group
+
+    def messages(self, group: int) -> list[Message]:
+        start = self.first[group]
+        return self.pool[start : start + self.size[group]]
+
+    def relocate(self, group: int, extra: Sequence[Message] = ()) -> None:
+        """Copy a group's messages (and ``extra`` after them) to the end of the pool, where it can
+        grow: a group's messages must stay one run of the pool."""
+        messages = self.messages(group)
+        self.first[group] = len(self.pool)
+        self.pool.extend(messages)
+        self.pool.extend(extra)
+        self.size[group] += len(extra)
+
+    def merge(self, target: int, groups: list[int]) -> None:
+        """Make ``target`` hold the messages of ``groups`` (which include it), in their order, and
+        take the others' tokens."""
+        first, size = self.first, self.size
+        start = first[groups[0]]
+        end = start + size[groups[0]]
+        adjacent = True
+        for group in groups[1:]:
+            adjacent = adjacent and first[group] == end
+            end = first[group] + size[group]
+        if adjacent:
+            first[target], size[target] = start, end - start
+        else:
+            messages = [message for group in groups for message in self.messages(group)]
+            first[target], size[target] = len(self.pool), len(messages)
+            self.pool.extend(messages)
+        self.tokens[target] += sum(self.tokens[group] for group in groups if group != target)
+
+    def view(self, group: int) -> MessageGroup:
+        found = self.views.get(group)
+        if found is None:
+            found = self.views[group] = MessageGroup._of(self, group)
+        return found
+
+    def byte_count(self, group: int) -> int:
+        found = self.bytes.get(group)
+        if found is None:
+            found = 0
+            for message in self.messages(group):
+                for text in message.payload_texts():
+                    found += len(text) if text.isascii() else len(text.encode("utf-8"))
+            self.bytes[group] = found
+        return found
 
 
 class MessageGroup:
@@ -85,34 +208,22 @@ class MessageGroup:
     text.  ``turn`` is ``None`` for system groups and for summaries written by
     summarisation (they belong to no turn); messages before the first user
     message are turn 0.
+
+    An index hands out one object per group, always the same, reading the
+    group's current state; a group built directly (to insert into an index) holds
+    its own state until an index takes it in.
     """
 
-    # What every group has, or gets on the hot paths (an exclusion sets its reason, a tool-call
-    # group its call ids), lives in slots, so neither indexing nor excluding thousands of groups
-    # creates a per-group dict.  The rarer attributes below are class-level defaults, set on an
-    # instance only when they differ.
-    __slots__ = ("__dict__", "call_ids", "excluded", "exclusion_reason", "kind", "messages", "token_count", "turn")
+    __slots__ = ("_id", "_replaced", "_table")
 
-    kind: GroupKind
-    messages: list[Message]
-    turn: int | None
-    token_count: int
-    excluded: bool
-    exclusion_reason: str | None
-    call_ids: frozenset[str] | None
-
-    orphan: bool = False
-    origin: str = "input"
-    replaces: tuple[MessageGroup, ...] = ()
-    _byte_count: int | None = None
-    # A replacement's key in the index's ordered set of included groups: the group whose place it
-    # took, which keeps its position without rebuilding the set.  None means "the group itself".
-    _live_key: MessageGroup | None = None
+    _table: _Table
+    _id: int
+    _replaced: tuple[MessageGroup, ...]  # only on a group built outside an index
 
     def __init__(
         self,
         kind: GroupKind,
-        messages: list[Message],
+        messages: Sequence[Message],
         turn: int | None,
         token_count: int,
         *,
@@ -120,39 +231,75 @@ class MessageGroup:
         origin: str = "input",
         replaces: tuple[MessageGroup, ...] = (),
     ) -> None:
-        self.kind = kind
-        self.messages = messages
-        self.turn = turn
-        self.token_count = token_count
-        self.excluded = False
-        self.exclusion_reason = None
-        self.call_ids = None
+        # A detached group: a one-row table of its own until an index adopts it.
+        table = _Table()
+        self._table = table
+        self._id = table.add(kind, list(messages), turn, token_count, origin=origin)
         if orphan:
-            self.orphan = True
-        if origin != "input":
-            self.origin = origin
-        if replaces:
-            self.replaces = replaces
+            table.orphan.add(self._id)
+        self._replaced = tuple(replaces)
+
+    @classmethod
+    def _of(cls, table: _Table, group: int) -> MessageGroup:
+        view = cls.__new__(cls)
+        view._table = table
+        view._id = group
+        return view
 
     @property
-    def key(self) -> MessageGroup:
-        """This group's key among the included groups (see ``_live_key``)."""
-        return self._live_key or self
+    def kind(self) -> GroupKind:
+        return self._table.kind[self._id]
+
+    @property
+    def turn(self) -> int | None:
+        return self._table.turn[self._id]
+
+    @property
+    def messages(self) -> list[Message]:
+        """The group's messages, in order (a new list on every read)."""
+        return self._table.messages(self._id)
+
+    @property
+    def token_count(self) -> int:
+        return self._table.tokens[self._id]
+
+    @property
+    def excluded(self) -> bool:
+        return self._table.reason[self._id] is not None
+
+    @property
+    def exclusion_reason(self) -> str | None:
+        return self._table.reason[self._id]
+
+    @property
+    def orphan(self) -> bool:
+        return self._id in self._table.orphan
+
+    @property
+    def origin(self) -> str:
+        return self._table.origin.get(self._id, "input")
+
+    @property
+    def replaces(self) -> tuple[MessageGroup, ...]:
+        """The groups a summary stands in for (empty for other groups)."""
+        table = self._table
+        replaced = table.replaces.get(self._id)
+        if replaced is None:
+            return getattr(self, "_replaced", ())
+        return tuple(map(table.view, replaced))
+
+    @property
+    def call_ids(self) -> frozenset[str] | None:
+        return self._table.call_ids.get(self._id)
 
     @property
     def message_count(self) -> int:
-        return len(self.messages)
+        return self._table.size[self._id]
 
     @property
     def byte_count(self) -> int:
         """UTF-8 bytes of the payload (text, reasoning, call names and arguments, results)."""
-        if self._byte_count is None:
-            total = 0
-            for message in self.messages:
-                for text in message.payload_texts():
-                    total += len(text) if text.isascii() else len(text.encode("utf-8"))
-            self._byte_count = total
-        return self._byte_count
+        return self._table.byte_count(self._id)
 
     @property
     def included(self) -> bool:
@@ -161,59 +308,44 @@ class MessageGroup:
     @property
     def is_complete(self) -> bool:
         """For a tool-call group: every call has a result.  Other groups are always complete."""
-        return _is_complete(self)
+        return self._id not in self._table.unanswered
 
     def __repr__(self) -> str:
         state = f"excluded:{self.exclusion_reason}" if self.excluded else "included"
         return (
-            f"MessageGroup({self.kind.value}, turn={self.turn}, messages={len(self.messages)}, "
+            f"MessageGroup({self.kind.value}, turn={self.turn}, messages={self.message_count}, "
             f"tokens={self.token_count}, {state})"
         )
 
 
-class _SummaryGroup(MessageGroup):
-    """A summary group written by a strategy.
+class _Groups(Sequence[MessageGroup]):
+    """Groups of an index by id, made into objects only when read (an event lists thousands)."""
 
-    Strategies write one per collapsed tool group, thousands per call on a long
-    history, and each needs its origin, what it replaces and (as a replacement)
-    its place among the included groups: slots here, so none of them needs a dict.
-    """
+    __slots__ = ("_ids", "_table")
 
-    __slots__ = ("_live_key", "origin", "replaces")
+    def __init__(self, table: _Table, ids: Sequence[int]) -> None:
+        self._table = table
+        self._ids = tuple(ids)
 
-    def __init__(
-        self,
-        message: Message,
-        turn: int | None,
-        token_count: int,
-        origin: str,
-        replaces: tuple[MessageGroup, ...],
-    ) -> None:
-        self.kind = _SUMMARY
-        self.messages = [message]
-        self.turn = turn
-        self.token_count = token_count
-        self.excluded = False
-        self.exclusion_reason = None
-        self.call_ids = None
-        self.origin = origin
-        self.replaces = replaces
-        self._live_key = None
+    @overload
+    def __getitem__(self, item: int) -> MessageGroup: ...
 
+    @overload
+    def __getitem__(self, item: slice) -> tuple[MessageGroup, ...]: ...
 
-def _is_complete(group: MessageGroup) -> bool:
-    """``group.is_complete``, callable without the property on the strategies' hot paths."""
-    call_ids = group.call_ids
-    if not call_ids:  # only tool-call groups made by a call have call ids
-        return True
-    messages = group.messages
-    if len(messages) == 2 and len(call_ids) == 1:  # one call, one answer: the usual shape
-        answer = messages[1].contents
-        return len(answer) == 1 and isinstance(answer[0], FunctionResultContent) and answer[0].call_id in call_ids
-    answered = {
-        c.call_id for m in messages if m.role == "tool" for c in m.contents if isinstance(c, FunctionResultContent)
-    }
-    return call_ids <= answered
+    def __getitem__(self, item: int | slice) -> MessageGroup | tuple[MessageGroup, ...]:
+        if isinstance(item, slice):
+            return tuple(map(self._table.view, self._ids[item]))
+        return self._table.view(self._ids[item])
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[MessageGroup]:
+        return map(self._table.view, self._ids)
+
+    def __repr__(self) -> str:
+        return f"<{len(self._ids)} groups>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +360,7 @@ class CompactionEvent:
     tokens: int = 0
     detail: str = ""
     usage: Any = field(default=None, compare=False)
-    groups: tuple[MessageGroup, ...] = field(default=(), compare=False, repr=False)
+    groups: Sequence[MessageGroup] = field(default=(), compare=False, repr=False)
 
 
 def _summary_turn(message: Message, turn: int) -> int | None:
@@ -254,15 +386,19 @@ class MessageIndex:
     # Building -------------------------------------------------------------------------------
 
     def _reset(self) -> None:
-        self._groups: list[MessageGroup] = []
-        # The included groups, in conversation order.  Strategies, triggers and the projection
-        # read only this, so a call costs O(included + appended), not O(whole history).
-        self._live: dict[MessageGroup, MessageGroup] = {}
+        self._table = _Table()
+        # The included groups, in conversation order: key -> group id.  A group's key is its own
+        # id, except for a replacement, which holds the key of the group whose place it took.
+        # Strategies, triggers and the projection read only this, so a call costs
+        # O(included + appended), not O(whole history).
+        self._live: dict[int, int] = {}
+        self._live_key: dict[int, int] = {}  # replacement id -> the key it holds in _live
+        self._order: list[int] = []  # every group id in conversation order, but for _pending
+        self._pending: dict[int, tuple[int, ...]] = {}  # anchor id -> ids inserted just before it
         self._source: list[Message] = []
-        self._pending: dict[int, list[MessageGroup]] = {}  # id(anchor) -> groups to insert before it
         self._turn = 0
-        self._open_tool: MessageGroup | None = None
-        self._provisional: list[MessageGroup] = []  # trailing reasoning-only groups that may still join a call
+        self._open_tool: int | None = None
+        self._provisional: list[int] = []  # trailing reasoning-only groups that may still join a call
         self.total_groups = 0
         self.total_messages = 0
         self.total_tokens = 0
@@ -277,21 +413,20 @@ class MessageIndex:
         self._turn_groups: list[int] = [0]
         self.total_turns = 0
 
-    def _count(self, group: MessageGroup, sign: int) -> None:
-        """Add (sign=1) or remove (sign=-1) one group's contribution to the included metrics.
-
-        The per-exclusion path of every strategy: O(1), no loops."""
-        size = sign * len(group.messages)
+    def _count(self, group: int, sign: int) -> None:
+        """Add (sign=1) or remove (sign=-1) one group's contribution to the included metrics."""
+        table = self._table
+        size = sign * table.size[group]
         self.included_groups += sign
         self.included_messages += size
-        self.included_tokens += sign * group.token_count
-        kind = group.kind
+        self.included_tokens += sign * table.tokens[group]
+        kind = table.kind[group]
         if kind is not _SYSTEM:
             self.included_non_system_groups += sign
             self.included_non_system_messages += size
             if kind is _TOOL_CALL:
                 self.included_tool_call_groups += sign
-        turn = group.turn
+        turn = table.turn[group]
         if turn:
             before = self._turn_groups[turn]
             after = before + sign
@@ -303,80 +438,77 @@ class MessageIndex:
 
     def _tally(
         self,
-        groups: Iterable[MessageGroup],
+        groups: Iterable[int],
         sign: int,
         *,
         totals: bool = True,
         admit: bool = False,
         exclude: str | None = None,
-    ) -> list[MessageGroup]:
-        """Add (sign=1) or remove (sign=-1) many groups' contributions in one pass: totals, and the
-        included metrics of the included ones.  With ``admit`` the included ones also join the
-        ordered set of included groups; with ``exclude`` (a reason) they are excluded as they are
-        counted out, and returned.  Runs of groups in the same turn update the per-turn count once,
-        so a long history costs one update per turn, not per group."""
-        total_groups = total_messages = total_tokens = 0
-        groups_in = messages_in = tokens_in = non_system = non_system_messages = tool_calls = 0
-        turns_delta = 0
-        turn_groups = self._turn_groups
-        live = self._live
-        system, tool = _SYSTEM, _TOOL_CALL
-        run_turn = 0
-        run_length = 0
-        marked: list[MessageGroup] = []
-        mark = marked.append
-        for group in groups:
-            size = len(group.messages)
-            tokens = group.token_count
-            total_groups += 1
-            total_messages += size
-            total_tokens += tokens
-            if group.excluded:
-                continue
-            if exclude is not None:
-                group.excluded = True
-                group.exclusion_reason = exclude
-                del live[group._live_key or group]
-                mark(group)
-            elif admit:
-                live[group._live_key or group] = group
-            groups_in += 1
-            messages_in += size
-            tokens_in += tokens
-            kind = group.kind
-            if kind is not system:
-                non_system += 1
-                non_system_messages += size
-                if kind is tool:
-                    tool_calls += 1
-            turn = group.turn
-            if turn:
-                if turn == run_turn:
-                    run_length += 1
-                else:
-                    if run_length:  # close the previous run: one per-turn update for all of it
-                        before = turn_groups[run_turn]
-                        after = before + sign * run_length
-                        turn_groups[run_turn] = after
-                        turns_delta += (before == 0 and after > 0) - (before > 0 and after == 0)
-                    run_turn, run_length = turn, 1
-        if run_length:
-            before = turn_groups[run_turn]
-            after = before + sign * run_length
-            turn_groups[run_turn] = after
-            turns_delta += (before == 0 and after > 0) - (before > 0 and after == 0)
+        fresh: bool = False,
+    ) -> list[int]:
+        """Add (sign=1) or remove (sign=-1) many groups' contributions: totals, and the included
+        metrics of the included ones.  With ``admit`` the included ones also join the ordered set
+        of included groups; with ``exclude`` (a reason) they are excluded as they are counted out.
+        Returns the included ones, each once, in order; ``fresh`` says the caller knows that is
+        all of them.
+
+        Every pass over the groups is a C-level loop over the columns (map, sum, Counter), so
+        excluding thousands of groups costs little more than a Python loop over their turns.
+        """
+        table = self._table
+        ids = groups if isinstance(groups, list) else list(groups)
+        sizes, tokens = table.size, table.tokens
         if totals:
-            self.total_groups += sign * total_groups
-            self.total_messages += sign * total_messages
-            self.total_tokens += sign * total_tokens
-        self.included_groups += sign * groups_in
-        self.included_messages += sign * messages_in
-        self.included_tokens += sign * tokens_in
-        self.included_non_system_groups += sign * non_system
-        self.included_non_system_messages += sign * non_system_messages
-        self.included_tool_call_groups += sign * tool_calls
-        self.included_turns += turns_delta
-        return marked
+            self.total_groups += sign * len(ids)
+            self.total_messages += sign * sum(map(sizes.__getitem__, ids))
+            self.total_tokens += sign * sum(map(tokens.__getitem__, ids))
+        reasons = table.reason
+        if fresh:
+            included = ids
+        else:
+            included = [group for group in dict.fromkeys(ids) if reasons[group] is None]
+        if not included:
+            return included
+        live = self._live
+        if exclude is not None:
+            for group in included:
+                reasons[group] = exclude
+            deque(map(live.pop, self._keys(included)), maxlen=0)
+        elif admit:
+            live.update(zip(self._keys(included), included))
+        counts = list(map(sizes.__getitem__, included))
+        kinds = list(map(table.kind.__getitem__, included))
+        messages = sum(counts)
+        systems = kinds.count(_SYSTEM)
+        system_messages = sum(size for size, kind in zip(counts, kinds) if kind is _SYSTEM) if systems else 0
+        self.included_groups += sign * len(included)
+        self.included_messages += sign * messages
+        self.included_tokens += sign * sum(map(tokens.__getitem__, included))
+        self.included_non_system_groups += sign * (len(included) - systems)
+        self.included_non_system_messages += sign * (messages - system_messages)
+        self.included_tool_call_groups += sign * kinds.count(_TOOL_CALL)
+        self._add_turns(map(table.turn.__getitem__, included), sign)
+        return included
+
+    def _add_turns(self, turns: Iterable[int | None], sign: int) -> None:
+        """Count groups of these turns in (sign=1) or out (sign=-1) of the per-turn counts."""
+        per_turn = Counter(turns)
+        per_turn.pop(None, None)
+        per_turn.pop(0, None)
+        if not per_turn:
+            return
+        turn_groups = self._turn_groups
+        keys = cast(list[int], list(per_turn))
+        before = list(map(turn_groups.__getitem__, keys))
+        after = list(map(add, before, per_turn.values() if sign > 0 else [-count for count in per_turn.values()]))
+        for turn, count in zip(keys, after):
+            turn_groups[turn] = count
+        # A turn counts while any of its groups is included.
+        self.included_turns += before.count(0) if sign > 0 else -after.count(0)
+
+    def _keys(self, groups: Iterable[int]) -> Iterator[int]:
+        """Each group's key among the included groups (its own id, unless it is a replacement)."""
+        return map(self._live_key.get, groups, groups)  # dict.get(id, default=id)
 
     def append(self, messages: Iterable[Message]) -> None:
         """Group and count ``messages`` as if they followed what is already indexed.
@@ -388,202 +520,222 @@ class MessageIndex:
         new = messages if isinstance(messages, list) else list(messages)
         if not new:
             return
-        for position, message in enumerate(new):
-            if not isinstance(message, Message):
-                raise InvalidMessageError(
-                    f"item {len(self._source) + position} is {type(message).__name__}, not a Message; "
-                    "convert OpenAI dicts with contextledger.from_openai first"
-                )
+        if not all(map(isinstance, new, repeat(Message))):
+            for position, message in enumerate(new):
+                if not isinstance(message, Message):
+                    raise InvalidMessageError(
+                        f"item {len(self._source) + position} is {type(message).__name__}, not a Message; "
+                        "convert OpenAI dicts with contextledger.from_openai first"
+                    )
         with gc_paused():
             self._append(new)
 
     def _append(self, new: list[Message]) -> None:
-        self._flush()
         counts = self.tokenizer.count_messages(new)
-        groups = self._groups
-        live = self._live
-        start = len(groups)
+        table = self._table
+        kinds, turns, tokens, firsts, sizes = table.kind, table.turn, table.tokens, table.first, table.size
+        call_ids_of, unanswered, orphans = table.call_ids, table.unanswered, table.orphan
         open_tool = self._open_tool
         provisional = self._provisional
         if provisional and (
-            any(group.excluded for group in provisional) or (open_tool is not None and open_tool.excluded)
+            any(table.reason[group] is not None for group in provisional)
+            or (open_tool is not None and table.reason[open_tool] is not None)
         ):
             # A strategy already excluded some of these; merging them into a call group now could
             # flip a message's inclusion behind its back, so they stay the groups they were.
             provisional = []
-        # The still-open tail (rare: a call still waiting for its results) is taken out of the
-        # metrics and counted again, as it ends up, below.  Otherwise every group made here is new
-        # and included, and the metrics follow from a few counts kept while the groups are made.
-        reopened = open_tool is not None or bool(provisional)
+        # The still-open tail (a call waiting for its results, reasoning that may precede a call)
+        # is taken out of the metrics and counted again, as it ends up, below.  Otherwise every
+        # group made here is new and included, and the metrics follow from a few sums.
+        tail = ([open_tool] if open_tool is not None else []) + provisional
+        reopened = bool(tail)
         if reopened:
-            first = open_tool if open_tool is not None else provisional[0]
-            start = len(groups) - 1
-            while groups[start] is not first:
-                start -= 1
-            self._tally(groups[start:], -1)
+            self._tally(tail, -1)
+        dead: list[int] = []  # groups merged into a call group (reasoning before or between results)
+        start = len(kinds)
         turn = first_turn = self._turn
-        turn_starts: list[int] = []  # where each new turn's user group sits in ``groups``
-        unturned: list[int] = []  # where each group of no turn (system, conversation summary) sits
         systems = tool_groups = 0
-        user_kind, text_kind, tool_kind = GroupKind.USER, GroupKind.ASSISTANT_TEXT, _TOOL_CALL
         text_type, call_type, result_type, reasoning_type = (
             TextContent,
             FunctionCallContent,
             FunctionResultContent,
             ReasoningContent,
         )
-        group_type = MessageGroup
-        new_group = object.__new__
-        add = groups.append
-        mark_turn = turn_starts.append
-        for message, tokens in zip(new, counts):
+        add_kind, add_turn, add_tokens, add_first, add_size = (
+            kinds.append,
+            turns.append,
+            tokens.append,
+            firsts.append,
+            sizes.append,
+        )
+        position = len(table.pool) - 1
+        table.pool.extend(new)
+        for message, count in zip(new, counts):
+            position += 1
             role = message.role
             if role == "assistant":
                 contents = message.contents
                 only: type | None = type(contents[0]) if len(contents) == 1 else None
                 if only is text_type and not message.additional_properties:
-                    # The commonest groups are built in place: a constructor call per message
-                    # would cost as much as the rest of the loop.
+                    # The common case, decided without scanning anything.
                     open_tool = None
                     if provisional:
                         provisional = []
-                    group = new_group(group_type)
-                    group.kind = text_kind
-                    group.messages = [message]
-                    group.turn = turn
-                    group.token_count = tokens
-                    group.excluded = False
-                    group.exclusion_reason = group.call_ids = None
-                    add(group)
+                    add_kind(_TEXT)
+                    add_turn(turn)
+                    add_tokens(count)
+                    add_first(position)
+                    add_size(1)
                     continue
                 if only is call_type:
-                    call_ids = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
+                    asked = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
                 else:
-                    call_ids = frozenset(c.call_id for c in contents if type(c) is call_type)
-                if call_ids:
-                    group = new_group(group_type)
-                    group.kind = tool_kind
-                    group.messages = [message]
-                    group.turn = turn
-                    group.token_count = tokens
-                    group.excluded = False
-                    group.exclusion_reason = None
-                    group.call_ids = call_ids
+                    asked = frozenset(c.call_id for c in contents if type(c) is call_type)
+                if asked:
+                    group = len(kinds)
+                    add_kind(_TOOL_CALL)
+                    add_turn(turn)
+                    add_tokens(count)
+                    add_first(position)
+                    add_size(1)
                     if provisional:  # reasoning right before a call belongs to it
-                        del groups[len(groups) - len(provisional) :]
-                        for dropped in provisional:
-                            live.pop(dropped._live_key or dropped, None)
-                        group.messages[:0] = [m for g in provisional for m in g.messages]
-                        group.token_count += sum(g.token_count for g in provisional)
+                        table.merge(group, [*provisional, group])
+                        dead.extend(provisional)
                         provisional = []
+                    call_ids_of[group] = unanswered[group] = asked
                     open_tool = group
-                    add(group)
                     tool_groups += 1
-                elif message.is_summary:
+                    continue
+                group = len(kinds)
+                add_first(position)
+                add_size(1)
+                add_tokens(count)
+                if message.is_summary:
                     open_tool = None
                     if provisional:
                         provisional = []
-                    origin = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
-                    summary_turn = _summary_turn(message, turn)
-                    if summary_turn is None:
-                        unturned.append(len(groups))
-                    add(group_type(_SUMMARY, [message], summary_turn, tokens, origin=origin))
+                    origin = message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization")
+                    table.origin[group] = str(origin)
+                    add_kind(_SUMMARY)
+                    add_turn(_summary_turn(message, turn))
                 elif contents and all(type(c) is reasoning_type for c in contents):
-                    group = group_type(text_kind, [message], turn, tokens)
+                    add_kind(_TEXT)  # reasoning alone: may yet join the call that follows
+                    add_turn(turn)
                     provisional.append(group)
-                    add(group)
                 else:
                     open_tool = None
                     if provisional:
                         provisional = []
-                    add(group_type(text_kind, [message], turn, tokens))
+                    add_kind(_TEXT)
+                    add_turn(turn)
             elif role == "user":
                 open_tool = None
                 if provisional:
                     provisional = []
-                mark_turn(len(groups))
                 turn += 1
-                group = new_group(group_type)
-                group.kind = user_kind
-                group.messages = [message]
-                group.turn = turn
-                group.token_count = tokens
-                group.excluded = False
-                group.exclusion_reason = group.call_ids = None
-                add(group)
+                add_kind(_USER)
+                add_turn(turn)
+                add_tokens(count)
+                add_first(position)
+                add_size(1)
             elif role == "tool":
                 contents = message.contents
-                asked = open_tool.call_ids if open_tool is not None else None
-                if asked is not None and len(contents) == 1 and isinstance(contents[0], result_type):
-                    belongs = contents[0].call_id in asked
+                asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
+                if asked_ids is not None and len(contents) == 1 and isinstance(contents[0], result_type):
+                    belongs = contents[0].call_id in asked_ids
                 else:
                     result_ids = [c.call_id for c in contents if type(c) is result_type]
-                    belongs = asked is not None and bool(result_ids) and all(call_id in asked for call_id in result_ids)
+                    belongs = (
+                        asked_ids is not None
+                        and bool(result_ids)
+                        and all(call_id in asked_ids for call_id in result_ids)
+                    )
                 # A result nobody asked for, while a call still waits for its own, stays inside the
                 # open group (flagged), so that call and its results are never split apart.
-                if open_tool is not None and (belongs or not _is_complete(open_tool)):
+                if open_tool is not None and (belongs or open_tool in unanswered):
                     if provisional:  # reasoning between results joins the tool group
-                        for group in provisional:
-                            groups.pop()
-                            live.pop(group._live_key or group, None)
-                            open_tool.messages.extend(group.messages)
-                            open_tool.token_count += group.token_count
+                        table.merge(open_tool, [open_tool, *provisional])
+                        dead.extend(provisional)
                         provisional = []
-                    open_tool.messages.append(message)
-                    open_tool.token_count += tokens
-                    if open_tool._byte_count is not None:
-                        open_tool._byte_count = None
+                    tokens[open_tool] += count
+                    if firsts[open_tool] + sizes[open_tool] == position:
+                        sizes[open_tool] += 1
+                    else:  # not adjacent (something was added to the pool since): move the group
+                        table.relocate(open_tool, [message])
+                    waiting = unanswered.get(open_tool)
+                    if waiting is not None:
+                        if belongs and len(waiting) == 1 and len(contents) == 1:  # the one call answered
+                            del unanswered[open_tool]
+                        else:
+                            waiting = waiting.difference(
+                                [c.call_id for c in contents if isinstance(c, FunctionResultContent)]
+                            )
+                            if waiting:
+                                unanswered[open_tool] = waiting
+                            else:
+                                del unanswered[open_tool]
                     if not belongs:
-                        open_tool.orphan = True
+                        orphans.add(open_tool)
                 else:
                     open_tool = None
                     if provisional:
                         provisional = []
-                    add(group_type(tool_kind, [message], turn, tokens, orphan=True))
+                    orphans.add(len(kinds))
+                    add_kind(_TOOL_CALL)
+                    add_turn(turn)
+                    add_tokens(count)
+                    add_first(position)
+                    add_size(1)
                     tool_groups += 1
             else:  # system
                 open_tool = None
                 if provisional:
                     provisional = []
-                unturned.append(len(groups))
-                add(group_type(_SYSTEM, [message], None, tokens))
+                add_kind(_SYSTEM)
+                add_turn(None)
+                add_tokens(count)
+                add_first(position)
+                add_size(1)
                 systems += 1
+        made = len(kinds) - start
+        table.reason.extend(repeat(None, made))
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
+        self._turn_groups.extend(repeat(0, turn - first_turn))
         self._source.extend(new)
-        turn_groups = self._turn_groups
-        turn_groups.extend(repeat(0, turn - first_turn))
+        if table.bytes and tail:
+            table.bytes.pop(tail[0], None)  # an open group's byte count changes as results join
+        fresh = list(range(start, len(kinds)))
+        order, live = self._order, self._live
+        if dead:
+            gone = set(dead)
+            fresh = [group for group in fresh if group not in gone]
+            old = [group for group in tail if group in gone]
+            if old:  # merged groups from the last append leave the order and the included set
+                self._flush()
+                self._order = order = [group for group in order if group not in gone]
+                for group in old:
+                    live.pop(group, None)
+                tail = [group for group in tail if group not in gone]
+        order.extend(fresh)
         if reopened:
-            self._tally(groups[start:], 1, admit=True)
+            self._tally(tail + fresh, 1, admit=True)
             return
-        fresh = groups[start:]
         live.update(zip(fresh, fresh))
-        # Groups per turn, from where each turn starts: the turn already open, then the new ones
-        # (merged reasoning only ever left the end of the list, so the starts still hold).
-        per_turn = [turn_starts[0] if turn_starts else len(groups), *turn_starts[1:], len(groups)]
-        per_turn = list(map(sub, per_turn, [start, *turn_starts]))
-        for position in unturned:
-            per_turn[bisect_right(turn_starts, position)] -= 1
-        turns_delta = len(turn_starts)  # every new turn has its user group
-        if first_turn and per_turn[0]:
-            before = turn_groups[first_turn]
-            turn_groups[first_turn] = before + per_turn[0]
-            turns_delta += before == 0
-        turn_groups[first_turn + 1 :] = per_turn[1:]
-        made = len(fresh)
         size = len(new)
-        tokens = sum(counts)
+        total = sum(counts)
+        made = len(fresh)
         self.total_groups += made
         self.total_messages += size
-        self.total_tokens += tokens
+        self.total_tokens += total
         self.included_groups += made
         self.included_messages += size
-        self.included_tokens += tokens
+        self.included_tokens += total
         self.included_non_system_groups += made - systems
         self.included_non_system_messages += size - systems
         self.included_tool_call_groups += tool_groups
-        self.included_turns += turns_delta
+        self._add_turns(map(turns.__getitem__, fresh), 1)
 
     def update(self, messages: Sequence[Message]) -> bool:
         """Bring the index in line with ``messages``: append what is new, or rebuild if the
@@ -599,48 +751,60 @@ class MessageIndex:
 
     # Marking ----------------------------------------------------------------------------------
 
+    def _id_of(self, group: MessageGroup) -> int:
+        if group._table is not self._table:
+            raise CompactionError(f"{group!r} is not a group of this index; read groups from index.groups")
+        return group._id
+
     def exclude(self, group: MessageGroup, reason: str) -> bool:
         """Mark a group excluded; returns False if it already was."""
-        if group.excluded:
-            return False
-        self._count(group, -1)  # while still included, so its contribution is taken out
-        group.excluded = True
-        group.exclusion_reason = reason
-        del self._live[group._live_key or group]
-        return True
+        return bool(self._exclude([self._id_of(group)], reason))
 
     def exclude_many(self, groups: Iterable[MessageGroup], reason: str) -> list[MessageGroup]:
         """Exclude several groups in one pass; returns those that were not already excluded."""
-        return self._tally(groups, -1, totals=False, exclude=reason)
+        return list(map(self._table.view, self._exclude(list(map(self._id_of, groups)), reason)))
+
+    def _exclude(self, groups: list[int], reason: str, *, fresh: bool = False) -> list[int]:
+        """Exclude groups by id; returns those that were not already excluded, in order.
+
+        ``fresh`` says every group is included and listed once (the strategies' case), which
+        saves checking."""
+        if len(groups) == 1:  # the per-step path of strategies with an arbitrary target
+            group = groups[0]
+            if self._table.reason[group] is not None:
+                return []
+            self._count(group, -1)  # while still included, so its contribution is taken out
+            self._table.reason[group] = reason
+            del self._live[self._live_key.get(group, group)]
+            return groups
+        return self._tally(groups, -1, totals=False, exclude=reason, fresh=fresh)
 
     def include(self, group: MessageGroup) -> bool:
         """Undo an exclusion; returns False if the group was already included."""
-        if not group.excluded:
+        group_id = self._id_of(group)
+        if self._table.reason[group_id] is None:
             return False
-        group.excluded = False
-        group.exclusion_reason = None
-        self._count(group, 1)
-        self._relive()
+        self._include([group_id])
         return True
 
     def include_many(self, groups: Sequence[MessageGroup]) -> None:
         """Undo several exclusions (a failed summarisation restoring what it took)."""
+        self._include(list(map(self._id_of, groups)))
+
+    def _include(self, groups: Iterable[int]) -> None:
+        table = self._table
         for group in groups:
-            if group.excluded:
-                group.excluded = False
-                group.exclusion_reason = None
+            if table.reason[group] is not None:
+                table.reason[group] = None
                 self._count(group, 1)
         self._relive()
 
     def _relive(self) -> None:
-        """Rebuild the ordered set of included groups from the full list (O(n); only on restores)."""
-        live: dict[MessageGroup, MessageGroup] = {}
-        for group in self.groups:
-            if not group.excluded:
-                if group._live_key is not None:
-                    group._live_key = None
-                live[group] = group
-        self._live = live
+        """Rebuild the ordered set of included groups from the full order (O(n); only on restores)."""
+        self._flush()
+        reasons = self._table.reason
+        self._live = {group: group for group in self._order if reasons[group] is None}
+        self._live_key = {}
 
     def make_summary_groups(
         self,
@@ -650,16 +814,42 @@ class MessageIndex:
         origin: str,
         replaces: Sequence[tuple[MessageGroup, ...]],
     ) -> list[MessageGroup]:
-        """Summary groups for many messages, counted in one tokenizer batch."""
+        """Summary groups for many messages, counted in one tokenizer batch, not yet inserted."""
         counts = self.tokenizer.count_messages(messages)
-        return list(map(_SummaryGroup, messages, turns, counts, repeat(origin), replaces))
+        return [
+            MessageGroup(_SUMMARY, [message], turn, tokens, origin=origin, replaces=source)
+            for message, turn, tokens, source in zip(messages, turns, counts, replaces)
+        ]
 
     def make_summary_group(
         self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
     ) -> MessageGroup:
         """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
         tokens = self.tokenizer.count_messages([message])[0]
-        return _SummaryGroup(message, turn, tokens, origin, replaces)
+        return MessageGroup(_SUMMARY, [message], turn, tokens, origin=origin, replaces=replaces)
+
+    def _adopt(self, group: MessageGroup) -> int:
+        """Take a group built outside the index (see :class:`MessageGroup`) into its table."""
+        if group._table is self._table:
+            return group._id
+        own, row = group._table, group._id
+        if len(own.kind) != 1 or own.views:
+            raise CompactionError(f"{group!r} belongs to another index; build a new group for this one")
+        replaced: tuple[MessageGroup, ...] = getattr(group, "_replaced", ())
+        new = self._table.add(
+            own.kind[row],
+            own.messages(row),
+            own.turn[row],
+            own.tokens[row],
+            reason=own.reason[row],
+            origin=own.origin.get(row, "input"),
+            replaces=tuple(map(self._id_of, replaced)),
+        )
+        if row in own.orphan:
+            self._table.orphan.add(new)
+        group._table, group._id = self._table, new
+        self._table.views[new] = group
+        return new
 
     def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
         """Exclude each original and insert its replacement just before it, in one pass.
@@ -673,64 +863,104 @@ class MessageIndex:
         """The metric half of :meth:`replace_many`: O(len(pairs)), so a strategy can check its
         target after every step.  Call :meth:`place_replacements` with all pairs before reading
         the groups or the projection."""
-        if any(map(_excluded, map(_first, pairs))):  # checked first, so a refusal changes nothing
+        originals = list(map(self._id_of, (original for original, _ in pairs)))
+        if any(self._table.reason[original] is not None for original in originals):  # first: a refusal changes nothing
             raise CompactionError("replace_many: only included groups can be replaced")
-        messages_delta = tokens_delta = added_tokens = tool_calls_delta = 0
-        system, tool = _SYSTEM, _TOOL_CALL
-        odd: list[tuple[MessageGroup, MessageGroup]] = []
-        for original, replacement in pairs:
-            if original.turn != replacement.turn or original.kind is system or len(replacement.messages) != 1:
-                odd.append((original, replacement))
-                continue
-            # The usual case, netted in one step: same turn, one non-system group for another.
-            messages_delta += 1 - len(original.messages)
-            added = replacement.token_count
-            tokens_delta += added - original.token_count
-            added_tokens += added
-            tool_calls_delta += (replacement.kind is tool) - (original.kind is tool)
-            original.excluded = True
-            original.exclusion_reason = reason
-        plain = len(pairs) - len(odd)
-        self.total_groups += plain
-        self.total_messages += plain
-        self.total_tokens += added_tokens
-        self.included_messages += messages_delta
-        self.included_non_system_messages += messages_delta
-        self.included_tokens += tokens_delta
-        self.included_tool_call_groups += tool_calls_delta
-        if odd:
-            self._tally([original for original, _ in odd], -1, totals=False)
-            for original, _ in odd:
-                original.excluded = True
-                original.exclusion_reason = reason
-            self._tally([replacement for _, replacement in odd], 1)
+        self._account(originals, [self._adopt(replacement) for _, replacement in pairs], reason)
 
     def place_replacements(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]]) -> None:
         """The structural half of :meth:`replace_many`: each replacement takes its original's
         place among the included groups (same key, same position), O(len(pairs))."""
-        pending = self._pending
-        live = self._live
-        for original, replacement in pairs:
-            anchor = id(original)
-            if anchor in pending:
-                pending[anchor].append(replacement)
+        originals = list(map(self._id_of, (original for original, _ in pairs)))
+        self._place(originals, [self._adopt(replacement) for _, replacement in pairs])
+
+    def _replace(self, originals: list[int], messages: list[Message], reason: str, *, origin: str) -> list[int]:
+        """Replace each original (included, not a system group) by a one-message summary group in
+        its turn, taking its place; the summaries are counted in one tokenizer batch."""
+        replacements = self._summaries(originals, messages, origin)
+        self._account(originals, replacements, reason)
+        self._place(originals, replacements)
+        return replacements
+
+    def _summaries(self, originals: list[int], messages: list[Message], origin: str) -> list[int]:
+        """New summary groups (not yet placed) standing in for ``originals``, one message each."""
+        table = self._table
+        start, count = len(table.kind), len(messages)
+        table.first.extend(range(len(table.pool), len(table.pool) + count))
+        table.pool.extend(messages)
+        table.size.extend(repeat(1, count))
+        table.tokens.extend(self.tokenizer.count_messages(messages))
+        table.kind.extend(repeat(_SUMMARY, count))
+        table.turn.extend(map(table.turn.__getitem__, originals))
+        table.reason.extend(repeat(None, count))
+        ids = range(start, start + count)
+        table.origin.update(zip(ids, repeat(origin)))
+        table.replaces.update(zip(ids, zip(originals)))
+        return list(ids)
+
+    def _account(self, originals: list[int], replacements: list[int], reason: str) -> None:
+        """Exclude the originals and count their replacements in (see account_replacements)."""
+        table = self._table
+        kinds, turns, sizes, tokens = table.kind, table.turn, table.size, table.tokens
+        plain = [
+            turns[original] == turns[replacement] and kinds[original] is not _SYSTEM and sizes[replacement] == 1
+            for original, replacement in zip(originals, replacements)
+        ]
+        if all(plain):
+            # The usual case, netted in one step: same turn, one non-system group for another,
+            # so the turn and group counts do not move.
+            added = sum(map(tokens.__getitem__, replacements))
+            removed_messages = sum(map(sizes.__getitem__, originals))
+            count = len(replacements)
+            self.total_groups += count
+            self.total_messages += count
+            self.total_tokens += added
+            self.included_messages += count - removed_messages
+            self.included_non_system_messages += count - removed_messages
+            self.included_tokens += added - sum(map(tokens.__getitem__, originals))
+            replaced_kinds = list(map(kinds.__getitem__, originals))
+            self.included_tool_call_groups += list(map(kinds.__getitem__, replacements)).count(
+                _TOOL_CALL
+            ) - replaced_kinds.count(_TOOL_CALL)
+            reasons = table.reason
+            for original in originals:
+                reasons[original] = reason
+            return
+        for original, replacement, usual in zip(originals, replacements, plain):
+            if usual:
+                self._account([original], [replacement], reason)
             else:
-                pending[anchor] = [replacement]
-            key = original._live_key or original
-            replacement._live_key = key
-            live[key] = replacement
+                self._count(original, -1)
+                table.reason[original] = reason
+                self._tally([replacement], 1)
+
+    def _place(self, originals: list[int], replacements: list[int]) -> None:
+        """Each replacement takes its original's key (and so its position) among the included groups."""
+        pending, live, live_key = self._pending, self._live, self._live_key
+        keys = list(self._keys(originals))
+        if pending.keys().isdisjoint(originals) and len(set(originals)) == len(originals):
+            pending.update(zip(originals, zip(replacements)))
+        else:
+            for original, replacement in zip(originals, replacements):
+                pending[original] = (*pending.get(original, ()), replacement)
+        live.update(zip(keys, replacements))
+        live_key.update(zip(replacements, keys))
 
     def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
         """Insert ``group`` just before ``anchor``.
 
-        Insertions are batched: the group list is rebuilt once, the next time it
-        is read, so collapsing thousands of groups costs one pass, not one per group.
+        Insertions are batched: the order is rebuilt once, the next time it is
+        read, so inserting thousands of groups costs one pass, not one per group.
         """
-        self._pending.setdefault(id(anchor), []).append(group)
+        self._insert(self._id_of(anchor), self._adopt(group))
+
+    def _insert(self, anchor: int, group: int) -> None:
+        table = self._table
+        self._pending[anchor] = (*self._pending.get(anchor, ()), group)
         self.total_groups += 1
-        self.total_messages += len(group.messages)
-        self.total_tokens += group.token_count
-        if not group.excluded:
+        self.total_messages += table.size[group]
+        self.total_tokens += table.tokens[group]
+        if table.reason[group] is None:
             self._count(group, 1)
             self._relive()
 
@@ -738,29 +968,32 @@ class MessageIndex:
         if not self._pending:
             return
         pending = self._pending
-        merged: list[MessageGroup] = []
+        merged: list[int] = []
 
-        def place(group: MessageGroup) -> None:
+        def place(group: int) -> None:
             # A group inserted before another inserted group (a summary of summaries) lands first.
-            inserted = pending.pop(id(group), None)
+            inserted = pending.pop(group, None)
             if inserted is not None:
                 for earlier in inserted:
                     place(earlier)
             merged.append(group)
 
-        for group in self._groups:
-            place(group)
+        for group in self._order:
+            if group in pending:
+                place(group)
+            else:
+                merged.append(group)
         if pending:  # an anchor that is not in the index: a strategy bug, never silently dropped
             raise CompactionError("a summary group was anchored to a group that is not in this index")
-        self._groups = merged
+        self._order = merged
 
     # Reading ----------------------------------------------------------------------------------
 
     @property
     def groups(self) -> list[MessageGroup]:
-        """Every group in order, excluded ones included.  Do not mutate the list."""
+        """Every group in order, excluded ones included."""
         self._flush()
-        return self._groups
+        return list(map(self._table.view, self._order))
 
     @property
     def source_messages(self) -> list[Message]:
@@ -769,11 +1002,12 @@ class MessageIndex:
 
     @property
     def included_bytes(self) -> int:
-        return sum(g.byte_count for g in self._live.values())
+        return sum(map(self._table.byte_count, self._live.values()))
 
     @property
     def total_bytes(self) -> int:
-        return sum(g.byte_count for g in self.groups)
+        self._flush()
+        return sum(map(self._table.byte_count, self._order))
 
     def projection(self) -> list[Message]:
         """The included messages, in order: what is sent to the model."""
@@ -782,20 +1016,38 @@ class MessageIndex:
             # Every group included and nothing inserted: the groups hold exactly the indexed
             # messages, in order (a group never has fewer than one message).
             return list(source)
-        out: list[Message] = []
-        extend = out.extend
-        for group in self._live.values():
-            extend(group.messages)
+        table = self._table
+        ids = self._live.values()
+        starts = list(map(table.first.__getitem__, ids))
+        sizes = list(map(table.size.__getitem__, ids))
+        pool = table.pool
+        larger = len(sizes) - sizes.count(1)
+        if larger <= 16:  # one message a group but a few (after a collapse, say): mostly in C
+            out = list(map(pool.__getitem__, starts))
+            if larger:
+                # The rest of each larger group's messages, inserted from the back so that the
+                # positions still to come stay where they are.
+                for position in reversed(list(compress(itertools.count(), map(ne, sizes, repeat(1))))):
+                    start = starts[position]
+                    out[position + 1 : position + 1] = pool[start + 1 : start + sizes[position]]
+            return out
+        out = []
+        append, extend = out.append, out.extend
+        for start, size in zip(starts, sizes):
+            if size == 1:
+                append(pool[start])
+            else:
+                extend(pool[start : start + size])
         return out
 
     @property
     def live(self) -> list[MessageGroup]:
         """The included groups, in order (a snapshot: safe to exclude while iterating)."""
-        return list(self._live.values())
+        return list(map(self._table.view, self._live.values()))
 
     def newest_live(self) -> Iterator[MessageGroup]:
         """Included groups from the newest back; stop early to pay only for what you read."""
-        return reversed(self._live.values())
+        return map(self._table.view, reversed(self._live.values()))
 
     def metrics(self) -> dict[str, int]:
         """Totals and included counts, for reports."""
@@ -811,7 +1063,8 @@ class MessageIndex:
         }
 
     def __len__(self) -> int:
-        return len(self.groups)
+        self._flush()
+        return len(self._order)
 
     def __repr__(self) -> str:
         return (

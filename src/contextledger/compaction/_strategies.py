@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter
+from itertools import accumulate, repeat
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, cast
 
@@ -33,7 +33,7 @@ from contextledger.compaction._index import (
     GroupKind,
     MessageGroup,
     MessageIndex,
-    _is_complete,
+    _Groups,
     gc_paused,
 )
 from contextledger.compaction.triggers import (
@@ -148,65 +148,52 @@ def _stops_never(target: Trigger | None, trigger: Trigger) -> bool:
     return isinstance(target, type(never()))
 
 
-def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[MessageGroup]:
+# Strategies read and mark the index by group id, over its columns (see MessageIndex): a long
+# history has thousands of groups, and a group object per step would cost more than the step.
+
+
+def _live_ids(index: MessageIndex) -> list[int]:
+    """The included groups' ids, in conversation order (a snapshot)."""
+    return list(index._live.values())
+
+
+def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None = None) -> set[int]:
     """The ``count`` newest included non-system groups (of ``kinds``, if given)."""
-    kept: set[MessageGroup] = set()
+    kept: set[int] = set()
     if count <= 0:
         return kept
-    for group in index.newest_live():
-        if group.kind is SYSTEM:
+    kind_of = index._table.kind
+    for group in reversed(index._live.values()):
+        kind = kind_of[group]
+        if kind is SYSTEM:
             continue
-        if kinds is None or group.kind in kinds:
+        if kinds is None or kind in kinds:
             kept.add(group)
             if len(kept) >= count:
                 break
     return kept
 
 
-_turn_of = attrgetter("turn")
-_kind_of = attrgetter("kind")
-_messages_of = attrgetter("messages")
-_tokens_of = attrgetter("token_count")
-
-
-def _oldest_until(
-    index: MessageIndex, candidates: Sequence[MessageGroup], metric: str, limit: int
-) -> list[MessageGroup]:
-    """The included ``candidates``, oldest first, whose exclusion one by one brings ``metric``
-    (an included-count attribute of the index) down to ``limit``: found with local arithmetic,
-    as excluding each would change the metric, without touching the index."""
-    remaining = getattr(index, metric)
-    chosen: list[MessageGroup] = []
-    take = chosen.append
-    if metric == "included_tokens":
-        for group in candidates:
-            if remaining <= limit:
-                break
-            if not group.excluded:
-                take(group)
-                remaining -= group.token_count
-    elif metric == "included_messages":
-        for group in candidates:
-            if remaining <= limit:
-                break
-            if not group.excluded:
-                take(group)
-                remaining -= len(group.messages)
-    else:  # a count of groups
-        for group in candidates:
-            if remaining <= limit:
-                break
-            if not group.excluded:
-                take(group)
-                remaining -= 1
-    return chosen
-
-
-def _newest_non_system(index: MessageIndex) -> MessageGroup | None:
-    for group in index.newest_live():
-        if group.kind is not SYSTEM:
+def _newest_non_system(index: MessageIndex) -> int | None:
+    kind_of = index._table.kind
+    for group in reversed(index._live.values()):
+        if kind_of[group] is not SYSTEM:
             return group
     return None
+
+
+def _oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit: int) -> list[int]:
+    """The included ``candidates``, oldest first, whose exclusion one by one brings ``metric``
+    (an included-count attribute of the index) down to ``limit``: found with running sums over
+    the candidates' sizes, without touching the index."""
+    remaining = getattr(index, metric)
+    if remaining <= limit:
+        return []
+    if metric == "included_groups":
+        return candidates[: remaining - limit]
+    column = index._table.tokens if metric == "included_tokens" else index._table.size
+    reached = list(accumulate(map(column.__getitem__, candidates)))
+    return candidates[: bisect_left(reached, remaining - limit) + 1]
 
 
 class CompactionStrategy(ABC):
@@ -251,30 +238,31 @@ class CompactionStrategy(ABC):
     @abstractmethod
     async def _run(self, index: MessageIndex) -> bool: ...
 
-    def _log(self, index: MessageIndex, action: str, groups: Sequence[MessageGroup], detail: str) -> bool:
+    def _log(self, index: MessageIndex, action: str, groups: list[int], detail: str) -> bool:
         """Record one event for a batch of groups; True if there were any."""
         if not groups:
             return False
         # Thousands of groups per call on a long history: every pass here runs in C.
-        turns = [turn for turn in map(_turn_of, groups) if turn is not None]
+        table = index._table
+        turns = [turn for turn in map(table.turn.__getitem__, groups) if turn is not None]
         first, last = (min(turns), max(turns)) if turns else (None, None)
         span = f", turns {first}-{last}" if turns else ""
-        kinds = set(map(_kind_of, groups))
+        kinds = set(map(table.kind.__getitem__, groups))
         index.events.append(
             CompactionEvent(
                 self.name,
                 action,
                 kinds.pop().value if len(kinds) == 1 else None,
                 first if first == last else None,
-                sum(map(len, map(_messages_of, groups))),
-                sum(map(_tokens_of, groups)),
+                sum(map(table.size.__getitem__, groups)),
+                sum(map(table.tokens.__getitem__, groups)),
                 f"{len(groups)} group{'s' if len(groups) != 1 else ''}{span}: {detail}",
-                groups=tuple(groups),
+                groups=_Groups(table, groups),
             )
         )
         return True
 
-    def _exclude_oldest(self, index: MessageIndex, candidates: Sequence[MessageGroup], reason: str) -> bool:
+    def _exclude_oldest(self, index: MessageIndex, candidates: list[int], reason: str) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
         When the target is a plain threshold on tokens, messages or groups (the
@@ -283,18 +271,17 @@ class CompactionStrategy(ABC):
         the index after every step.
         """
         threshold = _threshold_of(self.target, self.trigger)
-        doomed: list[MessageGroup] = []
+        doomed: list[int] = []
         if _stops_never(self.target, self.trigger):
-            doomed = index.exclude_many(candidates, reason)
+            doomed = index._exclude(candidates, reason, fresh=True)
         elif threshold is not None:
             metric, limit = threshold
-            doomed = index.exclude_many(_oldest_until(index, candidates, metric, limit), reason)
+            doomed = index._exclude(_oldest_until(index, candidates, metric, limit), reason, fresh=True)
         else:
             for group in candidates:
                 if self.target_met(index):
                     break
-                if index.exclude(group, reason):
-                    doomed.append(group)
+                doomed.extend(index._exclude([group], reason))
         return self._log(index, "excluded", doomed, reason)
 
     def __repr__(self) -> str:
@@ -367,13 +354,14 @@ class TruncationStrategy(CompactionStrategy):
 
     async def _run(self, index: MessageIndex) -> bool:
         protected = _newest(index, max(self.minimum_preserved, 1))
-        live = index.live
+        live = _live_ids(index)
+        kind_of = index._table.kind
         if self.preserve_first_user_group:
-            first_user = next((g for g in live if g.kind is GroupKind.USER), None)
+            first_user = next((g for g in live if kind_of[g] is GroupKind.USER), None)
             if first_user is not None:
                 protected.add(first_user)
         if self.preserve_system:
-            candidates = [g for g in live if g.kind is not SYSTEM and g not in protected]
+            candidates = [g for g in live if kind_of[g] is not SYSTEM and g not in protected]
         else:
             candidates = [g for g in live if g not in protected]
         return self._exclude_oldest(index, candidates, "truncation")
@@ -444,25 +432,29 @@ class SlidingWindowStrategy(CompactionStrategy):
 
     def _window_groups(self, index: MessageIndex, keep: int) -> bool:
         # System groups, turn 0 and conversation summaries survive any window.
+        kind_of, turn_of = index._table.kind, index._table.turn
         eligible = [
-            g for g in index.live if not (g.kind is SYSTEM or g.turn == 0 or (g.kind is SUMMARY and g.turn is None))
+            g
+            for g in index._live.values()
+            if not (kind_of[g] is SYSTEM or turn_of[g] == 0 or (kind_of[g] is SUMMARY and turn_of[g] is None))
         ]
         doomed = eligible[:-keep] if keep else eligible
         newest = _newest_non_system(index)
-        if doomed and doomed[-1] is newest:
+        if doomed and doomed[-1] == newest:
             doomed.pop()
-        excluded = index.exclude_many(doomed, "sliding_window")
+        excluded = index._exclude(doomed, "sliding_window", fresh=True)
         return self._log(index, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
         # The groups of each user turn; turn 0 and groups of no turn (system messages,
         # conversation summaries) survive any window.
-        turns: dict[int, list[MessageGroup]] = {}
+        turns: dict[int, list[int]] = {}
         current: int | None = None
-        bucket: list[MessageGroup] = []
-        for group in index.live:
-            turn = group.turn
-            if not turn or group.kind is SYSTEM:
+        bucket: list[int] = []
+        kind_of, turn_of = index._table.kind, index._table.turn
+        for group in index._live.values():
+            turn = turn_of[group]
+            if not turn or kind_of[group] is SYSTEM:
                 continue
             if turn != current:
                 current = turn
@@ -472,28 +464,29 @@ class SlidingWindowStrategy(CompactionStrategy):
         floor = self.minimum_preserved
         candidates = ordered[: len(ordered) - floor] if floor else ordered
         newest = _newest_non_system(index)
-        if newest is not None and candidates and candidates[-1] == newest.turn:
+        if newest is not None and candidates and candidates[-1] == turn_of[newest]:
             candidates.pop()  # the latest exchange is always sent, whatever the floor
         reason = "sliding_window"
         left = index.included_non_system_groups
         threshold = _threshold_of(self.target, self.trigger, turns=True)
         if threshold is None:
             # Any other target: exclude a turn at a time and ask the index after each.
-            excluded: list[MessageGroup] = []
+            excluded: list[int] = []
             for turn in candidates:
                 if self.target_met(index):
                     break
                 groups = turns[turn]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
-                excluded.extend(index.exclude_many(groups, reason))
+                excluded.extend(index._exclude(groups, reason, fresh=True))
             return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
         # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
         # A turn's groups are all of its included groups (no system group has a turn), so dropping
         # it takes exactly one turn off the count.
         metric, limit = threshold
         remaining = getattr(index, metric)
-        doomed: list[MessageGroup] = []
+        doomed: list[int] = []
+        tokens, sizes = index._table.tokens, index._table.size
         for turn in candidates:
             if remaining <= limit:
                 break
@@ -503,14 +496,14 @@ class SlidingWindowStrategy(CompactionStrategy):
             left -= len(groups)
             doomed.extend(groups)
             if metric == "included_tokens":
-                remaining -= sum(map(_tokens_of, groups))
+                remaining -= sum(map(tokens.__getitem__, groups))
             elif metric == "included_messages":
-                remaining -= sum(map(len, map(_messages_of, groups)))
+                remaining -= sum(map(sizes.__getitem__, groups))
             elif metric == "included_groups":
                 remaining -= len(groups)
             else:
                 remaining -= 1
-        return self._log(index, "excluded", index.exclude_many(doomed, reason), "sliding_window (whole turns)")
+        return self._log(index, "excluded", index._exclude(doomed, reason, fresh=True), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
         if self.keep_last_groups is not None:
@@ -590,7 +583,8 @@ def _any_tool_results(messages: Sequence[Message], max_result_chars: int, max_ch
     return text
 
 
-_TOOL_SUMMARY_PROPERTIES = MappingProxyType({SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "tool_results"})
+_TOOLS = "tool_results"
+_TOOL_SUMMARY_PROPERTIES = MappingProxyType({SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: _TOOLS})
 
 ToolResultFormatter = Callable[[Sequence[Message]], str]
 
@@ -631,7 +625,7 @@ class _ToolGroupStrategy(CompactionStrategy):
     keep_last_tool_call_groups: int | None
     minimum_preserved: int
 
-    def _protected(self, index: MessageIndex) -> set[MessageGroup]:
+    def _protected(self, index: MessageIndex) -> set[int]:
         """The newest groups the floor keeps out of reach."""
         if self.keep_last_tool_call_groups is not None:
             return _newest(index, self.keep_last_tool_call_groups, _TOOL_KINDS)
@@ -679,65 +673,65 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             raise ConfigurationError(f"formatter must be a callable from messages to text, got {formatter!r}")
         self.formatter = formatter
 
-    def _summary_texts(self, groups: Sequence[MessageGroup]) -> list[str]:
+    def _summary_texts(self, index: MessageIndex, groups: Iterable[int]) -> list[str]:
+        messages = map(index._table.messages, groups)
         if self.formatter is None:
-            return _tool_result_texts(map(_messages_of, groups), self.max_result_chars, self.max_summary_chars)
+            return _tool_result_texts(messages, self.max_result_chars, self.max_summary_chars)
         texts: list[str] = []
-        for group in groups:
-            text = self.formatter(group.messages)
+        for group in messages:
+            text = self.formatter(group)
             if not isinstance(text, str) or not text.strip():
                 raise ConfigurationError(f"the tool-result formatter returned {text!r}; it must return non-empty text")
             texts.append(text)
         return texts
 
-    def _collapse(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> list[MessageGroup]:
-        # Thousands of groups per call on a long history: each step is one loop, most of them in C.
-        summaries = list(map(assistant_text_message, self._summary_texts(groups), repeat(_TOOL_SUMMARY_PROPERTIES)))
-        return index.make_summary_groups(
-            summaries, turns=list(map(_turn_of, groups)), origin="tool_results", replaces=list(zip(groups))
-        )
+    def _summaries(self, index: MessageIndex, groups: Iterable[int]) -> list[Message]:
+        texts = self._summary_texts(index, groups)
+        return list(map(assistant_text_message, texts, repeat(_TOOL_SUMMARY_PROPERTIES)))
 
     async def _run(self, index: MessageIndex) -> bool:
         protected = self._protected(index)
+        table = index._table
+        kind_of, orphans, waiting = table.kind, table.orphan, table.unanswered
         candidates = [
-            g for g in index.live if g.kind is TOOL_CALL and g not in protected and not g.orphan and _is_complete(g)
+            g
+            for g in index._live.values()
+            if kind_of[g] is TOOL_CALL and g not in protected and g not in orphans and g not in waiting
         ]
         threshold = _threshold_of(self.target, self.trigger)
-        pairs: list[tuple[MessageGroup, MessageGroup]] = []
+        originals: list[int] = []
+        replacements: list[int] = []
         if _stops_never(self.target, self.trigger):
-            replacements = self._collapse(index, candidates)
-            pairs = list(zip(candidates, replacements))
-            index.replace_many(pairs, "collapsed")
-            saved = sum(map(_tokens_of, candidates)) - sum(map(_tokens_of, replacements))
-            detail = f"replaced by one-line summaries, {saved} tokens saved"
-            return self._log(index, "collapsed", candidates, detail)
-        if threshold is not None:
+            originals = candidates
+            replacements = index._replace(candidates, self._summaries(index, candidates), "collapsed", origin=_TOOLS)
+        elif threshold is not None:
             # Collapse just enough groups, found with local arithmetic.
             metric, limit = threshold
             remaining = getattr(index, metric)
+            summaries: list[Message] = []
             for group in candidates:
                 if remaining <= limit:
                     break
-                replacement = self._collapse(index, [group])[0]
-                pairs.append((group, replacement))
+                summary = self._summaries(index, [group])[0]
+                originals.append(group)
+                summaries.append(summary)
                 if metric == "included_tokens":
-                    remaining -= group.token_count - replacement.token_count
+                    remaining -= table.tokens[group] - index.tokenizer.count_messages([summary])[0]
                 elif metric == "included_messages":
-                    remaining -= len(group.messages) - 1
-            index.replace_many(pairs, "collapsed")
+                    remaining -= table.size[group] - 1
+            replacements = index._replace(originals, summaries, "collapsed", origin=_TOOLS)
         else:
             # Any other target: collapse one group at a time and ask the index after each.
             for group in candidates:
                 if self.target_met(index):
                     break
-                pair = (group, self._collapse(index, [group])[0])
-                index.account_replacements([pair], "collapsed")
-                pairs.append(pair)
-            index.place_replacements(pairs)
-        saved = sum(g.token_count - r.token_count for g, r in pairs)
-        return self._log(
-            index, "collapsed", [g for g, _ in pairs], f"replaced by one-line summaries, {saved} tokens saved"
-        )
+                replacement = index._summaries([group], self._summaries(index, [group]), _TOOLS)
+                index._account([group], replacement, "collapsed")
+                originals.append(group)
+                replacements.extend(replacement)
+            index._place(originals, replacements)
+        saved = sum(map(table.tokens.__getitem__, originals)) - sum(map(table.tokens.__getitem__, replacements))
+        return self._log(index, "collapsed", originals, f"replaced by one-line summaries, {saved} tokens saved")
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
@@ -768,7 +762,8 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
     async def _run(self, index: MessageIndex) -> bool:
         newest = _newest_non_system(index)
         protected = self._protected(index)
-        candidates = [g for g in index.live if g.kind is TOOL_CALL and g not in protected and g is not newest]
+        kind_of = index._table.kind
+        candidates = [g for g in index._live.values() if kind_of[g] is TOOL_CALL and g not in protected and g != newest]
         return self._exclude_oldest(index, candidates, "tool_call_removed")
 
 
@@ -785,10 +780,11 @@ DEFAULT_SUMMARIZATION_PROMPT = (
 SUMMARY_PREFIX = "[Summary] "
 
 
-def _transcript(groups: Sequence[MessageGroup]) -> str:
+def _transcript(groups: Iterable[Sequence[Message]]) -> str:
+    """The groups' messages (each group's list in turn) as plain text for the summariser."""
     lines: list[str] = []
-    for group in groups:
-        for message in group.messages:
+    for messages in groups:
+        for message in messages:
             if message.is_summary:
                 lines.append(f"(earlier summary) {message.text}")
                 continue
@@ -880,46 +876,50 @@ class SummarizationStrategy(CompactionStrategy):
         self.on_error = on_error
         self.last_usage: Usage | None = None
 
-    def _request(self, groups: Sequence[MessageGroup]) -> list[Message]:
+    def _request(self, groups: Iterable[MessageGroup]) -> list[Message]:
+        return self._request_for(group.messages for group in groups)
+
+    def _request_for(self, groups: Iterable[Sequence[Message]]) -> list[Message]:
         return [Message.system(self.prompt), Message.user(_transcript(groups))]
 
-    def _select(self, index: MessageIndex) -> tuple[list[MessageGroup], bool]:
+    def _select(self, index: MessageIndex) -> tuple[list[int], bool]:
         """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
         budget (rather than the floor or the target) is what stopped the choice."""
-        chosen: list[MessageGroup] = []
+        chosen: list[int] = []
         budget = self.max_input_tokens
         tokenizer = index.tokenizer
-        spent = sum(tokenizer.count_messages(self._request([])))
+        kind_of, sizes = index._table.kind, index._table.size
+        spent = sum(tokenizer.count_messages(self._request_for([])))
         if self.target_count is not None:
-            kept: set[MessageGroup] = set()
+            kept: set[int] = set()
             retained = 0
-            for group in index.newest_live():
-                if group.kind is SYSTEM:
+            for group in reversed(index._live.values()):
+                if kind_of[group] is SYSTEM:
                     continue
                 if retained >= self.target_count and kept:
                     break
                 kept.add(group)
-                retained += len(group.messages)
+                retained += sizes[group]
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
-        for group in index.live:
-            if group.kind is SYSTEM or group in kept:
+        for group in _live_ids(index):
+            if kind_of[group] is SYSTEM or group in kept:
                 continue
             if self.target_count is None and self.target_met(index):
                 break
             if budget is not None:
-                cost = tokenizer.count_text(_transcript([group]) + "\n")
+                cost = tokenizer.count_text(_transcript([index._table.messages(group)]) + "\n")
                 if spent + cost > budget:
                     return chosen, True
                 spent += cost
-            index.exclude(group, "summarized")
+            index._exclude([group], "summarized")
             chosen.append(group)
         return chosen, False
 
-    def _restore(self, index: MessageIndex, groups: Sequence[MessageGroup]) -> None:
-        index.include_many(groups)
+    def _restore(self, index: MessageIndex, groups: list[int]) -> None:
+        index._include(groups)
 
-    def _fail(self, index: MessageIndex, groups: Sequence[MessageGroup], why: str) -> bool:
+    def _fail(self, index: MessageIndex, groups: list[int], why: str) -> bool:
         self._restore(index, groups)
         index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
         logger.warning("summarization skipped: %s; the history is unchanged", why)
@@ -929,14 +929,14 @@ class SummarizationStrategy(CompactionStrategy):
 
     async def _run(self, index: MessageIndex) -> bool:
         groups, over_budget = self._select(index)
-        request = self._request(groups)
+        request = self._request_for(map(index._table.messages, groups))
         if groups and self.max_input_tokens is not None:
             # The per-group estimate above is close; the request as sent is what must fit.
             while len(groups) > 1 and sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
-                index.include(groups.pop())
-                request = self._request(groups)
+                index._include([groups.pop()])
+                request = self._request_for(map(index._table.messages, groups))
             if sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
-                index.include_many(groups)
+                index._include(groups)
                 groups, over_budget = [], True
         if not groups:
             if over_budget:
@@ -963,17 +963,19 @@ class SummarizationStrategy(CompactionStrategy):
             (TextContent(text),),
             additional_properties={SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "summarization"},
         )
-        replacement = index.make_summary_group(summary, turn=None, origin="summarization", replaces=tuple(groups))
-        index.insert_before(groups[0], replacement)
+        tokens = index.tokenizer.count_messages([summary])[0]
+        table = index._table
+        replacement = table.add(SUMMARY, [summary], None, tokens, origin="summarization", replaces=tuple(groups))
+        index._insert(groups[0], replacement)
         index.events.append(
             CompactionEvent(
                 self.name,
                 "summarized",
                 SUMMARY.value,
                 None,
-                sum(len(g.messages) for g in groups),
-                sum(g.token_count for g in groups),
-                f"{len(groups)} groups -> {replacement.token_count} tokens",
+                sum(map(table.size.__getitem__, groups)),
+                sum(map(table.tokens.__getitem__, groups)),
+                f"{len(groups)} groups -> {tokens} tokens",
                 usage=self.last_usage,
             )
         )
@@ -1076,7 +1078,8 @@ class TokenBudgetComposedStrategy(CompactionStrategy):
         if self._within(index):
             return changed
         newest = _newest_non_system(index)
-        candidates = [g for g in index.live if g.kind is not SYSTEM and g is not newest]
+        kind_of = index._table.kind
+        candidates = [g for g in index._live.values() if kind_of[g] is not SYSTEM and g != newest]
         return self._exclude_oldest(index, candidates, "token_budget_fallback") or changed
 
     def __repr__(self) -> str:
