@@ -116,11 +116,13 @@ class _Table:
         self.first: list[int] = []
         self.size: list[int] = []
         self.reason: list[str | None] = []  # why a group is excluded; None while it is included
-        self.call_ids: dict[int, frozenset[str]] = {}
-        self.unanswered: dict[int, frozenset[str]] = {}  # tool-call groups still waiting for results
+        # Call ids of tool-call groups: the id itself for the usual single call, so indexing a long
+        # history makes no container per group for the garbage collector to walk.
+        self.call_ids: dict[int, str | frozenset[str]] = {}
+        self.unanswered: dict[int, str | frozenset[str]] = {}  # calls still waiting for a result
         self.orphan: set[int] = set()
         self.origin: dict[int, str] = {}  # groups not written by the caller, and input summaries
-        self.replaces: dict[int, tuple[int, ...]] = {}
+        self.replaces: dict[int, int | tuple[int, ...]] = {}  # a summary's originals (one: the id)
         self.bytes: dict[int, int] = {}  # byte counts computed so far
         self.views: dict[int, MessageGroup] = {}
 
@@ -286,11 +288,14 @@ class MessageGroup:
         replaced = table.replaces.get(self._id)
         if replaced is None:
             return getattr(self, "_replaced", ())
+        if isinstance(replaced, int):
+            return (table.view(replaced),)
         return tuple(map(table.view, replaced))
 
     @property
     def call_ids(self) -> frozenset[str] | None:
-        return self._table.call_ids.get(self._id)
+        asked = self._table.call_ids.get(self._id)
+        return frozenset((asked,)) if isinstance(asked, str) else asked
 
     @property
     def message_count(self) -> int:
@@ -363,6 +368,11 @@ class CompactionEvent:
     groups: Sequence[MessageGroup] = field(default=(), compare=False, repr=False)
 
 
+def _asked(call_id: str, asked: str | frozenset[str]) -> bool:
+    """Whether a call group's call ids (one id, or a set of them) include ``call_id``."""
+    return call_id == asked if isinstance(asked, str) else call_id in asked
+
+
 def _summary_turn(message: Message, turn: int) -> int | None:
     # Tool-result summaries stand in for a tool group and stay in its turn; a conversation
     # summary belongs to no turn, so it never keeps an old turn alive.
@@ -394,7 +404,7 @@ class MessageIndex:
         self._live: dict[int, int] = {}
         self._live_key: dict[int, int] = {}  # replacement id -> the key it holds in _live
         self._order: list[int] = []  # every group id in conversation order, but for _pending
-        self._pending: dict[int, tuple[int, ...]] = {}  # anchor id -> ids inserted just before it
+        self._pending: dict[int, int | tuple[int, ...]] = {}  # anchor id -> id(s) inserted just before it
         self._source: list[Message] = []
         self._turn = 0
         self._open_tool: int | None = None
@@ -587,8 +597,9 @@ class MessageIndex:
                     add_first(position)
                     add_size(1)
                     continue
+                asked: str | frozenset[str]
                 if only is call_type:
-                    asked = frozenset((contents[0].call_id,))  # type: ignore[union-attr]
+                    asked = contents[0].call_id  # type: ignore[union-attr]
                 else:
                     asked = frozenset(c.call_id for c in contents if type(c) is call_type)
                 if asked:
@@ -642,13 +653,14 @@ class MessageIndex:
                 contents = message.contents
                 asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
                 if asked_ids is not None and len(contents) == 1 and isinstance(contents[0], result_type):
-                    belongs = contents[0].call_id in asked_ids
+                    answer = contents[0].call_id
+                    belongs = answer == asked_ids if type(asked_ids) is str else answer in asked_ids
                 else:
                     result_ids = [c.call_id for c in contents if type(c) is result_type]
                     belongs = (
                         asked_ids is not None
                         and bool(result_ids)
-                        and all(call_id in asked_ids for call_id in result_ids)
+                        and all(_asked(call_id, asked_ids) for call_id in result_ids)
                     )
                 # A result nobody asked for, while a call still waits for its own, stays inside the
                 # open group (flagged), so that call and its results are never split apart.
@@ -664,14 +676,16 @@ class MessageIndex:
                         table.relocate(open_tool, [message])
                     waiting = unanswered.get(open_tool)
                     if waiting is not None:
-                        if belongs and len(waiting) == 1 and len(contents) == 1:  # the one call answered
+                        if type(waiting) is str and belongs and len(contents) == 1:  # the one call answered
                             del unanswered[open_tool]
                         else:
-                            waiting = waiting.difference(
-                                [c.call_id for c in contents if isinstance(c, FunctionResultContent)]
-                            )
-                            if waiting:
-                                unanswered[open_tool] = waiting
+                            answered = [c.call_id for c in contents if isinstance(c, result_type)]
+                            if isinstance(waiting, str):
+                                left: frozenset[str] = frozenset() if waiting in answered else frozenset((waiting,))
+                            else:
+                                left = waiting.difference(answered)
+                            if left:
+                                unanswered[open_tool] = left
                             else:
                                 del unanswered[open_tool]
                     if not belongs:
@@ -895,7 +909,7 @@ class MessageIndex:
         table.reason.extend(repeat(None, count))
         ids = range(start, start + count)
         table.origin.update(zip(ids, repeat(origin)))
-        table.replaces.update(zip(ids, zip(originals)))
+        table.replaces.update(zip(ids, originals))
         return list(ids)
 
     def _account(self, originals: list[int], replacements: list[int], reason: str) -> None:
@@ -939,10 +953,10 @@ class MessageIndex:
         pending, live, live_key = self._pending, self._live, self._live_key
         keys = list(self._keys(originals))
         if pending.keys().isdisjoint(originals) and len(set(originals)) == len(originals):
-            pending.update(zip(originals, zip(replacements)))
+            pending.update(zip(originals, replacements))
         else:
             for original, replacement in zip(originals, replacements):
-                pending[original] = (*pending.get(original, ()), replacement)
+                self._pend(original, replacement)
         live.update(zip(keys, replacements))
         live_key.update(zip(replacements, keys))
 
@@ -956,13 +970,21 @@ class MessageIndex:
 
     def _insert(self, anchor: int, group: int) -> None:
         table = self._table
-        self._pending[anchor] = (*self._pending.get(anchor, ()), group)
+        self._pend(anchor, group)
         self.total_groups += 1
         self.total_messages += table.size[group]
         self.total_tokens += table.tokens[group]
         if table.reason[group] is None:
             self._count(group, 1)
             self._relive()
+
+    def _pend(self, anchor: int, group: int) -> None:
+        """Note ``group`` to be inserted before ``anchor``, after any already noted there."""
+        noted = self._pending.get(anchor)
+        if noted is None:
+            self._pending[anchor] = group
+        else:
+            self._pending[anchor] = (noted, group) if isinstance(noted, int) else (*noted, group)
 
     def _flush(self) -> None:
         if not self._pending:
@@ -973,7 +995,9 @@ class MessageIndex:
         def place(group: int) -> None:
             # A group inserted before another inserted group (a summary of summaries) lands first.
             inserted = pending.pop(group, None)
-            if inserted is not None:
+            if isinstance(inserted, int):
+                place(inserted)
+            elif inserted is not None:
                 for earlier in inserted:
                     place(earlier)
             merged.append(group)
