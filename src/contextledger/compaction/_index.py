@@ -121,8 +121,9 @@ class _Table:
         self.call_ids: dict[int, str | frozenset[str]] = {}
         self.unanswered: dict[int, str | frozenset[str]] = {}  # calls still waiting for a result
         self.orphan: set[int] = set()
-        self.origin: dict[int, str] = {}  # groups not written by the caller, and input summaries
-        self.replaces: dict[int, int | tuple[int, ...]] = {}  # a summary's originals (one: the id)
+        self.origin: list[str] = []  # "input", or what wrote a summary
+        # What a summary group stands in for: one group's id, several ids, or None.
+        self.replaces: list[int | tuple[int, ...] | None] = []
         self.bytes: dict[int, int] = {}  # byte counts computed so far
         self.views: dict[int, MessageGroup] = {}
 
@@ -146,10 +147,8 @@ class _Table:
         self.turn.append(turn)
         self.tokens.append(tokens)
         self.reason.append(reason)
-        if origin != "input":
-            self.origin[group] = origin
-        if replaces:
-            self.replaces[group] = replaces
+        self.origin.append(origin)
+        self.replaces.append(replaces or None)
         return group
 
     def messages(self, group: int) -> list[Message]:
@@ -279,13 +278,13 @@ class MessageGroup:
 
     @property
     def origin(self) -> str:
-        return self._table.origin.get(self._id, "input")
+        return self._table.origin[self._id]
 
     @property
     def replaces(self) -> tuple[MessageGroup, ...]:
         """The groups a summary stands in for (empty for other groups)."""
         table = self._table
-        replaced = table.replaces.get(self._id)
+        replaced = table.replaces[self._id]
         if replaced is None:
             return getattr(self, "_replaced", ())
         if isinstance(replaced, int):
@@ -403,8 +402,11 @@ class MessageIndex:
         # O(included + appended), not O(whole history).
         self._live: dict[int, int] = {}
         self._live_key: dict[int, int] = {}  # replacement id -> the key it holds in _live
-        self._order: list[int] = []  # every group id in conversation order, but for _pending
-        self._pending: dict[int, int | tuple[int, ...]] = {}  # anchor id -> id(s) inserted just before it
+        self._order: list[int] = []  # every group id in conversation order, but for the insertions below
+        # Groups inserted since the order was last read, each just before its anchor, in the order
+        # they were inserted: two flat lists, so inserting thousands of summaries costs two extends.
+        self._anchors: list[int] = []
+        self._inserted: list[int] = []
         self._source: list[Message] = []
         self._turn = 0
         self._open_tool: int | None = None
@@ -562,6 +564,7 @@ class MessageIndex:
         if reopened:
             self._tally(tail, -1)
         dead: list[int] = []  # groups merged into a call group (reasoning before or between results)
+        origins: dict[int, str] = {}  # summaries among the input, by what wrote them
         start = len(kinds)
         turn = first_turn = self._turn
         systems = tool_groups = 0
@@ -626,7 +629,7 @@ class MessageIndex:
                     if provisional:
                         provisional = []
                     origin = message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization")
-                    table.origin[group] = str(origin)
+                    origins[group] = str(origin)
                     add_kind(_SUMMARY)
                     add_turn(_summary_turn(message, turn))
                 elif contents and all(type(c) is reasoning_type for c in contents):
@@ -713,6 +716,10 @@ class MessageIndex:
                 systems += 1
         made = len(kinds) - start
         table.reason.extend(repeat(None, made))
+        table.origin.extend(repeat("input", made))
+        table.replaces.extend(repeat(None, made))
+        for group, origin in origins.items():
+            table.origin[group] = origin
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = self.total_turns = turn
@@ -856,7 +863,7 @@ class MessageIndex:
             own.turn[row],
             own.tokens[row],
             reason=own.reason[row],
-            origin=own.origin.get(row, "input"),
+            origin=own.origin[row],
             replaces=tuple(map(self._id_of, replaced)),
         )
         if row in own.orphan:
@@ -892,7 +899,7 @@ class MessageIndex:
         """Replace each original (included, not a system group) by a one-message summary group in
         its turn, taking its place; the summaries are counted in one tokenizer batch."""
         replacements = self._summaries(originals, messages, origin)
-        self._account(originals, replacements, reason)
+        self._account(originals, replacements, reason, usual=True)
         self._place(originals, replacements)
         return replacements
 
@@ -907,19 +914,25 @@ class MessageIndex:
         table.kind.extend(repeat(_SUMMARY, count))
         table.turn.extend(map(table.turn.__getitem__, originals))
         table.reason.extend(repeat(None, count))
-        ids = range(start, start + count)
-        table.origin.update(zip(ids, repeat(origin)))
-        table.replaces.update(zip(ids, originals))
-        return list(ids)
+        table.origin.extend(repeat(origin, count))
+        table.replaces.extend(originals)
+        return list(range(start, start + count))
 
-    def _account(self, originals: list[int], replacements: list[int], reason: str) -> None:
-        """Exclude the originals and count their replacements in (see account_replacements)."""
+    def _account(self, originals: list[int], replacements: list[int], reason: str, *, usual: bool = False) -> None:
+        """Exclude the originals and count their replacements in (see account_replacements).
+
+        ``usual`` says every pair is one non-system group for a one-message group of its turn
+        (as :meth:`_summaries` makes them), which saves checking."""
         table = self._table
         kinds, turns, sizes, tokens = table.kind, table.turn, table.size, table.tokens
-        plain = [
-            turns[original] == turns[replacement] and kinds[original] is not _SYSTEM and sizes[replacement] == 1
-            for original, replacement in zip(originals, replacements)
-        ]
+        plain = (
+            [True]
+            if usual
+            else [
+                turns[original] == turns[replacement] and kinds[original] is not _SYSTEM and sizes[replacement] == 1
+                for original, replacement in zip(originals, replacements)
+            ]
+        )
         if all(plain):
             # The usual case, netted in one step: same turn, one non-system group for another,
             # so the turn and group counts do not move.
@@ -940,8 +953,8 @@ class MessageIndex:
             for original in originals:
                 reasons[original] = reason
             return
-        for original, replacement, usual in zip(originals, replacements, plain):
-            if usual:
+        for original, replacement, simple in zip(originals, replacements, plain):
+            if simple:
                 self._account([original], [replacement], reason)
             else:
                 self._count(original, -1)
@@ -950,13 +963,10 @@ class MessageIndex:
 
     def _place(self, originals: list[int], replacements: list[int]) -> None:
         """Each replacement takes its original's key (and so its position) among the included groups."""
-        pending, live, live_key = self._pending, self._live, self._live_key
+        live, live_key = self._live, self._live_key
         keys = list(self._keys(originals))
-        if pending.keys().isdisjoint(originals) and len(set(originals)) == len(originals):
-            pending.update(zip(originals, replacements))
-        else:
-            for original, replacement in zip(originals, replacements):
-                self._pend(original, replacement)
+        self._anchors.extend(originals)
+        self._inserted.extend(replacements)
         live.update(zip(keys, replacements))
         live_key.update(zip(replacements, keys))
 
@@ -970,7 +980,8 @@ class MessageIndex:
 
     def _insert(self, anchor: int, group: int) -> None:
         table = self._table
-        self._pend(anchor, group)
+        self._anchors.append(anchor)
+        self._inserted.append(group)
         self.total_groups += 1
         self.total_messages += table.size[group]
         self.total_tokens += table.tokens[group]
@@ -978,26 +989,24 @@ class MessageIndex:
             self._count(group, 1)
             self._relive()
 
-    def _pend(self, anchor: int, group: int) -> None:
-        """Note ``group`` to be inserted before ``anchor``, after any already noted there."""
-        noted = self._pending.get(anchor)
-        if noted is None:
-            self._pending[anchor] = group
-        else:
-            self._pending[anchor] = (noted, group) if isinstance(noted, int) else (*noted, group)
-
     def _flush(self) -> None:
-        if not self._pending:
+        """Put the groups inserted since the order was last read in their places."""
+        if not self._inserted:
             return
-        pending = self._pending
+        pending: dict[int, list[int]] = {}
+        for anchor, group in zip(self._anchors, self._inserted):
+            before = pending.get(anchor)
+            if before is None:
+                pending[anchor] = [group]
+            else:
+                before.append(group)
+        self._anchors, self._inserted = [], []
         merged: list[int] = []
 
         def place(group: int) -> None:
             # A group inserted before another inserted group (a summary of summaries) lands first.
             inserted = pending.pop(group, None)
-            if isinstance(inserted, int):
-                place(inserted)
-            elif inserted is not None:
+            if inserted is not None:
                 for earlier in inserted:
                     place(earlier)
             merged.append(group)

@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
+from operator import add
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, cast
 
@@ -244,7 +245,8 @@ class CompactionStrategy(ABC):
             return False
         # Thousands of groups per call on a long history: every pass here runs in C.
         table = index._table
-        turns = [turn for turn in map(table.turn.__getitem__, groups) if turn is not None]
+        every_turn = list(map(table.turn.__getitem__, groups))
+        turns = cast(list[int], every_turn if None not in every_turn else [t for t in every_turn if t is not None])
         first, last = (min(turns), max(turns)) if turns else (None, None)
         span = f", turns {first}-{last}" if turns else ""
         kinds = set(map(table.kind.__getitem__, groups))
@@ -673,8 +675,16 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             raise ConfigurationError(f"formatter must be a callable from messages to text, got {formatter!r}")
         self.formatter = formatter
 
-    def _summary_texts(self, index: MessageIndex, groups: Iterable[int]) -> list[str]:
-        messages = map(index._table.messages, groups)
+    def _summary_texts(self, index: MessageIndex, groups: list[int]) -> list[str]:
+        table = index._table
+        messages: Iterable[Sequence[Message]]
+        sizes = list(map(table.size.__getitem__, groups))
+        if sizes.count(2) == len(sizes):  # one call, one result each (the usual shape): pairs made in C
+            starts = list(map(table.first.__getitem__, groups))
+            pool = table.pool
+            messages = zip(map(pool.__getitem__, starts), map(pool.__getitem__, map(add, starts, repeat(1))))
+        else:
+            messages = map(table.messages, groups)
         if self.formatter is None:
             return _tool_result_texts(messages, self.max_result_chars, self.max_summary_chars)
         texts: list[str] = []
@@ -685,7 +695,7 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             texts.append(text)
         return texts
 
-    def _summaries(self, index: MessageIndex, groups: Iterable[int]) -> list[Message]:
+    def _summaries(self, index: MessageIndex, groups: list[int]) -> list[Message]:
         texts = self._summary_texts(index, groups)
         return list(map(assistant_text_message, texts, repeat(_TOOL_SUMMARY_PROPERTIES)))
 
