@@ -317,11 +317,18 @@ class CompactionProvider(ContextProvider):
         else:
             index = MessageIndex(stored, tokenizer=self._after_tokenizer)
             changed = await self.after_strategy.compact(index) or bool(index.events)
-        changed = _drop_stranded(index) or changed
+        # Only a compaction that changed something can have cut a turn in two.
         reduced = index.projection() if changed else stored
+        if changed and _starts_mid_turn(reduced) and _drop_stranded(index):
+            reduced = index.projection()
         if reduced != stored:
             await history.replace(session.session_id, reduced)
         session._cache[key] = (index, reduced)
+
+
+def _starts_mid_turn(messages: Sequence[Message]) -> bool:
+    """Whether the first message after any system messages is something other than a user's."""
+    return next((m.role for m in messages if m.role != "system"), "user") != "user"
 
 
 def _drop_stranded(index: MessageIndex) -> bool:
@@ -374,8 +381,10 @@ class ReducedHistoryProvider:
     async def reduce(self, messages: Sequence[Message]) -> list[Message]:
         index = MessageIndex(messages, tokenizer=self.tokenizer)
         await self.strategy.compact(index)
-        _drop_stranded(index)
-        return index.projection()
+        reduced = index.projection()
+        if _starts_mid_turn(reduced) and _drop_stranded(index):
+            reduced = index.projection()
+        return reduced
 
     async def load(self, session_id: str) -> list[Message]:
         return await self.inner.load(session_id)
