@@ -12,6 +12,18 @@ from contextledger.messages import Message
 __all__ = ["InMemoryHistoryProvider"]
 
 
+def _common_prefix(old: list[Message], new: list[Message]) -> int:
+    """Length of the longest common prefix, by bisection over list comparisons (each done in C)."""
+    low, high = 0, min(len(old), len(new))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if new[:middle] == old[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _materialise(messages: object) -> object:
     """A list of an iterable batch (so a generator is read once); anything else as it came, for the checks to refuse."""
     if isinstance(messages, Iterable) and not isinstance(messages, (str, bytes, Mapping, Message)):
@@ -61,9 +73,11 @@ class InMemoryHistoryProvider:
             # A reduction rewrites a long history but keeps most of its messages: only the new
             # ones need the storage check (found with set operations, as this runs every turn).
             with self._lock:
-                known = set(map(id, self._sessions.get(current, ())))
-            new_ids = set(map(id, items)).difference(known)
-            fresh = list(compress(items, map(new_ids.__contains__, map(id, items)))) if new_ids else []
+                stored_now = self._sessions.get(current, [])
+            same = _common_prefix(stored_now, items)
+            tail = items[same:]
+            new_ids = set(map(id, tail)).difference(map(id, stored_now[same:]))
+            fresh = list(compress(tail, map(new_ids.__contains__, map(id, tail)))) if new_ids else []
         key, _, _ = encode_messages(session_id, fresh, "replace")
         stored = items if isinstance(items, list) else []
         with self._lock:
