@@ -336,12 +336,15 @@ class _MessageFields:
     _token_memo: tuple[object, int] | None
 
 
-def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
+def assistant_text_message(
+    text: str, properties: Mapping[str, Any], token_memo: tuple[object, int] | None = None
+) -> Message:
     """An assistant text message built from parts the library already validated.
 
     Compaction writes one such message per collapsed group, thousands per call on
     long histories; this skips the re-validation a caller-supplied message gets.
-    ``properties`` must already be read-only (a ``MappingProxyType``).
+    ``properties`` must already be read-only (a ``MappingProxyType``); ``token_memo`` is the
+    count a tokenizer would record for it, when the caller already knows it.
 
     A frozen dataclass only takes its fields through a descriptor call each, which
     costs more than the rest of the work; so the fields are assigned on a plain
@@ -360,7 +363,7 @@ def assistant_text_message(text: str, properties: Mapping[str, Any]) -> Message:
     message.additional_properties = properties
     message.extra = _EMPTY
     message.content_form = None
-    message._token_memo = None
+    message._token_memo = token_memo
     message.__class__ = Message  # type: ignore[assignment]
     return message  # type: ignore[return-value]
 

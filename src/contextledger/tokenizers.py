@@ -123,6 +123,12 @@ class CharacterEstimatorTokenizer:
     def count_message(self, message: Message) -> int:
         return self.count_messages((message,))[0]
 
+    def count_plain_texts(self, characters: list[int]) -> list[int]:
+        """What :meth:`count_message` gives a message holding one text of each of these lengths and
+        no author name, without the messages: compaction sizes summaries before writing them."""
+        per_token = self.characters_per_token
+        return [MESSAGE_OVERHEAD - (-chars // per_token) for chars in characters]
+
     def count_messages(self, messages: Sequence[Message]) -> list[int]:
         # The hot path of indexing a long history: one flat loop over the messages with the
         # arithmetic inline, and the memos read and recorded around it.
@@ -161,12 +167,15 @@ class CharacterEstimatorTokenizer:
                     append(call_overhead + (chars + rounding) // per_token)
                     continue
             append(self._count_any(message))
-        # Equal counts share one memo tuple, so a long history does not leave a tuple per message
-        # for the garbage collector to walk.
-        name = self._name
-        shared = {count: (name, count) for count in set(out)}
-        deque(map(set_token_memo, messages, map(shared.__getitem__, out)), maxlen=0)
+        self._memoise(messages, out)
         return out
+
+    def _memoise(self, messages: Sequence[Message], counts: list[int]) -> None:
+        """Record each message's count.  Equal counts share one memo tuple, so a long history does
+        not leave a tuple per message for the garbage collector to walk."""
+        name = self._name
+        shared = {count: (name, count) for count in set(counts)}
+        deque(map(set_token_memo, messages, map(shared.__getitem__, counts)), maxlen=0)
 
     def _count_any(self, message: Message) -> int:
         """Any message: every content, the author name, a wrapper per tool call."""

@@ -21,12 +21,12 @@ from __future__ import annotations
 import gc
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import compress, repeat
-from operator import add, ne
+from itertools import accumulate, compress, repeat
+from operator import add, ne, sub
 from typing import Any, cast, overload
 
 from contextledger.exceptions import CompactionError, InvalidMessageError
@@ -37,8 +37,9 @@ from contextledger.messages import (
     Message,
     ReasoningContent,
     TextContent,
+    assistant_text_message,
 )
-from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
+from contextledger.tokenizers import CALL_OVERHEAD, MESSAGE_OVERHEAD, CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = ["CompactionEvent", "GroupKind", "MessageGroup", "MessageIndex", "gc_paused"]
 
@@ -96,6 +97,9 @@ class _Table:
         "call_ids",
         "first",
         "kind",
+        "later",
+        "later_memo",
+        "later_properties",
         "origin",
         "orphan",
         "pool",
@@ -126,6 +130,12 @@ class _Table:
         self.replaces: list[int | tuple[int, ...] | None] = []
         self.bytes: dict[int, int] = {}  # byte counts computed so far
         self.views: dict[int, MessageGroup] = {}
+        # Summaries whose one-text message is written only when it is first read (in a pipeline
+        # most collapsed groups are excluded again right away): group id -> the text.  Their pool
+        # entry is None until then; the message gets these properties and this tokenizer's memo.
+        self.later: dict[int, str] = {}
+        self.later_properties: Mapping[str, Any] = {}
+        self.later_memo: object = None
 
     def add(
         self,
@@ -152,8 +162,23 @@ class _Table:
         return group
 
     def messages(self, group: int) -> list[Message]:
+        if group in self.later:
+            self.write((group,))
         start = self.first[group]
         return self.pool[start : start + self.size[group]]
+
+    def write(self, groups: Iterable[int]) -> None:
+        """Write deferred summaries' messages (see ``later``)."""
+        pool, first, tokens, later = self.pool, self.first, self.tokens, self.later
+        properties, name = self.later_properties, self.later_memo
+        memos: dict[int, tuple[object, int]] = {}
+        with gc_paused():  # thousands of small objects: one collector pass afterwards, not many
+            for group in groups:
+                count = tokens[group]
+                memo = memos.get(count)
+                if memo is None:
+                    memo = memos[count] = (name, count)
+                pool[first[group]] = assistant_text_message(later.pop(group), properties, memo)
 
     def relocate(self, group: int, extra: Sequence[Message] = ()) -> None:
         """Copy a group's messages (and ``extra`` after them) to the end of the pool, where it can
@@ -542,8 +567,183 @@ class MessageIndex:
         with gc_paused():
             self._append(new)
 
+    # Plain batches: most histories are user text, assistant text, and calls answered right away.
+    # Such a run is grouped by a lean loop that only records where each group starts; sizes and
+    # tokens come afterwards from those starts, in C.  The first message it does not handle (or an
+    # open tail from the last append) goes to the general loop, which continues from there.
+    _plain_batches = True
+
     def _append(self, new: list[Message]) -> None:
-        counts = self.tokenizer.count_messages(new)
+        tokenizer = self.tokenizer
+        done = 0
+        if self._plain_batches and self._open_tool is None and not self._provisional:
+            if type(tokenizer) is CharacterEstimatorTokenizer and [m._token_memo for m in new].count(None) == len(new):
+                # The estimate is counted in the same pass (each message is read once, which
+                # matters on a long history that does not fit the caches).
+                done = self._append_plain(new, None, tokenizer)
+                if done < len(new):
+                    rest = new[done:]
+                    self._append_any(rest, tokenizer.count_messages(rest))
+                return
+            counts = tokenizer.count_messages(new)
+            done = self._append_plain(new, counts, None)
+            if done < len(new):
+                self._append_any(new[done:], counts[done:])
+            return
+        self._append_any(new, tokenizer.count_messages(new))
+
+    def _append_plain(
+        self, new: list[Message], counts: list[int] | None, estimator: CharacterEstimatorTokenizer | None
+    ) -> int:
+        """Group the plain run at the start of ``new``; returns how many messages it took.
+
+        With ``estimator`` (and no ``counts``) it also counts each message it takes: then a plain
+        message is also one content and no author name, which is what the estimate reads."""
+        table = self._table
+        base = len(table.pool)
+        kinds: list[GroupKind] = []
+        turns: list[int | None] = []
+        starts: list[int] = []  # where each group starts in ``new``
+        add_kind, add_turn, add_start = kinds.append, turns.append, starts.append
+        calls: list[int] = []  # groups made by a call, as positions in ``kinds``
+        asked: list[str] = []  # and the id of that call
+        turn = first_turn = self._turn
+        systems = 0
+        open_call: str | None = None  # the id of a call still waiting for its result
+        answered = False  # whether the last group is a call that got its result
+        text_type, call_type, result_type = TextContent, FunctionCallContent, FunctionResultContent
+        estimate = estimator is not None
+        counted: list[int] = []
+        add_count = counted.append
+        per_token = estimator.characters_per_token if estimator is not None else 1
+        rounding = per_token - 1
+        overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
+        position = -1
+        for message in new:
+            position += 1
+            if estimate and message.author_name is not None:
+                break
+            role = message.role
+            if role == "assistant":
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if message.additional_properties:
+                    break
+                kind = type(content)
+                if kind is text_type:
+                    if open_call is not None:  # an assistant text while a call waits: not plain
+                        break
+                    if estimate:
+                        add_count(overhead + (len(content.text) + rounding) // per_token)  # type: ignore[union-attr]
+                    add_kind(_TEXT)
+                elif kind is call_type:
+                    if open_call is not None:  # a second call before the first is answered
+                        break
+                    call_id = content.call_id  # type: ignore[union-attr]
+                    if estimate:
+                        chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
+                        add_count(call_overhead + (chars + rounding) // per_token)
+                    calls.append(len(kinds))
+                    asked.append(call_id)
+                    add_kind(_TOOL_CALL)
+                    add_turn(turn)
+                    add_start(position)
+                    open_call = call_id
+                    answered = False
+                    continue
+                else:
+                    break
+            elif role == "tool":
+                if open_call is None:
+                    break
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if type(content) is not result_type or content.call_id != open_call:
+                    break
+                if estimate:
+                    add_count(overhead + (len(content.result) + rounding) // per_token)
+                open_call = None
+                answered = True
+                continue
+            else:
+                if open_call is not None:
+                    break
+                if estimate:
+                    try:
+                        (content,) = message.contents
+                    except ValueError:
+                        break
+                    if type(content) is not text_type:
+                        break
+                    add_count(overhead + (len(content.text) + rounding) // per_token)
+                if role == "user":
+                    turn += 1
+                    add_kind(_USER)
+                else:  # system
+                    add_kind(_SYSTEM)
+                    add_turn(None)
+                    add_start(position)
+                    systems += 1
+                    answered = False
+                    continue
+            add_turn(turn)
+            add_start(position)
+            answered = False
+        else:
+            position += 1
+        # ``position`` is now how many messages were taken.  A call left waiting stays open for the
+        # general loop, which takes over from the same state.
+        if position == 0:
+            return 0
+        count = len(kinds)
+        ends = [*starts[1:], position]
+        sizes = list(map(sub, ends, starts))
+        if counts is None:
+            counts = counted
+            if estimator is not None:
+                estimator._memoise(new[:position] if position < len(new) else new, counted)
+        reached = list(accumulate(counts[:position], initial=0))
+        tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
+        first = len(table.kind)
+        ids = range(first, first + count)
+        table.pool.extend(new[:position] if position < len(new) else new)
+        table.kind.extend(kinds)
+        table.turn.extend(turns)
+        table.tokens.extend(tokens)
+        table.first.extend(map(add, starts, repeat(base)))
+        table.size.extend(sizes)
+        table.reason.extend(repeat(None, count))
+        table.origin.extend(repeat("input", count))
+        table.replaces.extend(repeat(None, count))
+        table.call_ids.update(zip(map(add, calls, repeat(first)), asked))
+        if open_call is not None:
+            table.unanswered[first + count - 1] = open_call
+        if open_call is not None or answered:
+            self._open_tool = first + count - 1  # results may still join it, as in the general loop
+        self._turn = self.total_turns = turn
+        self._turn_groups.extend(repeat(0, turn - first_turn))
+        self._source.extend(new[:position] if position < len(new) else new)
+        self._order.extend(ids)
+        self._live.update(zip(ids, ids))
+        total = reached[position]
+        self.total_groups += count
+        self.total_messages += position
+        self.total_tokens += total
+        self.included_groups += count
+        self.included_messages += position
+        self.included_tokens += total
+        self.included_non_system_groups += count - systems
+        self.included_non_system_messages += position - systems
+        self.included_tool_call_groups += len(calls)
+        self._add_turns(turns, 1)
+        return position
+
+    def _append_any(self, new: list[Message], counts: list[int]) -> None:
+        """The general loop: every grouping rule, and an open tail from the last append."""
         table = self._table
         kinds, turns, tokens, firsts, sizes = table.kind, table.turn, table.tokens, table.first, table.size
         call_ids_of, unanswered, orphans = table.call_ids, table.unanswered, table.orphan
@@ -585,10 +785,10 @@ class MessageIndex:
         table.pool.extend(new)
         for message, count in zip(new, counts):
             position += 1
+            contents = message.contents
+            only: type | None = type(contents[0]) if len(contents) == 1 else None
             role = message.role
             if role == "assistant":
-                contents = message.contents
-                only: type | None = type(contents[0]) if len(contents) == 1 else None
                 if only is text_type and not message.additional_properties:
                     # The common case, decided without scanning anything.
                     open_tool = None
@@ -653,7 +853,6 @@ class MessageIndex:
                 add_first(position)
                 add_size(1)
             elif role == "tool":
-                contents = message.contents
                 asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
                 if asked_ids is not None and len(contents) == 1 and isinstance(contents[0], result_type):
                     answer = contents[0].call_id
@@ -895,28 +1094,51 @@ class MessageIndex:
         originals = list(map(self._id_of, (original for original, _ in pairs)))
         self._place(originals, [self._adopt(replacement) for _, replacement in pairs])
 
-    def _replace(self, originals: list[int], messages: list[Message], reason: str, *, origin: str) -> list[int]:
+    def _replace(
+        self,
+        originals: list[int],
+        messages: Sequence[Message | None],
+        reason: str,
+        *,
+        origin: str,
+        counts: list[int] | None = None,
+    ) -> list[int]:
         """Replace each original (included, not a system group) by a one-message summary group in
-        its turn, taking its place; the summaries are counted in one tokenizer batch."""
-        replacements = self._summaries(originals, messages, origin)
+        its turn, taking its place; the summaries are counted in one tokenizer batch unless
+        ``counts`` are given (a None message is written later: see ``_Table.later``)."""
+        replacements = self._summaries(originals, messages, origin, counts)
         self._account(originals, replacements, reason, usual=True)
         self._place(originals, replacements)
         return replacements
 
-    def _summaries(self, originals: list[int], messages: list[Message], origin: str) -> list[int]:
+    def _summaries(
+        self,
+        originals: list[int],
+        messages: Sequence[Message | None],
+        origin: str,
+        counts: list[int] | None = None,
+    ) -> list[int]:
         """New summary groups (not yet placed) standing in for ``originals``, one message each."""
         table = self._table
         start, count = len(table.kind), len(messages)
         table.first.extend(range(len(table.pool), len(table.pool) + count))
-        table.pool.extend(messages)
+        table.pool.extend(cast(Sequence[Message], messages))  # a None is written later
         table.size.extend(repeat(1, count))
-        table.tokens.extend(self.tokenizer.count_messages(messages))
+        table.tokens.extend(counts if counts is not None else self.tokenizer.count_messages(messages))  # type: ignore[arg-type]
         table.kind.extend(repeat(_SUMMARY, count))
         table.turn.extend(map(table.turn.__getitem__, originals))
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat(origin, count))
         table.replaces.extend(originals)
         return list(range(start, start + count))
+
+    def _defer(self, groups: list[int], texts: list[str], properties: Mapping[str, Any]) -> None:
+        """Leave these summary groups' messages (one assistant text each, counted already) to be
+        written when first read: the projection writes those it sends, a group view on demand."""
+        table = self._table
+        table.later.update(zip(groups, texts))
+        table.later_properties = properties
+        table.later_memo = self.tokenizer.name
 
     def _account(self, originals: list[int], replacements: list[int], reason: str, *, usual: bool = False) -> None:
         """Exclude the originals and count their replacements in (see account_replacements).
@@ -1051,6 +1273,8 @@ class MessageIndex:
             return list(source)
         table = self._table
         ids = self._live.values()
+        if table.later:  # deferred summaries that are sent are written now, the others never
+            table.write(table.later.keys() & ids)
         starts = list(map(table.first.__getitem__, ids))
         sizes = list(map(table.size.__getitem__, ids))
         pool = table.pool

@@ -59,7 +59,7 @@ from contextledger.messages import (
     TextContent,
     assistant_text_message,
 )
-from contextledger.tokenizers import Tokenizer
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
@@ -699,6 +699,22 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         texts = self._summary_texts(index, groups)
         return list(map(assistant_text_message, texts, repeat(_TOOL_SUMMARY_PROPERTIES)))
 
+    def _collapse(self, index: MessageIndex, groups: list[int]) -> list[int]:
+        """Replace every group by its summary.
+
+        With the character estimate a summary is counted from its text's length, and its
+        message is written only when it is first read (see ``MessageIndex._defer``): in a
+        pipeline most of them are excluded again right away."""
+        tokenizer = index.tokenizer
+        texts = self._summary_texts(index, groups)
+        if type(tokenizer) is not CharacterEstimatorTokenizer:
+            messages = list(map(assistant_text_message, texts, repeat(_TOOL_SUMMARY_PROPERTIES)))
+            return index._replace(groups, messages, "collapsed", origin=_TOOLS)
+        counts = tokenizer.count_plain_texts(list(map(len, texts)))
+        replacements = index._replace(groups, [None] * len(groups), "collapsed", origin=_TOOLS, counts=counts)
+        index._defer(replacements, texts, _TOOL_SUMMARY_PROPERTIES)
+        return replacements
+
     async def _run(self, index: MessageIndex) -> bool:
         protected = self._protected(index)
         table = index._table
@@ -713,7 +729,7 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         replacements: list[int] = []
         if _stops_never(self.target, self.trigger):
             originals = candidates
-            replacements = index._replace(candidates, self._summaries(index, candidates), "collapsed", origin=_TOOLS)
+            replacements = self._collapse(index, candidates)
         elif threshold is not None:
             # Collapse just enough groups, found with local arithmetic.
             metric, limit = threshold
