@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
@@ -34,7 +35,7 @@ from contextledger import (
     validate,
     write_jsonl,
 )
-from contextledger.messages import load_jsonl, message_from_openai, message_to_openai
+from contextledger.messages import assistant_text_message, load_jsonl, message_from_openai, message_to_openai
 
 Json = dict[str, Any]
 
@@ -244,9 +245,7 @@ def test_messages_built_in_python_convert_to_the_usual_openai_shapes() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}
-            ],
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}],
         },
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
         {"role": "assistant", "content": "done", "reasoning_content": "why"},
@@ -285,9 +284,7 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
-    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=8,
 )
 
@@ -539,9 +536,7 @@ BAD_OPENAI_MESSAGES: dict[str, tuple[Any, str]] = {
     "tool_arguments_dict": (
         {
             "role": "assistant",
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"city": "Oslo"}}}
-            ],
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"city": "Oslo"}}}],
         },
         "{'city': 'Oslo'}",
     ),
@@ -881,3 +876,27 @@ def test_equal_messages_compare_equal_and_differ_on_content() -> None:
     assert Message.user("x", message_id="1") == Message.user("x", message_id="1")
     assert Message.user("x") != Message.user("y")
     assert Message.user("x") != Message.user("x", additional_properties={"k": 1})
+
+
+# Messages the library writes itself ---------------------------------------------------------
+
+
+@given(text=st.text(max_size=60), summary=st.booleans(), memo=st.none() | st.integers(0, 99))
+def test_a_message_the_library_writes_is_an_ordinary_frozen_message(text: str, summary: bool, memo: int | None) -> None:
+    """Compaction builds its summaries without re-validating them (thousands per call); what comes
+    out must be indistinguishable from a message made the usual way, memo aside."""
+    properties = MappingProxyType({"_is_summary": True} if summary else {})
+    token_memo = None if memo is None else ("estimate/4", memo)
+    written = assistant_text_message(text, properties, token_memo)
+    usual = Message("assistant", (TextContent(text),), additional_properties=dict(properties))
+    assert type(written) is Message
+    assert type(written.contents[0]) is TextContent
+    assert written == usual
+    assert hash(written.contents[0]) == hash(usual.contents[0])
+    assert written.is_summary is summary
+    assert written._token_memo == token_memo
+    assert message_to_openai(written, metadata=True) == message_to_openai(usual, metadata=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        written.role = "user"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        written.contents[0].text = "changed"  # type: ignore[misc]

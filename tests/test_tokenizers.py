@@ -251,6 +251,26 @@ def test_estimate_count_messages_matches_count_message() -> None:
     assert batch == [expected for _, expected in ESTIMATE_CASES.values()]
 
 
+def test_estimate_batch_with_some_messages_counted_before_counts_the_rest_the_same_way() -> None:
+    """Re-indexing after an edit meets memoised and new messages in one batch: the memo serves the
+    old ones, the new ones are counted and memoised, and the numbers are the one-by-one numbers."""
+    tokenizer = CharacterEstimatorTokenizer()
+    builds = [build for build, _ in ESTIMATE_CASES.values()]
+    messages = [build() for build in builds]
+    tokenizer.count_messages(messages[::2])
+    assert tokenizer.count_messages(messages) == [expected for _, expected in ESTIMATE_CASES.values()]
+    assert [m._token_memo for m in messages] == [("estimate/4", e) for _, e in ESTIMATE_CASES.values()]
+
+
+@given(text=st.text(max_size=200), per_token=st.integers(1, 9))
+def test_estimate_sizes_a_plain_text_message_before_it_exists(text: str, per_token: int) -> None:
+    """Compaction sizes a summary from its length alone; writing the message must not change the count."""
+    tokenizer = CharacterEstimatorTokenizer(per_token)
+    [sized] = tokenizer.count_plain_texts([len(text)])
+    assert sized == tokenizer.count_message(Message.assistant(text))
+    assert sized == tokenizer.count_message(Message.user(text))
+
+
 def test_estimate_counts_japanese_by_characters_not_by_json_escapes() -> None:
     """Counting the serialised form would inflate non-ASCII text sixfold (each char becomes \\uXXXX)."""
     japanese = "東京は晴れ、大阪は雨。"
@@ -479,8 +499,7 @@ def test_exact_count_messages_matches_one_by_one(
     tokenizer = exact[encoding]
     tokenizer.count_message(messages[2])  # one already memoised, the rest new: both paths in one batch
     expected = [
-        framing + sum(reference_count(reference[encoding], text) for text in payload)
-        for _, framing, payload in cases
+        framing + sum(reference_count(reference[encoding], text) for text in payload) for _, framing, payload in cases
     ]
     assert tokenizer.count_messages(messages) == expected
     assert tokenizer.count_messages([]) == []
