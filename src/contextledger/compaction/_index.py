@@ -86,10 +86,11 @@ _SUMMARY = GroupKind.SUMMARY
 class _Table:
     """Every group's attributes, one column each, indexed by group id (ids in creation order).
 
-    A group's messages are the run ``pool[first:first + size]``: input groups are
-    runs of the indexed messages (a call and its results are adjacent), and a
-    message written by a strategy is added to the pool when its group is made.
-    Rare attributes are sparse: a dict or set holding only the groups that have them.
+    A group's messages are the run ``pool[first:first + size]``.  The pool holds
+    the indexed messages in order (a call and its results are adjacent), then
+    what strategies write, and copies of the rare group that had to grow where it
+    was not at the end (see :meth:`relocate`).  Rare attributes are sparse: a
+    dict or set holding only the groups that have them.
     """
 
     __slots__ = (
