@@ -710,12 +710,14 @@ class MessageIndex:
         reached = list(accumulate(counts[:position], initial=0))
         tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
         first = len(table.kind)
-        ids = range(first, first + count)
+        # One int object per id and per position, shared by every column that holds it (a long
+        # history would otherwise make, and later free, several hundred thousand of them).
+        ids = list(range(first, first + count))
         table.pool.extend(new[:position] if position < len(new) else new)
         table.kind.extend(kinds)
         table.turn.extend(turns)
         table.tokens.extend(tokens)
-        table.first.extend(map(add, starts, repeat(base)))
+        table.first.extend(map(add, starts, repeat(base)) if base else starts)
         table.size.extend(sizes)
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat("input", count))
@@ -740,7 +742,18 @@ class MessageIndex:
         self.included_non_system_groups += count - systems
         self.included_non_system_messages += position - systems
         self.included_tool_call_groups += len(calls)
-        self._add_turns(turns, 1)
+        # Per-turn counts: the new turns are all new entries (each starts with its user group),
+        # so they are written in one slice; the turn already open may gain groups too.
+        per_turn = Counter(turns)
+        if first_turn:
+            added = per_turn.get(first_turn, 0)
+            if added:
+                before = self._turn_groups[first_turn]
+                self._turn_groups[first_turn] = before + added
+                self.included_turns += before == 0
+        if turn > first_turn:
+            self._turn_groups[first_turn + 1 :] = map(per_turn.__getitem__, range(first_turn + 1, turn + 1))
+            self.included_turns += turn - first_turn
         return position
 
     def _append_any(self, new: list[Message], counts: list[int]) -> None:
