@@ -34,7 +34,11 @@ __all__ = ["Agent", "AgentResponse", "ModelCall", "sum_usage"]
 
 @dataclass(frozen=True, slots=True)
 class ModelCall:
-    """One call to the model inside a run: exactly what was sent, and what came back."""
+    """One call to the model inside a run: what the agent sent its client, and what came back.
+
+    A client wrapped with :func:`use_context_providers` rewrites the request once more before
+    the model sees it; record at that client to see the final form.
+    """
 
     request: tuple[Message, ...]
     tools: tuple[Mapping[str, Any], ...]
