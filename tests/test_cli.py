@@ -42,8 +42,15 @@ def test_budget_shortcut_fits_the_budget_and_writes_a_valid_transcript(
 def test_strategy_with_trigger_param_keeps_the_last_turns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "out.jsonl"
     code, out, err = run(
-        capsys, "compact", str(EXAMPLE), "--strategy", "sliding-window", "--param", "trigger=turns_exceed(4)",
-        "-o", str(out_file),
+        capsys,
+        "compact",
+        str(EXAMPLE),
+        "--strategy",
+        "sliding-window",
+        "--param",
+        "trigger=turns_exceed(4)",
+        "-o",
+        str(out_file),
     )
     assert code == 0, err
     users = [m for m in read_jsonl(out_file) if m.role == "user"]
@@ -55,8 +62,15 @@ def test_strategy_with_trigger_param_keeps_the_last_turns(tmp_path: Path, capsys
 def test_keyword_param_is_converted_to_int(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "out.jsonl"
     code, _, err = run(
-        capsys, "compact", str(EXAMPLE), "--strategy", "sliding-window", "--param", "keep_last_groups=3",
-        "-o", str(out_file),
+        capsys,
+        "compact",
+        str(EXAMPLE),
+        "--strategy",
+        "sliding-window",
+        "--param",
+        "keep_last_groups=3",
+        "-o",
+        str(out_file),
     )
     assert code == 0, err
     non_system = [m for m in read_jsonl(out_file) if m.role != "system"]
@@ -74,8 +88,21 @@ def test_keyword_param_is_converted_to_int(tmp_path: Path, capsys: pytest.Captur
         (["--strategy", "summarization"], "needs a chat model"),
         ([], "give --strategy NAME or --budget N"),
         (["--budget", "0"], "token_budget must be 1 or more"),
-        (["--budget", "100", "--tokenizer", "estimate", "--strategy", "truncation", "--param",
-          "max_n=10", "--param", "compact_to=20"], "compact_to (20) must not exceed max_n (10)"),
+        (
+            [
+                "--budget",
+                "100",
+                "--tokenizer",
+                "estimate",
+                "--strategy",
+                "truncation",
+                "--param",
+                "max_n=10",
+                "--param",
+                "compact_to=20",
+            ],
+            "compact_to (20) must not exceed max_n (10)",
+        ),
     ],
 )
 def test_bad_arguments_fail_in_one_line_and_write_nothing(
@@ -125,8 +152,11 @@ def test_validate_reports_each_problem(tmp_path: Path, capsys: pytest.CaptureFix
     rows = [
         {"role": "user", "content": "hi"},
         {"role": "tool", "tool_call_id": "ghost", "content": "orphan"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "user", "content": "next"},
     ]
     broken.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -74,9 +74,7 @@ def test_all_of_tool_calls_and_tokens_fires_only_when_both_hold() -> None:
     trigger = all_of(has_tool_calls(), tokens_exceed(2000))
     small_with_tools = MessageIndex([Message.user("weather?"), *tool_group("c1", "get_weather", "sunny")])
     big_without_tools = MessageIndex([Message.user(padded("long", 2100))])
-    big_with_tools = MessageIndex(
-        [Message.user(padded("long", 2100)), *tool_group("c1", "get_weather", "sunny")]
-    )
+    big_with_tools = MessageIndex([Message.user(padded("long", 2100)), *tool_group("c1", "get_weather", "sunny")])
 
     assert small_with_tools.included_tokens <= 2000
     assert big_without_tools.included_tokens > 2000
@@ -319,9 +317,7 @@ def test_csharp_summarization_sends_the_custom_prompt_as_system_message() -> Non
     prompt = "Summarize the key decisions and user preferences only."
     messages = [Message.system("sys")] + [Message.user(padded(f"q{i}", 300)) for i in range(8)]
     client = ScriptedChatClient(["Prefers aisle seats."])
-    strategy = SummarizationStrategy(
-        chat_client=client, trigger=tokens_exceed(0x500), summarization_prompt=prompt
-    )
+    strategy = SummarizationStrategy(chat_client=client, trigger=tokens_exceed(0x500), summarization_prompt=prompt)
     result = asyncio.run(apply_compaction(messages, strategy=strategy))
 
     assert len(client.requests) == 1
@@ -525,9 +521,7 @@ def test_csharp_ad_hoc_compaction_with_truncation_at_8000_tokens() -> None:
     history of 40 groups of 400 tokens keeps exactly its newest 32, and the input is intact."""
     existing = [Message.system("sys")] + [Message.user(padded(f"m{i}", 400)) for i in range(40)]
     snapshot = to_openai(existing, metadata=True)
-    compacted = asyncio.run(
-        apply_compaction(existing, strategy=TruncationStrategy(trigger=tokens_exceed(8000)))
-    )
+    compacted = asyncio.run(apply_compaction(existing, strategy=TruncationStrategy(trigger=tokens_exceed(8000))))
 
     assert compacted == [existing[0], *existing[-32:]]
     assert to_openai(existing, metadata=True) == snapshot

@@ -294,9 +294,7 @@ def test_tool_result_default_with_a_single_tool_group_changes_nothing() -> None:
 
 
 @pytest.mark.parametrize(("final_reply", "collapsed"), [(False, 1), (True, 2)])
-def test_tool_result_trigger_style_leaves_two_newest_groups_by_default(
-    final_reply: bool, collapsed: int
-) -> None:
+def test_tool_result_trigger_style_leaves_two_newest_groups_by_default(final_reply: bool, collapsed: int) -> None:
     """In trigger style the floor is the 2 newest non-system groups of any kind: with the tool
     groups last, two of them stay; with a reply after them, only one does."""
     strategy = ToolResultCompactionStrategy(trigger=always())
@@ -384,9 +382,7 @@ def test_summarization_keyword_style_keeps_whole_groups_holding_target_count() -
 
 
 @pytest.mark.parametrize(("non_system", "summarized"), [(5, 1), (7, 3)])
-def test_summarization_trigger_style_keeps_four_newest_groups_by_default(
-    non_system: int, summarized: int
-) -> None:
+def test_summarization_trigger_style_keeps_four_newest_groups_by_default(non_system: int, summarized: int) -> None:
     client = ScriptedChatClient(["earlier"])
     strategy = SummarizationStrategy(client, always())
     messages = exchanges(non_system)
@@ -764,9 +760,7 @@ def test_tokenizer_mismatch_is_rejected() -> None:
     strategy = TruncationStrategy(max_n=10, tokenizer=CharacterEstimatorTokenizer(3))
 
     with pytest.raises(ConfigurationError, match=r"estimate/3.*estimate/4"):
-        asyncio.run(
-            apply_compaction(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer())
-        )
+        asyncio.run(apply_compaction(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer()))
 
 
 def test_tokenizer_mismatch_inside_a_composition_is_rejected() -> None:
@@ -787,18 +781,14 @@ def test_exact_tokenizers_with_different_vocabularies_are_rejected() -> None:
     strategy = TruncationStrategy(max_n=10, tokenizer=OpenAITokenizer("cl100k_base"))
 
     with pytest.raises(ConfigurationError, match="o200k_base"):
-        asyncio.run(
-            apply_compaction(exchanges(20), strategy=strategy, tokenizer=OpenAITokenizer("o200k_base"))
-        )
+        asyncio.run(apply_compaction(exchanges(20), strategy=strategy, tokenizer=OpenAITokenizer("o200k_base")))
 
 
 def test_same_tokenizer_by_name_is_accepted_and_used() -> None:
     """Two instances of the same vocabulary agree, and the strategy's tokenizer is the one used
     when none is passed."""
     strategy = TruncationStrategy(max_n=10, tokenizer=CharacterEstimatorTokenizer(3))
-    result = asyncio.run(
-        compact_messages(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer(3))
-    )
+    result = asyncio.run(compact_messages(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer(3)))
     implied = asyncio.run(compact_messages(exchanges(20), strategy=strategy))
 
     assert result.index.tokenizer.name == implied.index.tokenizer.name == "estimate/3"
@@ -898,9 +888,7 @@ BAD_PARAMETERS: list[tuple[str, Callable[[], object], str]] = [
 @pytest.mark.parametrize(
     ("build", "message"), [(b, m) for _, b, m in BAD_PARAMETERS], ids=[n for n, _, _ in BAD_PARAMETERS]
 )
-def test_bad_parameters_raise_configuration_error_naming_the_value(
-    build: Callable[[], object], message: str
-) -> None:
+def test_bad_parameters_raise_configuration_error_naming_the_value(build: Callable[[], object], message: str) -> None:
     """Misconfiguration is reported when the strategy is built, with the offending value in the
     message, rather than discovered as odd behaviour mid-conversation."""
     with pytest.raises(ConfigurationError, match=message):

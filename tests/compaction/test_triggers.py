@@ -238,9 +238,7 @@ FACTORIES: list[Callable[[Any], Trigger]] = [
 
 @pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("value", [-1, 1.5, "3", True, None], ids=repr)
-def test_bad_threshold_raises_configuration_error_naming_it(
-    factory: Callable[[Any], Trigger], value: object
-) -> None:
+def test_bad_threshold_raises_configuration_error_naming_it(factory: Callable[[Any], Trigger], value: object) -> None:
     """A negative, fractional, textual or boolean threshold is a mistake to report at
     construction, not a comparison to make silently later (``True`` would act as 1)."""
     with pytest.raises(ConfigurationError, match=re.escape(repr(value))) as caught:

@@ -17,6 +17,7 @@ from contextledger.messages import Message, message_from_openai, message_to_open
 
 __all__ = ["check_name", "check_session_id", "decode_message", "encode_messages"]
 
+
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
