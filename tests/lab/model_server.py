@@ -15,11 +15,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.facts import parse_assertions
+from tests.loopback import json_endpoint
 
 _QUESTION = re.compile(r"What is the current (\w+)\?")
 
@@ -72,39 +72,22 @@ class ModelServer:
 def model_server(**options: Any) -> Iterator[ModelServer]:
     state = ModelServer(**options)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-            with state.lock:
-                state.requests.append(body)
-            text = state.answer(body)
-            reply: dict[str, Any] = {
-                "id": "chatcmpl-lab",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body.get("model", "test-model"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            }
-            if state.report_usage:
-                sent = len(json.dumps(body["messages"]))
-                reply["usage"] = {"prompt_tokens": sent // 4, "completion_tokens": len(text) // 4 + 1}
-            data = json.dumps(reply).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with state.lock:
+            state.requests.append(body)
+        text = state.answer(body)
+        reply: dict[str, Any] = {
+            "id": "chatcmpl-lab",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "test-model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
+        if state.report_usage:
+            sent = len(json.dumps(body["messages"]))
+            reply["usage"] = {"prompt_tokens": sent // 4, "completion_tokens": len(text) // 4 + 1}
+        return 200, reply
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    try:
+    with json_endpoint(respond) as url:
+        state.url = url
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
