@@ -1,0 +1,90 @@
+"""contextledger inside Microsoft Agent Framework for Python (``agent_framework``).
+
+An application that already runs MAF agents keeps its agents, clients and
+sessions and swaps in contextledger where it wants its guarantees:
+
+- **Messages** convert both ways without loss for text, reasoning, function
+  calls and results, ids, author names and additional properties
+  (:func:`from_maf_message`, :func:`to_maf_message`).  What contextledger has no
+  field for travels in a reserved property and comes back on the return trip.
+- **Compaction strategies** carry the names and arguments of MAF's own
+  (``TruncationStrategy(max_n=..., compact_to=..., tokenizer=...)``,
+  ``SlidingWindowStrategy(keep_last_groups=20)``...), so a sample written for
+  ``agent_framework._compaction`` runs by changing its import.  Each is an async
+  callable over MAF's message list, as MAF expects everywhere it takes a
+  strategy: ``Agent(compaction_strategy=...)``, a chat client's
+  ``compaction_strategy``, and MAF's own ``CompactionProvider``.  The grouping,
+  the exclusions and the summaries are contextledger's, so the projection MAF
+  sends is exactly what :func:`contextledger.compaction.apply_compaction`
+  returns for the same messages.
+- **Models**: :class:`ContextLedgerChatClient` runs a MAF agent on any contextledger chat
+  client (the local model, the offline model, an OpenAI-compatible endpoint), and
+  :class:`AgentFrameworkChatClient` lends a MAF client to contextledger (a summariser).
+- **History**: any :class:`contextledger.history.HistoryProvider` (in memory,
+  SQLite, Redis) behind MAF's history-provider interface
+  (:class:`ContextLedgerHistoryProvider`).
+- **Controlled facts**: :class:`FactsContextProvider` puts the facts block into the
+  instructions before each run and extracts from the run's external user messages after a
+  successful one; its ``forget`` also rewrites the MAF histories given.
+
+The package is the ``maf`` extra: ``pip install 'contextledger[maf]'``.
+"""
+
+try:
+    import agent_framework  # noqa: F401  (checked first: a missing extra says what to install)
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "contextledger.integrations.maf needs Microsoft Agent Framework: pip install 'contextledger[maf]'"
+    ) from error
+
+from contextledger.compaction import CharacterEstimatorTokenizer
+from contextledger.integrations.maf._clients import (
+    AgentFrameworkChatClient,
+    AgentFrameworkTokenizer,
+    ContextLedgerChatClient,
+)
+from contextledger.integrations.maf._compaction import (
+    AgentFrameworkStrategy,
+    PipelineStrategy,
+    SelectiveToolCallCompactionStrategy,
+    SlidingWindowStrategy,
+    SummarizationStrategy,
+    TokenBudgetComposedStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    apply_compaction,
+)
+from contextledger.integrations.maf._facts import FactsContextProvider
+from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
+from contextledger.integrations.maf._messages import (
+    MAF_CONTENTS_PROPERTY,
+    MAF_EXTRA_PROPERTY,
+    from_maf_message,
+    from_maf_messages,
+    to_maf_message,
+    to_maf_messages,
+)
+
+__all__ = [
+    "MAF_CONTENTS_PROPERTY",
+    "MAF_EXTRA_PROPERTY",
+    "AgentFrameworkChatClient",
+    "AgentFrameworkStrategy",
+    "AgentFrameworkTokenizer",
+    "CharacterEstimatorTokenizer",
+    "ContextLedgerChatClient",
+    "ContextLedgerHistoryProvider",
+    "FactsContextProvider",
+    "PipelineStrategy",
+    "SelectiveToolCallCompactionStrategy",
+    "SlidingWindowStrategy",
+    "SummarizationStrategy",
+    "TokenBudgetComposedStrategy",
+    "ToolResultCompactionStrategy",
+    "TruncationStrategy",
+    "apply_compaction",
+    "from_maf_message",
+    "from_maf_messages",
+    "to_maf_message",
+    "to_maf_messages",
+]
