@@ -526,7 +526,7 @@ def test_exact_tokenizer_rejects_unknown_encodings(encoding: str) -> None:
 def test_exact_tokenizer_without_its_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The core has no dependencies; a missing extra must be a clear, catchable error naming the package."""
     monkeypatch.setitem(sys.modules, "toktok", None)
-    with pytest.raises(TokenizerUnavailableError, match="toktok-rs"):
+    with pytest.raises(TokenizerUnavailableError, match=r"pip install 'contextledger\[exact\]'"):
         OpenAITokenizer("cl100k_base")
 
 

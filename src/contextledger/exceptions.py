@@ -12,7 +12,8 @@ partial state behind.
     │   ├── UnknownRoleError         a role other than system, user, assistant, tool (or OpenAI's developer)
     │   └── TranscriptError          a JSONL transcript line that cannot be read (carries the line number)
     ├── ConfigurationError           a strategy, trigger or tokenizer built with bad arguments (ValueError)
-    ├── TokenizerUnavailableError    an exact tokenizer whose optional package is not installed
+    ├── MissingExtraError            an optional extra is not installed (ImportError; names the pip install line)
+    │   └── TokenizerUnavailableError  an exact tokenizer whose optional package is not installed
     ├── CompactionError              a strategy that could not do what it was asked
     │   └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
     ├── ModelError                   a chat model call failed; the session and history are as before the turn
@@ -20,9 +21,9 @@ partial state behind.
     │   ├── ModelRateLimitError      the provider kept refusing with 429 after the retries
     │   ├── ModelResponseError       the provider answered with an error status, or with something unreadable
     │   └── ModelConnectionError     the endpoint could not be reached
-    └── HistoryError                 a history store could not do what it was asked; nothing was half-written
-        ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
-        └── HistoryCorruptError      what the store holds cannot be read back as messages
+    ├── HistoryError                 a history store could not do what it was asked; nothing was half-written
+    │   ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
+    │   └── HistoryCorruptError      what the store holds cannot be read back as messages
     ├── AgentError                   an agent run could not complete; the session and history are as before the turn
     │   ├── ToolError                a function tool was described or called wrongly (bad signature, bad arguments)
     │   ├── ToolLoopError            the model kept calling tools past the agent's round limit
@@ -49,6 +50,7 @@ __all__ = [
     "HistoryUnavailableError",
     "InvalidMessageError",
     "LabError",
+    "MissingExtraError",
     "ModelConnectionError",
     "ModelError",
     "ModelRateLimitError",
@@ -97,7 +99,25 @@ class ConfigurationError(ContextLedgerError, ValueError):
     """A strategy, trigger or tokenizer was constructed with invalid arguments."""
 
 
-class TokenizerUnavailableError(ContextLedgerError, ImportError):
+class MissingExtraError(ContextLedgerError, ImportError):
+    """A feature needs an optional extra that is not installed.
+
+    Every extra reports itself the same way, so one ``except MissingExtraError`` (or the
+    ``ImportError`` a caller may already catch) handles them all; ``feature``, ``extra`` and
+    ``install`` say what was asked for and the exact command that provides it.
+    """
+
+    def __init__(self, message: str | None = None, *, feature: str, extra: str, module: str | None = None) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.install = f"pip install 'contextledger[{extra}]'"
+        if message is None:
+            needs = f" (the {module!r} package)" if module else ""
+            message = f"{feature} needs the {extra!r} extra{needs}: {self.install}"
+        super().__init__(message, name=module)
+
+
+class TokenizerUnavailableError(MissingExtraError):
     """The package behind an exact tokenizer is not installed."""
 
 

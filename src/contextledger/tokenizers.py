@@ -204,9 +204,9 @@ class OpenAITokenizer:
             raise ConfigurationError(f"unknown encoding {encoding!r}; choose one of {', '.join(self.ENCODINGS)}")
         try:
             import toktok  # noqa: PLC0415  (an optional extra, imported on use)
-        except ImportError:
+        except ModuleNotFoundError:
             raise TokenizerUnavailableError(
-                f"exact {encoding} counts need the 'toktok-rs' package: pip install 'contextledger[exact]'"
+                feature=f"exact {encoding} counts", extra="exact", module="toktok"
             ) from None
         self._batch_count = toktok.batch_count
         self._name = encoding

@@ -21,6 +21,7 @@ from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.clients.openai import OpenAIChatClient
 from contextledger.exceptions import (
     ConfigurationError,
+    MissingExtraError,
     ModelConnectionError,
     ModelRateLimitError,
     ModelResponseError,
@@ -395,9 +396,9 @@ def test_bad_arguments_raise_configuration_error(kwargs: dict[str, Any]) -> None
         OpenAIChatClient(MODEL, base_url="http://127.0.0.1:1/v1", **kwargs)
 
 
-def test_missing_sdk_raises_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_sdk_raises_missing_extra_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(ConfigurationError, match=r"pip install 'contextledger\[openai\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'contextledger\[openai\]'"):
         OpenAIChatClient(MODEL, base_url="http://127.0.0.1:1/v1")
 
 

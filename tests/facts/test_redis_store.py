@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from contextledger.exceptions import ConfigurationError, FactsError, StaleTicketError
+from contextledger.exceptions import ConfigurationError, FactsError, MissingExtraError, StaleTicketError
 from contextledger.facts import FactStore, RedisFactStore, parse_assertions
 from tests.facts.support import snapshot
 from tests.history.support import RedisServer, free_port
@@ -156,9 +156,9 @@ def test_an_async_client_or_a_bad_url_is_refused(redis_server: RedisServer) -> N
         RedisFactStore("http://127.0.0.1/", owner="ada")
 
 
-def test_a_missing_redis_package_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_redis_package_is_a_missing_extra_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
-    with pytest.raises(ConfigurationError, match=r"pip install 'contextledger\[redis\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'contextledger\[redis\]'"):
         RedisFactStore("redis://127.0.0.1:6379/0", owner="ada")
     assert FactStore().facts() == []  # the core does not need it
 

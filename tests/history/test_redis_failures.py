@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError
+from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError, MissingExtraError
 from contextledger.history import HistoryProvider, RedisHistoryProvider
 from contextledger.messages import Message
 from tests.history.support import RedisServer, free_port
@@ -214,7 +214,7 @@ def test_missing_redis_package_says_how_to_install_it(monkeypatch: pytest.Monkey
     for name in [name for name in sys.modules if name == "redis" or name.startswith("redis.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "redis", None)
-    with pytest.raises(ConfigurationError, match=r"pip install 'contextledger\[redis\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'contextledger\[redis\]'"):
         RedisHistoryProvider()
 
 

@@ -34,12 +34,7 @@ def resolve_client(spec: str, **options: Any) -> ChatClient:
 
         return OpenAIChatClient(argument, **options)
     if name == "local" and not argument:
-        try:
-            local = importlib.import_module("contextledger.clients.local")
-        except ImportError as error:
-            raise ConfigurationError(
-                "the local model needs the 'local' extra: pip install 'contextledger[local]'"
-            ) from error
+        local = importlib.import_module("contextledger.clients.local")  # raises MissingExtraError without the extra
         client: ChatClient = local.LocalChatClient(**options)
         return client
     raise ConfigurationError(f"model must be one of {MODEL_SPECS}, got {spec!r}")

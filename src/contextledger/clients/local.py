@@ -26,6 +26,7 @@ from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.exceptions import (
     ConfigurationError,
     InvalidMessageError,
+    MissingExtraError,
     ModelConnectionError,
     ModelError,
     ModelResponseError,
@@ -34,8 +35,8 @@ from contextledger.messages import Message, message_from_openai
 
 try:
     import llama_cpp
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the local model needs the 'local' extra: pip install 'contextledger[local]'") from error
+except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError(feature="the local model", extra="local", module="llama_cpp") from error
 
 __all__ = ["SMOLLM2_FILE", "LocalChatClient", "default_model_path"]
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from contextledger._extras import require_extra
 from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.exceptions import (
     ConfigurationError,
@@ -82,12 +83,7 @@ class OpenAIChatClient:
             raise ConfigurationError(f"OpenAIChatClient max_retries must be an int >= 0, got {max_retries!r}")
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
             raise ConfigurationError(f"OpenAIChatClient backoff must be a number >= 0, got {backoff!r}")
-        try:
-            import openai  # noqa: PLC0415  (an optional extra, imported on use)
-        except ImportError as error:
-            raise ConfigurationError(
-                "OpenAIChatClient needs the 'openai' package: pip install 'contextledger[openai]'"
-            ) from error
+        openai = require_extra("openai", extra="openai", feature="OpenAIChatClient")
 
         self.model: str = model
         self.timeout = float(timeout)

@@ -35,6 +35,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
+from contextledger._extras import require_extra
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._admission import check_batch, in_order, settle
 from contextledger.facts._block import describe_facts, render_prompt_block
@@ -100,15 +101,11 @@ return {epoch, redis.call('HGET', key, 'turn'), removed}
 
 def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
     """``redis``, ``redis.exceptions`` and a retry policy that never retries."""
-    try:  # an optional extra, imported on use
-        import redis  # noqa: PLC0415
-        import redis.exceptions as redis_exceptions  # noqa: PLC0415
-        from redis.backoff import NoBackoff  # noqa: PLC0415
-        from redis.retry import Retry  # noqa: PLC0415
-    except ImportError:
-        raise ConfigurationError(
-            "RedisFactStore needs the 'redis' package: pip install 'contextledger[redis]'"
-        ) from None
+    redis = require_extra("redis", extra="redis", feature="RedisFactStore")
+    import redis.exceptions as redis_exceptions  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.retry import Retry  # noqa: PLC0415
+
     return redis, redis_exceptions, Retry(NoBackoff(), 0)
 
 

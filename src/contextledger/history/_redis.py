@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+from contextledger._extras import require_extra
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError
 from contextledger.history._encoding import check_name, check_session_id, decode_message, encode_messages
 from contextledger.messages import Message
@@ -25,15 +26,12 @@ __all__ = ["RedisHistoryProvider"]
 
 def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
     """``redis.asyncio``, ``redis.exceptions`` and a retry policy that never retries."""
-    try:  # an optional extra, imported on use
-        import redis.asyncio as redis_asyncio  # noqa: PLC0415
-        import redis.exceptions as redis_exceptions  # noqa: PLC0415
-        from redis.asyncio.retry import Retry  # noqa: PLC0415
-        from redis.backoff import NoBackoff  # noqa: PLC0415
-    except ImportError:
-        raise ConfigurationError(
-            "RedisHistoryProvider needs the 'redis' package: pip install 'contextledger[redis]'"
-        ) from None
+    require_extra("redis", extra="redis", feature="RedisHistoryProvider")
+    import redis.asyncio as redis_asyncio  # noqa: PLC0415
+    import redis.exceptions as redis_exceptions  # noqa: PLC0415
+    from redis.asyncio.retry import Retry  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+
     return redis_asyncio, redis_exceptions, Retry(NoBackoff(), 0)
 
 

@@ -30,12 +30,12 @@ sessions and swaps in contextledger where it wants its guarantees:
 The package is the ``maf`` extra: ``pip install 'contextledger[maf]'``.
 """
 
-try:
-    import agent_framework  # noqa: F401  (checked first: a missing extra says what to install)
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "contextledger.integrations.maf needs Microsoft Agent Framework: pip install 'contextledger[maf]'"
-    ) from error
+from contextledger.exceptions import MissingExtraError
+
+try:  # checked first, so a missing extra says what to install before any submodule imports it
+    import agent_framework  # noqa: F401
+except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError(feature="contextledger.integrations.maf", extra="maf", module="agent_framework") from error
 
 from contextledger.compaction import CharacterEstimatorTokenizer
 from contextledger.integrations.maf._clients import (
