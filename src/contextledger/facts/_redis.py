@@ -3,7 +3,8 @@
 Persistence is opt-in and defines what SPEC §8 asks of it:
 
 * **owner** — every store names its owner; the owner's epoch, turn counter and facts live in
-  one Redis hash, ``{namespace}:facts:{owner}``, and no operation touches another owner's hash.
+  one Redis hash, ``{namespace}:facts:{owner}`` (each id escaped, so no two owners share a
+  key), and no operation touches another owner's hash.
 * **expiry** — with ``ttl_seconds`` the hash expires that long after the last write (every
   ``begin_turn``, ``apply`` and ``forget`` refreshes it); without it, it never expires.
 * **revocation** — ``forget`` (one key or all) on the live hash, atomically with a new epoch.
@@ -36,6 +37,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
 from contextledger._extras import require_extra
+from contextledger._keys import storage_key
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._admission import check_batch, in_order, settle
 from contextledger.facts._block import describe_facts, render_prompt_block
@@ -197,7 +199,7 @@ class RedisFactStore:
                 f"{type(url_or_client).__name__}; the store's API is synchronous like FactStore's"
             )
         self._client: Any = client
-        self.key = f"{self.namespace}:facts:{self.owner}"
+        self.key = storage_key(self.namespace, "facts", self.owner)
         """The Redis hash holding this owner's epoch, turn counter and facts."""
         self._begin_script = client.register_script(_BEGIN_TURN)
         self._forget_script = client.register_script(_FORGET)

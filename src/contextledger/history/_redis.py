@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from contextledger._extras import require_extra
+from contextledger._keys import storage_key
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError
 from contextledger.history._encoding import check_name, check_session_id, decode_message, encode_messages
 from contextledger.messages import Message
@@ -51,7 +52,8 @@ def _redact(url: str) -> str:
 
 
 class RedisHistoryProvider:
-    """Each session's messages as one Redis list under ``{namespace}:history:{session_id}``.
+    """Each session's messages as one Redis list under ``{namespace}:history:{session_id}``,
+    each id escaped (see :mod:`contextledger._keys`) so that no two sessions share a key.
 
     An append is a single ``RPUSH`` of the whole batch, which Redis applies atomically, so turns
     from several processes interleave whole and in order; ``replace`` runs ``DEL`` and ``RPUSH``
@@ -103,7 +105,7 @@ class RedisHistoryProvider:
 
     def key(self, session_id: str) -> str:
         """The Redis key that holds a session's list (for inspection and operations tooling)."""
-        return f"{self.namespace}:history:{check_session_id(session_id)}"
+        return storage_key(self.namespace, "history", check_session_id(session_id))
 
     async def load(self, session_id: str) -> list[Message]:
         key = self.key(session_id)
