@@ -15,21 +15,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
-from contextledger.clients._protocol import ChatClient, ChatResponse
-from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, apply_compaction
+from contextledger.agents._context import INSTRUCTIONS_PROPERTY, AgentView, ContextProvider, RunContext
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryProvider, StoredTurn
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import Tokenizer
 
-if TYPE_CHECKING:
-    from contextledger.agents._agent import Agent
-
-__all__ = ["CompactionProvider", "ReducedHistoryProvider", "use_context_providers"]
+__all__ = ["CompactionProvider", "ReducedHistoryProvider"]
 
 
 # Leading excluded messages worth moving out of a request view's index: small enough that the
@@ -219,7 +215,7 @@ class CompactionProvider(ContextProvider):
             f"history_source_id={self.history_source_id!r})"
         )
 
-    def bind(self, agent: Agent) -> None:
+    def bind(self, agent: AgentView) -> None:
         if self.after_strategy is not None and self.history_source_id not in agent.history_providers:
             known = ", ".join(repr(k) for k in agent.history_providers)
             raise ConfigurationError(
@@ -227,13 +223,6 @@ class CompactionProvider(ContextProvider):
                 f"{agent.name!r} has no history provider with that source_id (it has {known}); "
                 "pass history_source_id=history.source_id"
             )
-
-    @staticmethod
-    async def compact(
-        strategy: CompactionStrategy, messages: Sequence[Message], *, tokenizer: Tokenizer | None = None
-    ) -> list[Message]:
-        """Apply ``strategy`` to any message list, outside an agent (same as :func:`apply_compaction`)."""
-        return await apply_compaction(messages, strategy=strategy, tokenizer=tokenizer)
 
     # The request view ------------------------------------------------------------------------
 
@@ -258,8 +247,8 @@ class CompactionProvider(ContextProvider):
     def _view(self, body: list[Message], context_count: int, context: RunContext | None) -> _View:
         extra = body[:context_count]
         conversation = body[context_count:]
-        cache: dict[object, Any] | None = context.session._cache if context is not None else None
-        old: _View | None = cache.get(self) if cache is not None else self._loose_view
+        cache: dict[str, Any] | None = context.session.cache(self) if context is not None else None
+        old: _View | None = cache.get("view") if cache is not None else self._loose_view
         if old is not None and old.follows(extra, conversation):
             old.index.update([*extra, *conversation[len(old.frozen) :]])  # exclusions made earlier stay
             return old
@@ -280,7 +269,7 @@ class CompactionProvider(ContextProvider):
             if isinstance(record, dict) and self._record_matches(record, conversation):
                 view.apply_runs(record.get("excluded", []), int(record["length"]))
         if cache is not None:
-            cache[self] = view
+            cache["view"] = view
         else:
             self._loose_view = view
         return view
@@ -296,7 +285,8 @@ class CompactionProvider(ContextProvider):
 
     async def after_run(self, context: RunContext) -> None:
         session = context.session
-        view: _View | None = session._cache.get(self)
+        cache = session.cache(self)
+        view: _View | None = cache.get("view")
         if view is not None and (view.frozen or len(view.index.source_messages) > len(view.context)):
             # Cheap: the view's index holds little more than what is still sent (see _View).
             session.state[self._state_key] = view.record()
@@ -308,8 +298,7 @@ class CompactionProvider(ContextProvider):
         # between runs: a run adds a few messages, so only those are grouped and counted, and the
         # strategy's earlier decisions stand.  If the store no longer starts with the projection
         # written last time (another writer, a restart), the index is rebuilt from the store.
-        key = (self, "after")
-        kept: tuple[MessageIndex, list[Message]] | None = session._cache.get(key)
+        kept: tuple[MessageIndex, list[Message]] | None = cache.get("after")
         if kept is not None and _same_prefix(kept[1], stored):
             index = kept[0]
             index.append(stored[len(kept[1]) :])
@@ -323,7 +312,7 @@ class CompactionProvider(ContextProvider):
             reduced = index.projection()
         if reduced != stored:
             await history.replace(session.session_id, reduced)
-        session._cache[key] = (index, reduced)
+        cache["after"] = (index, reduced)
 
 
 def _starts_mid_turn(messages: Sequence[Message]) -> bool:
@@ -416,37 +405,3 @@ class ReducedHistoryProvider:
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-class _ProvidedClient:
-    """A chat client whose providers rewrite every request before it is sent."""
-
-    def __init__(self, client: ChatClient, providers: Sequence[ContextProvider]) -> None:
-        self.client = client
-        self.providers = tuple(providers)
-
-    def __repr__(self) -> str:
-        return f"use_context_providers({self.client!r}, {', '.join(map(repr, self.providers))})"
-
-    async def get_response(self, messages: Sequence[Message], **kwargs: Any) -> ChatResponse:
-        request = list(messages)
-        context = current_run.get()
-        for provider in self.providers:
-            request = await provider.prepare_request(request, context)
-        return await self.client.get_response(request, **kwargs)
-
-
-def use_context_providers(client: ChatClient, *providers: ContextProvider) -> ChatClient:
-    """Wrap ``client`` so each provider's ``prepare_request`` runs before every call, tool loop included.
-
-    This is the registration on the chat client: a compaction provider wrapped
-    this way compacts before each model call of a run, not only the first.
-    """
-    if not callable(getattr(client, "get_response", None)):
-        raise ConfigurationError(f"use_context_providers needs a chat client, got {client!r}")
-    if not providers:
-        raise ConfigurationError("use_context_providers needs at least one provider")
-    for provider in providers:
-        if not isinstance(provider, ContextProvider):
-            raise ConfigurationError(f"{provider!r} is not a ContextProvider")
-    return _ProvidedClient(client, providers)
