@@ -26,6 +26,7 @@ from contextledger.agents._context import (
     RunContext,
     current_run,
 )
+from contextledger.agents._history import kept_history, synced_history
 from contextledger.agents._response import AgentResponse, ModelCall
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, describe_tools
@@ -231,13 +232,13 @@ class Agent:
         return response
 
     async def _run(self, context: RunContext) -> AgentResponse:
-        session_id = context.session.session_id
         primary = self.history
         for provider in [*self.context_providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 await provider.before_run(context)
             elif provider is primary:
-                context._add_history(provider.source_id, await provider.load(session_id))
+                history = await synced_history(context.session, provider)
+                context._add_history(provider.source_id, history.messages)
             # Another history (a mirror) receives the turn too, but is never read into requests.
         instructions = [self.instructions] if self.instructions else []
         instructions.extend(context.instructions)
@@ -312,17 +313,24 @@ class Agent:
         under the same id.  An unknown outcome (:class:`TurnOutcomeUnknownError`) propagates
         and nothing is taken back: a retry with the same turn id completes the turn.
         """
-        session_id, turn = context.session.session_id, context.turn_id
+        session, turn = context.session, context.turn_id
         inputs, reply = context.input_messages, tuple(context.generated)
         done: list[HistoryProvider] = []
         for provider in self.history_providers.values():
             try:
-                stored = await provider.append_turn(session_id, turn, inputs, reply)
+                stored = await provider.append_turn(session.session_id, turn, inputs, reply)
             except HistoryError:
                 for other in done:
-                    await other.undo_turn(session_id, turn, [*inputs, *reply])
+                    await other.undo_turn(session.session_id, turn, [*inputs, *reply])
                 raise
             if not stored and not done:
-                return await provider.load_turn(session_id, turn)
-            done.append(provider)
+                return await provider.load_turn(session.session_id, turn)
+            if stored:
+                done.append(provider)
+        for provider in done:
+            kept = kept_history(session, provider)
+            if kept is not None:
+                # Another writer's turn landing first makes the store's version differ from
+                # this one, and the next turn loads again.
+                kept.appended([*inputs, *reply])
         return None

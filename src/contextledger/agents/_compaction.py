@@ -13,15 +13,17 @@ Two different promises, and the drift lab exists to compare them:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY, AgentView, ContextProvider, RunContext
+from contextledger.agents._history import kept_history, synced_history
 from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
-from contextledger.history import HistoryProvider, StoredTurn
+from contextledger.history import HistoryProvider, HistoryVersion, StoredTurn
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import Tokenizer
 
@@ -293,29 +295,113 @@ class CompactionProvider(ContextProvider):
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
-        stored = await history.load(session.session_id)
+        copy = kept_history(session, history) or await synced_history(session, history)
+        stored = copy.messages
         # The retained history is the projection of an index over everything ever stored, kept
-        # between runs: a run adds a few messages, so only those are grouped and counted, and the
-        # strategy's earlier decisions stand.  If the store no longer starts with the projection
-        # written last time (another writer, a restart), the index is rebuilt from the store.
-        kept: tuple[MessageIndex, list[Message]] | None = cache.get("after")
-        if kept is not None and _same_prefix(kept[1], stored):
-            index = kept[0]
-            index.append(stored[len(kept[1]) :])
+        # between runs: a run adds a few messages, so only those are grouped and counted, the
+        # strategy's earlier decisions stand, and only the part of the stored list it changed is
+        # written again.  If the store moved on otherwise (another writer, a restart), the index
+        # is rebuilt from the store.
+        retained: _Retained | None = cache.get("after")
+        if retained is not None and retained.follows(copy.version.generation, len(stored)):
+            index = retained.index
+            appended = stored[retained.length :]
+            retained.place(appended, retained.length)
+            index.append(appended)
+            seen = len(index.events)
             changed = await self.after_strategy.compact(index)
         else:
             index = MessageIndex(stored, tokenizer=self._after_tokenizer)
+            retained = _Retained(index)
+            retained.place(stored, 0)
+            seen = 0
             changed = await self.after_strategy.compact(index) or bool(index.events)
+        cache["after"] = retained
+        if not changed:
+            retained.synced(copy.version.generation, len(stored))
+            return
+        found = retained.changed_suffix(index, seen, len(stored))
+        start, suffix = found if found is not None else (0, index.projection())
         # Only a compaction that changed something can have cut a turn in two.
-        reduced = index.projection() if changed else stored
-        if changed and _starts_mid_turn(reduced) and _drop_stranded(index):
-            reduced = index.projection()
-        if reduced != stored:
-            await history.replace(session.session_id, reduced)
-        cache["after"] = (index, reduced)
+        if _starts_mid_turn(itertools.chain(itertools.islice(stored, start), suffix)) and _drop_stranded(index):
+            start, suffix = 0, index.projection()
+        if stored[start:] == suffix:
+            retained.synced(copy.version.generation, len(stored))
+            return
+        version = await history.rewrite(session.session_id, start, suffix, copy.version)
+        if version is None:  # the store changed under this run: read it again next time
+            cache.pop("after", None)
+            session.cache(history).pop("history", None)
+            return
+        retained.forget(stored[start:])
+        retained.place(suffix, start)
+        copy.rewritten(start, suffix, version)
+        retained.synced(version.generation, len(stored))
 
 
-def _starts_mid_turn(messages: Sequence[Message]) -> bool:
+class _Retained:
+    """The retained history's index between runs, and where each stored message sits.
+
+    ``positions`` maps each message of the stored list (by identity) to its position, so the
+    first position a compaction changed is found from the groups it touched, and only the
+    stored list from there on is written again.
+    """
+
+    __slots__ = ("generation", "index", "length", "positions")
+
+    def __init__(self, index: MessageIndex) -> None:
+        self.index = index
+        self.positions: dict[int, int] = {}
+        self.generation: int | None = None
+        self.length = 0
+
+    def follows(self, generation: int, length: int) -> bool:
+        """Whether the stored list only grew since this index last matched it."""
+        return generation == self.generation and length >= self.length
+
+    def synced(self, generation: int, length: int) -> None:
+        self.generation, self.length = generation, length
+
+    def place(self, messages: Sequence[Message], start: int) -> None:
+        self.positions.update(zip(map(id, messages), range(start, start + len(messages))))
+
+    def forget(self, messages: Sequence[Message]) -> None:
+        for message in messages:
+            self.positions.pop(id(message), None)
+
+    def changed_suffix(self, index: MessageIndex, seen: int, length: int) -> tuple[int, list[Message]] | None:
+        """The first stored position the compaction changed and the projection from there on.
+
+        Read from the events after ``seen`` and the newest included groups back to that
+        position, so the cost is in proportion to what changed.  None when the events are of a
+        kind this cannot place (a restore, a summary of many turns): the caller writes it all.
+        """
+        positions = self.positions
+        first = length
+        for event in index.events[seen:]:
+            if event.action not in ("collapsed", "excluded"):
+                return None
+            for group in event.groups:
+                for message in group.messages:
+                    position = positions.get(id(message))
+                    if position is not None and position < first:
+                        first = position
+        newest: list[list[Message]] = []
+        for group in index.newest_live():
+            messages = group.messages
+            position = positions.get(id(messages[0]))
+            if position is not None and position < first:
+                if position + len(messages) != first:
+                    return None  # the stored list is not the projection it should be
+                break
+            newest.append(messages)
+        else:
+            if first:
+                return None
+        return first, [message for messages in reversed(newest) for message in messages]
+
+
+def _starts_mid_turn(messages: Iterable[Message]) -> bool:
     """Whether the first message after any system messages is something other than a user's."""
     return next((m.role for m in messages if m.role != "system"), "user") != "user"
 
@@ -396,6 +482,15 @@ class ReducedHistoryProvider:
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         return await self.inner.load_turn(session_id, turn_id)
+
+    async def version(self, session_id: str) -> HistoryVersion:
+        return await self.inner.version(session_id)
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        """Written as given: a rewrite comes from a reducer already."""
+        return await self.inner.rewrite(session_id, start, messages, expected)
 
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         await self.inner.undo_turn(session_id, turn_id, messages)

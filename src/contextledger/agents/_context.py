@@ -86,8 +86,11 @@ class RunContext:
         self.instructions: list[str] = []
         self.response: AgentResponse | None = None
         self._context: list[tuple[Message, MessageSource]] = []
-        self._history: list[tuple[Message, MessageSource]] = []
+        # The history as loaded: the session's own copy (see _history.py), read up to
+        # _history_count, because the copy grows by this turn once the turn is stored.
         self._history_messages: list[Message] = []
+        self._history_count = 0
+        self._history_source = MessageSource("history")
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
 
@@ -110,19 +113,26 @@ class RunContext:
         self._sources = None
 
     def _add_history(self, source_id: str, messages: list[Message]) -> None:
-        source = MessageSource("history", source_id)
-        self._history.extend(zip(messages, [source] * len(messages)))
-        self._history_messages.extend(messages)
+        """The history requests are built from; the list is kept as it is, not copied."""
+        self._history_messages = messages
+        self._history_count = len(messages)
+        self._history_source = MessageSource("history", source_id)
         self._sources = None
+
+    @property
+    def history_messages(self) -> list[Message]:
+        """The history this run was built on (a list the caller may keep: a new one on each read)."""
+        return self._history_messages[: self._history_count]
 
     @property
     def entries(self) -> list[tuple[Message, MessageSource]]:
         """Every message of the run in request order, with its source."""
         external = MessageSource("external")
         generated = MessageSource("generated")
+        history = self._history_source
         return [
             *self._context,
-            *self._history,
+            *((message, history) for message in self.history_messages),
             *((message, external) for message in self.input_messages),
             *((message, generated) for message in self.generated),
         ]
@@ -142,7 +152,10 @@ class RunContext:
     @property
     def conversation(self) -> list[Message]:
         """History, input and generated messages: the part of the request that grows turn by turn."""
-        return [*self._history_messages, *self.input_messages, *self.generated]
+        history = self._history_messages
+        if len(history) != self._history_count:
+            history = history[: self._history_count]
+        return [*history, *self.input_messages, *self.generated]
 
     @property
     def context_messages(self) -> list[Message]:
