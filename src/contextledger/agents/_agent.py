@@ -247,7 +247,8 @@ class Agent:
             if instructions
             else []
         )
-        view = [*context.context_messages, *context.conversation]
+        # One list for the whole request: the history is copied once, never wrapped.
+        view = [*context.context_messages, *context.history_messages, *context.input_messages, *context.generated]
         for provider in self.context_providers:
             if isinstance(provider, ContextProvider):
                 view = await provider.prepare_request(view, context)

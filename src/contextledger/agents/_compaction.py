@@ -56,33 +56,53 @@ class _View:
     """A session's request view, kept between calls so each call only indexes what is new.
 
     The index covers the provider-added context messages and the conversation from
-    ``len(frozen)`` on.  ``frozen`` is a prefix of the conversation that a strategy excluded
-    outright, up to the start of a turn: exclusions persist, so it can never be sent again and
-    need not be indexed again.  Moving such a prefix out of the index now and then keeps the
-    per-call cost in proportion to what is still sent, however long the history grows.
+    ``frozen_count`` on.  The frozen part is a prefix of the conversation that a strategy
+    excluded outright, up to the start of a turn: exclusions persist, so it can never be sent
+    again and need not be indexed, nor even kept.  Moving such a prefix out of the index now
+    and then keeps the per-call cost in proportion to what is still sent, however long the
+    history grows.  The view keeps only the prefix's length and its first and last message:
+    a later call's conversation still starts with it when those sit where they were, which
+    holds for a history that only grew or was rewritten after it (what a session itself does);
+    a history rewritten over the prefix moves them, and the view is built again.
     """
 
-    __slots__ = ("context", "frozen", "index")
+    __slots__ = ("context", "frozen_count", "frozen_ends", "index")
 
-    def __init__(self, index: MessageIndex, context: list[Message], frozen: list[Message]) -> None:
+    def __init__(
+        self,
+        index: MessageIndex,
+        context: list[Message],
+        frozen_count: int = 0,
+        frozen_ends: tuple[Message, Message] | None = None,
+    ) -> None:
         self.index = index
         self.context = context
-        self.frozen = frozen
+        self.frozen_count = frozen_count
+        self.frozen_ends = frozen_ends
 
     @property
     def indexed_conversation(self) -> list[Message]:
         return self.index.source_messages[len(self.context) :]
 
-    def follows(self, extra: list[Message], conversation: list[Message]) -> bool:
-        """Whether this call's messages only add to what the view indexed (the usual case)."""
-        skip = len(self.frozen)
+    def keeps_frozen(self, messages: Sequence[Message], base: int) -> bool:
+        """Whether the conversation starting at ``messages[base]`` still starts with the frozen prefix."""
+        count, ends = self.frozen_count, self.frozen_ends
+        if not count or ends is None:
+            return True
+        return len(messages) >= base + count and messages[base] is ends[0] and messages[base + count - 1] is ends[1]
+
+    def follows(self, messages: Sequence[Message], base: int) -> bool:
+        """Whether this call's messages (context before ``base``, conversation after) only add to
+        what the view indexed: the usual case."""
+        context = self.context
+        if base < len(context) or list(messages[base - len(context) : base]) != context:
+            return False
+        start = base + self.frozen_count
         indexed = self.indexed_conversation
         return (
-            len(extra) == len(self.context)
-            and extra == self.context
-            and len(conversation) >= skip + len(indexed)
-            and conversation[:skip] == self.frozen
-            and conversation[skip : skip + len(indexed)] == indexed
+            len(messages) >= start + len(indexed)
+            and self.keeps_frozen(messages, base)
+            and list(messages[start : start + len(indexed)]) == indexed
         )
 
     def _runs(self) -> list[list[int]]:
@@ -109,7 +129,7 @@ class _View:
 
     def excluded_runs(self) -> list[list[int]]:
         """Conversation positions of groups dropped outright, as [start, end) runs."""
-        skip = len(self.frozen)
+        skip = self.frozen_count
         runs = [[max(start, 0) + skip, end + skip] for start, end in self._runs() if end > 0]
         if skip:
             if runs and runs[0][0] == skip:
@@ -120,8 +140,12 @@ class _View:
 
     def record(self) -> dict[str, Any]:
         """What a restored session needs to keep this view's exclusions (see ``excluded_runs``)."""
-        conversation = [*self.frozen, *self.indexed_conversation]
-        return {"length": len(conversation), "last": _fingerprint(conversation[-1]), "excluded": self.excluded_runs()}
+        indexed = self.indexed_conversation
+        last = indexed[-1] if indexed else self.frozen_ends[1] if self.frozen_ends else None
+        if last is None:
+            return {}
+        length = self.frozen_count + len(indexed)
+        return {"length": length, "last": _fingerprint(last), "excluded": self.excluded_runs()}
 
     def apply_runs(self, runs: Sequence[Sequence[int]], limit: int, *, offset: int = 0) -> None:
         """Exclude again the groups lying wholly inside ``runs`` (index positions plus ``offset``)."""
@@ -171,7 +195,9 @@ class _View:
             return
         runs = self._runs()
         conversation = self.indexed_conversation
-        self.frozen = [*self.frozen, *conversation[:cut]]
+        first = self.frozen_ends[0] if self.frozen_ends else conversation[0]
+        self.frozen_count += cut
+        self.frozen_ends = (first, conversation[cut - 1])
         self.index = MessageIndex([*self.context, *conversation[cut:]], tokenizer=tokenizer)
         self.apply_runs(runs, len(conversation), offset=cut)
 
@@ -234,41 +260,43 @@ class CompactionProvider(ContextProvider):
         head = 0
         while head < len(messages) and messages[head].additional_properties.get(INSTRUCTIONS_PROPERTY) is True:
             head += 1
-        body = messages[head:]
-        context_count = 0
+        base = head  # where the conversation starts, after the instructions and the providers' messages
         if context is not None:
             added = context.context_messages
-            if len(added) <= len(body) and all(a is b for a, b in zip(added, body)):
-                context_count = len(added)
-        view = self._view(body, context_count, context)
+            if len(added) <= len(messages) - head and all(a is b for a, b in zip(added, messages[head:])):
+                base = head + len(added)
+        view = self._view(messages, head, base, context)
         await self.before_strategy.compact(view.index)
         projection = view.index.projection()
         view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
         return [*messages[:head], *projection]
 
-    def _view(self, body: list[Message], context_count: int, context: RunContext | None) -> _View:
-        extra = body[:context_count]
-        conversation = body[context_count:]
+    def _view(self, messages: list[Message], head: int, base: int, context: RunContext | None) -> _View:
+        """The session's view, brought up to ``messages``; positions are offsets, so that no
+        call copies or compares the whole history."""
+        extra = messages[head:base]
         cache: dict[str, Any] | None = context.session.cache(self) if context is not None else None
         old: _View | None = cache.get("view") if cache is not None else self._loose_view
-        if old is not None and old.follows(extra, conversation):
-            old.index.update([*extra, *conversation[len(old.frozen) :]])  # exclusions made earlier stay
+        if old is not None and old.follows(messages, base):
+            old.index.update([*extra, *messages[base + old.frozen_count :]])  # exclusions made earlier stay
             return old
-        skip = 0
-        if old is not None and len(conversation) >= len(old.frozen) and conversation[: len(old.frozen)] == old.frozen:
-            skip = len(old.frozen)  # the history changed after the frozen prefix (a reduction, new context)
+        # The history changed after the frozen prefix (a reduction, new context): index again
+        # what follows the prefix, and keep the exclusions of what is unchanged.
+        keep = old is not None and old.keeps_frozen(messages, base)
+        skip = old.frozen_count if old is not None and keep else 0
         view = _View(
-            MessageIndex([*extra, *conversation[skip:]], tokenizer=self._before_tokenizer),
-            list(extra),
-            conversation[:skip],
+            MessageIndex([*extra, *messages[base + skip :]], tokenizer=self._before_tokenizer),
+            extra,
+            skip,
+            old.frozen_ends if old is not None and keep else None,
         )
         if old is not None:
-            old_conversation = [*old.frozen, *old.indexed_conversation]
-            if _same_prefix(old_conversation, conversation):
-                view.apply_runs(old.excluded_runs(), len(old_conversation), offset=skip)
+            indexed = old.indexed_conversation
+            if keep and _same_prefix(indexed, messages[base + skip : base + skip + len(indexed)]):
+                view.apply_runs(old.excluded_runs(), skip + len(indexed), offset=skip)
         elif context is not None:
             record = context.session.state.get(self._state_key)
-            if isinstance(record, dict) and self._record_matches(record, conversation):
+            if isinstance(record, dict) and self._record_matches(record, messages, base):
                 view.apply_runs(record.get("excluded", []), int(record["length"]))
         if cache is not None:
             cache["view"] = view
@@ -277,11 +305,11 @@ class CompactionProvider(ContextProvider):
         return view
 
     @staticmethod
-    def _record_matches(record: Mapping[str, Any], conversation: Sequence[Message]) -> bool:
+    def _record_matches(record: Mapping[str, Any], messages: Sequence[Message], base: int) -> bool:
         length = record.get("length")
-        if not isinstance(length, int) or length <= 0 or length > len(conversation):
+        if not isinstance(length, int) or length <= 0 or length > len(messages) - base:
             return False
-        return record.get("last") == _fingerprint(conversation[length - 1])
+        return record.get("last") == _fingerprint(messages[base + length - 1])
 
     # After a successful run -------------------------------------------------------------------
 
@@ -289,7 +317,7 @@ class CompactionProvider(ContextProvider):
         session = context.session
         cache = session.cache(self)
         view: _View | None = cache.get("view")
-        if view is not None and (view.frozen or len(view.index.source_messages) > len(view.context)):
+        if view is not None and (view.frozen_count or len(view.index.source_messages) > len(view.context)):
             # Cheap: the view's index holds little more than what is still sent (see _View).
             session.state[self._state_key] = view.record()
         if self.after_strategy is None:

@@ -122,7 +122,8 @@ class RunContext:
     @property
     def history_messages(self) -> list[Message]:
         """The history this run was built on (a list the caller may keep: a new one on each read)."""
-        return self._history_messages[: self._history_count]
+        history = self._history_messages
+        return history.copy() if len(history) == self._history_count else history[: self._history_count]
 
     @property
     def entries(self) -> list[tuple[Message, MessageSource]]:
