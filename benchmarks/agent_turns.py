@@ -99,7 +99,7 @@ def redis_server() -> Iterator[str]:
     """A throwaway redis-server on 127.0.0.1, no persistence."""
     binary = shutil.which("redis-server")
     if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server), or pass --backends memory sqlite")
+        raise SystemExit("redis-server is not installed (apt-get install redis-server); or --backends memory sqlite")
     port = _free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="1,000 turns")
-    parser.add_argument("--backends", nargs="+", default=["memory", "sqlite", "redis"], choices=["memory", "sqlite", "redis"])
+    backends = ["memory", "sqlite", "redis"]
+    parser.add_argument("--backends", nargs="+", default=backends, choices=backends)
     parser.add_argument("--workloads", nargs="+", default=["plain", "tool"], choices=["plain", "tool"])
     parser.add_argument("--compare-maf", action="store_true", help="2,000 turns beside Agent Framework 1.23")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
@@ -252,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_maf:
         import maf_turns  # noqa: PLC0415
 
-        return maf_turns.main(args.turns if args.turns != 10_000 else 2_000)
+        result: int = maf_turns.main(args.turns if args.turns != 10_000 else 2_000)
+        return result
     turns = 1_000 if args.quick else args.turns
     if turns < 2 * WINDOW:
         raise SystemExit(f"--turns must be at least {2 * WINDOW}")
