@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -470,11 +470,12 @@ def test_appends_keep_the_generation_and_everything_else_moves_it_on(backend: Ba
         grown = await history.version("s")
         assert (grown.generation, grown.length) == (start.generation, 4)
         seen = {grown.generation}
-        for change in (
+        changes: list[Callable[[], Awaitable[None]]] = [
             lambda: history.replace("s", numbered("b", 4)),
             lambda: history.undo_turn("s", "turn-1", []),
             lambda: history.clear("s"),
-        ):
+        ]
+        for change in changes:
             await change()
             now = await history.version("s")
             assert now.generation not in seen  # never back to an old one: a stale copy cannot match
