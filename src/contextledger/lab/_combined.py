@@ -68,10 +68,8 @@ _PROHIBITION = re.compile(
 )
 _OBLIGATION = re.compile(r"\b(must|always|required to|have to|has to)\b", re.IGNORECASE)
 _CONDITIONAL = re.compile(r"^(if|when|whenever|unless)\b", re.IGNORECASE)
-_LABEL = re.compile(
-    r"^[\w ]{0,40}?\b(rule|constraint|requirement|policy|restriction|prohibition|preference|instruction|guideline)s?\s*:",
-    re.IGNORECASE,
-)
+_RULE_NOUNS = "rule|constraint|requirement|policy|restriction|prohibition|preference|instruction|guideline"
+_LABEL = re.compile(rf"^[\w ]{{0,40}}?\b({_RULE_NOUNS})s?\s*:", re.IGNORECASE)
 _PREFERENCE = re.compile(r"\b(prefer|prefers|preference)\b", re.IGNORECASE)
 _FIGURE = re.compile(r"\S*\d\S*")
 
@@ -88,8 +86,8 @@ def is_standing_rule(line: str) -> bool:
         return False
     if _LABEL.match(text) or _PREFERENCE.search(text):
         return True
-    for sentence in _SENTENCE.split(text):
-        sentence = sentence.strip()
+    for part in _SENTENCE.split(text):
+        sentence = part.strip()
         if not sentence or sentence.endswith("?"):
             continue
         if _PROHIBITION.search(sentence) or _OBLIGATION.search(sentence) or _CONDITIONAL.match(sentence):
@@ -158,9 +156,7 @@ def _scrub(text: str, key: str | None, values: Sequence[str], rules: Sequence[st
             name, equals, value = segment.partition("=")
             declared = name.strip().lower()
             forgotten = (
-                equals
-                and name.strip().isidentifier()
-                and (key is None or declared == key or value.strip() in values)
+                equals and name.strip().isidentifier() and (key is None or declared == key or value.strip() in values)
             )
             segments.append(f" {FORGOTTEN_MARKER}" if forgotten else segment)
         lines.append("".join(segments))
@@ -171,8 +167,10 @@ def _scrubbed(message: Message, key: str | None, values: Sequence[str], rules: S
     if message.role == "user":
         return Message.user(_scrub(message.text, key, values, rules))
     words = [value for value in [*values, *rules] if len(value) >= 3]
-    if message.role == "assistant" and not message.function_calls and any(
-        re.search(rf"(?<!\w){re.escape(value)}(?!\w)", message.text) for value in words
+    if (
+        message.role == "assistant"
+        and not message.function_calls
+        and any(re.search(rf"(?<!\w){re.escape(value)}(?!\w)", message.text) for value in words)
     ):
         return Message.assistant(FORGOTTEN_MARKER)  # replaced whole, never partially redacted
     return message

@@ -48,9 +48,9 @@ __all__ = [
     "PolicySpec",
     "SummaryView",
     "get_policy",
-    "sliding_window",
     "policy_names",
     "register_policy",
+    "sliding_window",
     "unregister_policy",
 ]
 

@@ -296,8 +296,9 @@ class _PolicyRun:
         """Ask about every key the timeline declared, ``replicates`` times, and score each answer."""
         state = final_state(self.timeline.turns)
         current = dict(state.current)
-        keys = sorted({key for key, _ in (*state.current, *state.superseded, *state.forgotten, *state.evicted,
-                                          *state.rejected)})
+        keys = sorted(
+            {key for key, _ in (*state.current, *state.superseded, *state.forgotten, *state.evicted, *state.rejected)}
+        )
         self.tools.turn = None
         exact = self.counter.exact is not None
         cost = _zero_tokens(exact)
@@ -321,8 +322,11 @@ class _PolicyRun:
             items.append(
                 {
                     "key": key,
-                    "kind": "prohibition" if key == PROHIBITION_KEY and value is not None else
-                    "current" if value is not None else "forgotten",
+                    "kind": "prohibition"
+                    if key == PROHIBITION_KEY and value is not None
+                    else "current"
+                    if value is not None
+                    else "forgotten",
                     "value": value,
                     "old_values": old,
                     "question": question,
