@@ -61,7 +61,8 @@ def test_a_scripted_turn_sends_its_tool_results_into_the_conversation() -> None:
     report = run([_faults()], writer="rules", policies=("full-history",))
     data = policy(report, "full-history")
     scripted = data["turns"][5]
-    assert scripted["scripted_reply"] and scripted["calls"] == []  # nothing was sent on that turn ...
+    assert scripted["scripted_reply"]
+    assert scripted["calls"] == []
     later = sent(data, 7)
     results = [m["content"] for m in later if m["role"] == "tool"]
     assert results == ["ERROR export stalled on shard-7"]  # ... but the tool result is in the history after it
@@ -102,6 +103,7 @@ def test_answer_scores_drop_with_a_model_that_answers_wrong_while_text_presence_
         assert bad["answers"]["right"] < good["answers"]["right"]
         module = next(q for q in bad["answers"]["questions"] if q["key"] == "module")
         assert module["question"] == "Which module is affected?"  # the timeline's own question
-        assert module["right"] == 0 and module["answers_with_old_value"] == 1
+        assert module["right"] == 0
+        assert module["answers_with_old_value"] == 1
     facts = policy(right, "bounded-facts")["answers"]
     assert facts["right"] == facts["asked"]

@@ -71,7 +71,7 @@ def test_the_command_puts_the_kit_figures_in_the_reports(tmp_path: Path, capsys:
     )
     assert code == 0
     data = json.loads(report.read_text(encoding="utf-8"))
-    assert [row["name"] for row in data["kit"]["rows"]][0] == "combined"
+    assert next(row["name"] for row in data["kit"]["rows"]) == "combined"
     assert data["timelines"][0]["source"] == str(timeline)  # --policies did not swallow the file
     assert "compaction-conformance-kit" in html.read_text(encoding="utf-8")
     assert "compaction-conformance-kit" in capsys.readouterr().out

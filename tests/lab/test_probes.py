@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from contextledger.facts import FactStore, RuleWriter, extract
 from contextledger.lab import parse_timeline
 from contextledger.lab._probes import check_context, decoded_text, is_present
-from tests.lab.support import expectations, final_state
 from contextledger.messages import FunctionCallContent, Message
+from tests.lab.support import expectations, final_state
 
 
 def _timeline(*turns: dict[str, Any]) -> Any:

@@ -11,8 +11,7 @@ import pytest
 from contextledger.exceptions import TimelineError
 from contextledger.lab import load_timeline, load_timelines, parse_timeline
 from contextledger.lab._timeline import shipped_timeline_paths
-from tests.lab.support import expectations
-from tests.lab.support import small, write
+from tests.lab.support import expectations, small, write
 
 REQUIRED = {"correction", "early-prohibition", "tool-noise", "eviction", "forget", "distractors", "long-session"}
 
@@ -201,7 +200,8 @@ def test_a_message_the_contract_rejects_is_replayed_with_the_reason(user: str, r
     data["turns"][3]["user"] = user
     turn = parse_timeline(data, source="t.json").turns[3]
     assert turn.declarations == {}
-    assert turn.rejection is not None and reason in turn.rejection
+    assert turn.rejection is not None
+    assert reason in turn.rejection
 
 
 def test_two_timelines_with_one_name_are_refused(tmp_path: Path) -> None:
@@ -242,7 +242,8 @@ def test_a_rejected_correction_is_replayed_and_its_values_probed_as_rejected() -
     second = found.turns[1]
     assert second.declarations == {}
     assert second.rejected == {"version": "5.0"}
-    assert second.rejection is not None and "colour" in second.rejection
+    assert second.rejection is not None
+    assert "colour" in second.rejection
     expected = expectations(found)
     assert expected[1].rejected == ()  # the refused message carries its own values on its turn
     assert expected[2].current == (("product", "Ledger"), ("version", "4.2"))

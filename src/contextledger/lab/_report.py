@@ -168,9 +168,9 @@ def overview_rows(data: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[
             probes = policy["totals"]["probes"]
             stale = sum(probes.get(f"{kind}_present", 0) for kind in ("superseded", "forgotten", "evicted", "rejected"))
             cell = (
-                f"{_count(policy['totals']['input_estimate'])} tokens; "
-                f"current {probes['current_present']}/{probes['current_expected']}; "
-                f"stale {stale}; answers {_answers(policy)}"
+                f"{_count(policy['totals']['input_estimate'])} tokens\n"
+                f"current {probes['current_present']}/{probes['current_expected']}\n"
+                f"stale {stale}\nanswers {_answers(policy)}"
             )
             rows.setdefault(policy["name"], {"policy": policy["name"]})[timeline["name"]] = cell
     return columns, list(rows.values())
@@ -219,7 +219,7 @@ svg text{font:11px system-ui,sans-serif;fill:#333}.axis{stroke:#999;stroke-width
 .panels{display:flex;flex-wrap:wrap;gap:.4rem}.cell.good{fill:#2e7d32}.cell.bad{fill:#c62828}
 .cell.partial{fill:#ef6c00}.cell.none{fill:#e6e6e6}.cell.notsent{fill:#fff;stroke:#bbb;stroke-width:.5}
 ol.sent{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap}.legend span{display:inline-block;width:.9em;
-height:.9em;margin:0 .25em 0 .8em;vertical-align:middle}table.overview td{white-space:nowrap}
+height:.9em;margin:0 .25em 0 .8em;vertical-align:middle}table.overview td{white-space:pre-line}
 """
 
 

@@ -68,7 +68,7 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
     for _, heading in columns:
         overview.add_column(heading, overflow="fold")
     for row in rows:
-        overview.add_row(*(row.get(key, "-").replace("; ", "\n") for key, _ in columns))
+        overview.add_row(*(row.get(key, "-") for key, _ in columns))
     console.print(overview)
     if "kit" in data:
         kit = data["kit"]
