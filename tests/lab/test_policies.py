@@ -34,14 +34,15 @@ def report() -> Any:
     return run([timeline()])
 
 
-def test_the_six_policies_are_registered_in_order() -> None:
-    assert policy_names()[:6] == (
+def test_the_seven_policies_are_registered_in_order() -> None:
+    assert policy_names()[:7] == (
         "full-history",
         "last-3-turns",
         "summary",
         "bounded-facts",
         "request-view",
         "reduced-history",
+        "combined",
     )
 
 

@@ -266,6 +266,7 @@ def _token_panel(policy: Mapping[str, Any], position: int, turns: int, exact: bo
     width, height, left, right, top, bottom = 430, 190, 62, 12, 26, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [(t["turn"], _tokens_of(t, exact)) for t in policy["turns"]]
+    kept = {t["turn"]: t.get("kept") for t in policy["turns"]}
     sent = [v for _, v in values if v is not None]
     low, high = (min(sent), max(sent)) if sent else (0, 1)
     if low == high:
@@ -313,10 +314,16 @@ def _token_panel(policy: Mapping[str, Any], position: int, turns: int, exact: bo
             continue
         parts.append(
             f'<circle class="marker" cx="{x(turn):.1f}" cy="{y(sent_value):.1f}" r="2.2" fill="{color}">'
-            f"<title>{name}, turn {turn}: {sent_value:,} {_esc(unit)}</title></circle>"
+            f"<title>{name}, turn {turn}: {sent_value:,} {_esc(unit)} sent{_kept_text(kept[turn])}</title></circle>"
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _kept_text(kept: Mapping[str, Any] | None) -> str:
+    if not kept:
+        return ""
+    return f"; kept afterwards: {kept['messages']} messages, {kept['tokens_estimate']:,} tokens (estimate)"
 
 
 def _tokens_chart(timeline: Mapping[str, Any], exact: bool) -> str:
