@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from contextledger.lab import parse_timeline
-from contextledger.lab._combined import is_standing_rule
+from contextledger.lab._combined import StandingRules, is_standing_rule
 from tests.lab.support import policy, run, sent
 
 
@@ -72,3 +72,13 @@ def test_rules_stay_verbatim_beyond_the_window_a_restated_rule_replaces_its_stal
     assert "$700" not in after
     assert "Billing" not in after  # the declared value is forgotten too, from the facts and the stored history
     assert data["turns"][-1]["probes"]["forgotten"]["present"] == []
+
+
+def test_forget_constraint_drops_every_kept_rule_and_forget_key_those_that_mention_its_value() -> None:
+    rules = StandingRules()
+    rules.read("Never deploy Billing on Fridays.\nAlways page the on-call engineer.\nThe export failed.")
+    assert rules.rules == ["Never deploy Billing on Fridays.", "Always page the on-call engineer."]
+    assert rules.forget("module", ["Billing"]) == ["Never deploy Billing on Fridays."]
+    assert rules.rules == ["Always page the on-call engineer."]
+    assert rules.forget("constraint", []) == ["Always page the on-call engineer."]
+    assert rules.block() == ""

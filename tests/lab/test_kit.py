@@ -11,6 +11,7 @@ import pytest
 from contextledger.cli import main
 from contextledger.clients import OfflineModel
 from contextledger.lab._kit import KIT_VERSION, run_kit
+from tests.lab.support import small, write
 
 kit = pytest.importorskip("compaction_kit")
 
@@ -50,8 +51,6 @@ def test_the_kit_figures_are_measurements_of_each_policy(figures: dict[str, Any]
 
 
 def test_the_command_puts_the_kit_figures_in_the_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.lab.support import small, write  # noqa: PLC0415
-
     timeline = write(tmp_path / "t.json", small())
     report, html = tmp_path / "r.json", tmp_path / "r.html"
     code = main(
