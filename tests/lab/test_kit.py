@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,12 @@ from contextledger.clients import OfflineModel
 from contextledger.lab._kit import KIT_VERSION, run_kit
 from tests.lab.support import small, write
 
-kit = pytest.importorskip("compaction_kit")
+try:
+    import compaction_kit as kit
+except ModuleNotFoundError:  # the dev extra installs it; only a partial local install lacks it
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("compaction-conformance-kit is not installed (pip install -e '.[kit]')", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
