@@ -179,11 +179,6 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
 def _lab(args: argparse.Namespace) -> int:
     # The lab and rich are imported here so that the other commands start without them.
     from contextledger.lab._cli import run_lab_command  # noqa: PLC0415
