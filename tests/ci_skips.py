@@ -24,6 +24,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     if item.get_closest_marker("root_only") is not None:
         return
+    _fail(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    """A whole module skipped while it is collected (``allow_module_level=True``) fails too."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if os.environ.get("CI") == "true" and report.skipped:
+        _fail(report)
+
+
+def _fail(report: pytest.TestReport | pytest.CollectReport) -> None:
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     reason = reason.removeprefix("Skipped: ")
     report.outcome = "failed"

@@ -58,6 +58,18 @@ def test_under_ci_a_skip_fails_unless_root_only(tmp_path: Path) -> None:
     assert "root can write anywhere" in result.stdout
 
 
+def test_under_ci_a_module_skipped_at_collection_fails(tmp_path: Path) -> None:
+    sample = tmp_path / "test_module_skip.py"
+    sample.write_text('import pytest\npytest.skip("no kit", allow_module_level=True)\n', encoding="utf-8")
+    environment = {key: value for key, value in os.environ.items() if key != "CI"}
+    environment.update(PYTHONPATH=str(ROOT), CI="true")
+    command = [sys.executable, "-m", "pytest", "-p", "tests.ci_skips", "-p", "no:cacheprovider", "--rootdir"]
+    command += [str(tmp_path), str(sample)]
+    result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, check=False)
+    assert result.returncode != 0, result.stdout
+    assert "skipped under CI=true, where every test must run: no kit" in result.stdout
+
+
 @pytest.mark.parametrize("ci", [None, "false"])
 def test_outside_ci_skips_stay_skips(tmp_path: Path, ci: str | None) -> None:
     result = run_sample(tmp_path, ci)
