@@ -32,7 +32,7 @@ __all__ = ["CompactionProvider", "ReducedHistoryProvider"]
 
 # Leading excluded messages worth moving out of a request view's index: small enough that the
 # index stays near the size of what is sent, large enough that rebuilding it is rare.
-_FREEZE_AT = 256
+_FREEZE_AT = 32
 
 
 def _strategy(value: object, what: str) -> CompactionStrategy | None:
