@@ -52,6 +52,9 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 
+# KEYS: generation, list.
+_VERSION = "return {redis.call('GET', KEYS[1]) or '0', redis.call('LLEN', KEYS[2])}"
+
 # KEYS: list, generation.  ARGV: expected generation, expected length, start, then the bodies.
 _REWRITE = """
 local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -263,10 +266,8 @@ class RedisHistoryProvider:
     async def version(self, session_id: str) -> HistoryVersion:
         key = self.key(session_id)
         try:
-            async with self._client.pipeline(transaction=True) as transaction:
-                transaction.get(self.generation_key(session_id))
-                transaction.llen(key)
-                generation, length = await transaction.execute()
+            # One script, one command: both read in the same atomic step.
+            generation, length = await self._client.eval(_VERSION, 2, self.generation_key(session_id), key)
         except Exception as error:
             self._raise(error, f"read the version of session {session_id!r}", key)
         return HistoryVersion(int(generation or 0), int(length))
