@@ -16,7 +16,8 @@ import pytest
 from contextledger.cli import main
 from contextledger.clients import ChatResponse, OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ModelTimeoutError
-from contextledger.facts import EMPTY_BLOCK, ChatLoop, FactsDesk, FactStore, build_desk
+from contextledger.facts import EMPTY_BLOCK, FactsDesk, FactStore
+from contextledger.facts._repl import ChatLoop, build_desk
 from contextledger.messages import Message
 from tests.facts.support import Clock
 

@@ -20,7 +20,8 @@ import pytest
 from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
-from contextledger.facts import EMPTY_BLOCK, FactStore, is_logs_question, parse_assertions
+from contextledger.facts import EMPTY_BLOCK, FactStore, parse_assertions
+from contextledger.facts._desk import is_logs_question
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages
 from contextledger.messages import Message
