@@ -1,4 +1,4 @@
-"""Fixtures for the facts tests: each store the conformance suite runs against, on fresh storage.
+"""Fixtures for the facts tests: each store the conformance suite runs against (in memory, SQLite, Redis), on fresh storage.
 
 The Redis store runs against the real redis-server the history tests start (same fixture), in
 an owner namespace no other test uses.
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from contextledger.facts import FactMemory, FactStore, RedisFactStore
+from contextledger.facts import FactMemory, FactStore, RedisFactStore, SQLiteFactStore
 from tests.facts.support import Clock
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer
@@ -26,7 +26,7 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeStore]:
     """Builds stores of one backend; every store it builds in a test shares that test's storage
     (a Redis owner of its own), the way several agents or processes would share it.  The
@@ -41,12 +41,25 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
 
         yield memory
         return
+    if request.param == "sqlite":
+        path = request.getfixturevalue("tmp_path") / "facts.sqlite3"
+        files: list[SQLiteFactStore] = []
+
+        def sqlite(**options: object) -> FactMemory:
+            store = SQLiteFactStore(path, **{"owner": "test", "clock": clock, **options})  # type: ignore[arg-type]
+            files.append(store)
+            return store
+
+        yield sqlite
+        for store in files:
+            store.close()
+        return
     server: RedisServer = request.getfixturevalue("redis_server")
     owner = f"test-{uuid.uuid4().hex[:12]}"
     opened: list[RedisFactStore] = []
 
     def redis(**options: object) -> FactMemory:
-        store = RedisFactStore(server.url, owner=owner, **{"clock": clock, **options})  # type: ignore[arg-type]
+        store = RedisFactStore(server.url, **{"owner": owner, "clock": clock, **options})  # type: ignore[arg-type]
         opened.append(store)
         return store
 
