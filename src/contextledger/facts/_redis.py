@@ -10,7 +10,9 @@ Every operation reads both keys under ``WATCH``, runs the very same rules as the
 store, and writes its changes in one ``MULTI``: if anything changed either key in between, the
 transaction is dropped and the operation runs again on what is there now, so a write never
 lands after a newer turn or a ``forget``.  Expiry follows the store's clock (each fact carries
-its expiry time), not Redis's key expiry, so the trail outlives the facts it describes.
+its expiry time), not Redis's key expiry, so the trail outlives the facts it describes.  An
+owner's hash created anew (the first time, or after someone deleted it) starts its epoch from
+the server's clock in microseconds, so a ticket issued before the deletion never matches again.
 
 The API is synchronous, like :class:`FactStore`: each operation is a few round trips to the
 server.  From asyncio code, call it through ``asyncio.to_thread`` if those round trips must not
@@ -142,7 +144,13 @@ class RedisFactStore(LedgerStore):
             try:
                 with self._client.pipeline(transaction=True) as transaction:
                     transaction.watch(self.key, self.trail_key)
-                    before = self._decode(transaction.hgetall(self.key))
+                    raw = transaction.hgetall(self.key)
+                    before = self._decode(raw)
+                    if not raw:
+                        # A new (or deleted) owner starts its epoch from the server's clock, not
+                        # from 0, so no ticket issued before a deletion can match it again.
+                        seconds, micros = transaction.time()
+                        before = State(int(seconds) * 1_000_000 + int(micros), 0, {})
                     state = State(before.epoch, before.turn, dict(before.facts))
                     result = step(state)
                     erased: list[tuple[int, ReviewEvent]] = []
@@ -150,7 +158,7 @@ class RedisFactStore(LedgerStore):
                         events = [decode_event(_text(body)) for body in transaction.lrange(self.trail_key, 0, -1)]
                         erased = [(index, erase(events[index])) for index in erase_events(events, state.erase)]
                     transaction.multi()
-                    if (state.epoch, state.turn) != (before.epoch, before.turn):
+                    if not raw or (state.epoch, state.turn) != (before.epoch, before.turn):
                         transaction.hset(self.key, mapping={"epoch": state.epoch, "turn": state.turn})
                     gone = [_FACT_PREFIX + key for key in before.facts if key not in state.facts]
                     if gone:
