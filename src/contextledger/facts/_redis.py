@@ -4,7 +4,10 @@ The same opt-in persistence as :class:`SQLiteFactStore` (owner, expiry, revocati
 trail; see its module), for stores that several machines share.  Each owner has two keys, built
 with :func:`~contextledger._keys.storage_key` so that no two owners or namespaces share one:
 ``{namespace}:facts:{owner}``, a hash of the epoch, the turn counter and the facts, and
-``{namespace}:facts-trail:{owner}``, the review trail as a list.
+``{namespace}:facts-trail:{owner}``, the review trail as a list of events whose values and
+evidence are kept apart, in one hash per key (``{namespace}:facts-trail-values:{owner}:{key}``,
+listed in the set ``{namespace}:facts-trail-keys:{owner}``), so that forgetting a key deletes
+one hash and never has to read the whole trail.
 
 Every operation reads both keys under ``WATCH``, runs the very same rules as the in-memory
 store, and writes its changes in one ``MULTI``: if anything changed either key in between, the
@@ -22,7 +25,9 @@ hold up the event loop.  The ``redis`` package is imported when a store is creat
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
@@ -30,7 +35,7 @@ from contextledger._extras import require_extra
 from contextledger._keys import storage_key
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
-from contextledger.facts._store import Clock, LedgerStore, State, check_name, erase_events, utc_clock
+from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, check_name, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
 
 __all__ = ["RedisFactStore"]
@@ -106,7 +111,9 @@ class RedisFactStore(LedgerStore):
         self.key = storage_key(self.namespace, "facts", self.owner)
         """The Redis hash holding this owner's epoch, turn counter and facts."""
         self.trail_key = storage_key(self.namespace, "facts-trail", self.owner)
-        """The Redis list holding this owner's review trail."""
+        """The Redis list holding this owner's review trail (events without their values)."""
+        self.valued_keys = storage_key(self.namespace, "facts-trail-keys", self.owner)
+        """The Redis set of the keys whose trail values are kept, each in a hash of its own."""
 
     def __repr__(self) -> str:
         return f"RedisFactStore({self._where!r}, owner={self.owner!r})"
@@ -139,6 +146,9 @@ class RedisFactStore(LedgerStore):
             ) from None
         return state
 
+    def _values_key(self, key: str) -> str:
+        return storage_key(self.namespace, "facts-trail-values", self.owner, key)
+
     def _transact(self, step: Callable[[State], _T]) -> _T:
         for _ in range(_MAX_ATTEMPTS):
             try:
@@ -153,44 +163,57 @@ class RedisFactStore(LedgerStore):
                         before = State(int(seconds) * 1_000_000 + int(micros), 0, {})
                     state = State(before.epoch, before.turn, dict(before.facts))
                     result = step(state)
-                    erased: list[tuple[int, ReviewEvent]] = []
-                    if state.erase is not None:
-                        events = [decode_event(_text(body)) for body in transaction.lrange(self.trail_key, 0, -1)]
-                        erased = [(index, erase(events[index])) for index in erase_events(events, state.erase)]
+                    erased: list[str] = []
+                    if state.erase == ALL_KEYS:
+                        erased = [_text(key) for key in transaction.smembers(self.valued_keys)]
+                    elif state.erase is not None:
+                        erased = [state.erase]
+                    position = transaction.llen(self.trail_key) if state.events else 0
                     transaction.multi()
-                    if not raw or (state.epoch, state.turn) != (before.epoch, before.turn):
-                        transaction.hset(self.key, mapping={"epoch": state.epoch, "turn": state.turn})
                     gone = [_FACT_PREFIX + key for key in before.facts if key not in state.facts]
-                    if gone:
-                        transaction.hdel(self.key, *gone)
                     changed = {
                         _FACT_PREFIX + key: encode_fact(fact)
                         for key, fact in state.facts.items()
                         if before.facts.get(key) != fact
                     }
+                    # A step that only adds to the trail leaves a missing hash missing.
+                    if (state.epoch, state.turn) != (before.epoch, before.turn) or (changed and not raw):
+                        transaction.hset(self.key, mapping={"epoch": state.epoch, "turn": state.turn})
+                    if gone:
+                        transaction.hdel(self.key, *gone)
                     if changed:
                         transaction.hset(self.key, mapping=changed)
-                    for index, event in erased:
-                        transaction.lset(self.trail_key, index, encode_event(event))
-                    if state.events:
-                        transaction.rpush(self.trail_key, *(encode_event(event) for event in state.events))
+                    for key in erased:
+                        transaction.delete(self._values_key(key))
+                        transaction.srem(self.valued_keys, key)
+                    self._append(transaction, state.events, position)
                     transaction.execute()
                     return result
             except self._errors.WatchError:
                 continue
             except FactsError:
                 raise
-            except (ValueError, TypeError, KeyError) as error:
-                raise FactsError(
-                    f"{self._where}, key {self.trail_key!r} holds data that is not a review trail ({error}); "
-                    "another program uses this key, so choose another namespace or owner"
-                ) from None
             except Exception as error:
                 self._raise(error, "write the facts")
         raise FactsError(
             f"could not write the facts: {self._where}, key {self.key!r} kept changing during {_MAX_ATTEMPTS} "
             "attempts; nothing was changed"
         )
+
+    def _append(self, transaction: Any, events: list[ReviewEvent], position: int) -> None:
+        """Queue ``events`` at the end of the trail; their values go to one hash per key, so that
+        forgetting a key deletes one hash instead of reading the whole trail."""
+        if not events:
+            return
+        bodies = []
+        for offset, event in enumerate(events):
+            detached = event.key is not None and (event.value is not None or event.evidence is not None)
+            bodies.append(encode_event(erase(event) if detached else event, detached=detached))
+            if detached and event.key is not None:
+                details = json.dumps({"value": event.value, "evidence": event.evidence}, ensure_ascii=False)
+                transaction.hset(self._values_key(event.key), str(position + offset), details)
+                transaction.sadd(self.valued_keys, event.key)
+        transaction.rpush(self.trail_key, *bodies)
 
     def _peek(self) -> State:
         try:
@@ -201,11 +224,29 @@ class RedisFactStore(LedgerStore):
 
     def _trail(self) -> list[ReviewEvent]:
         try:
-            bodies = self._client.lrange(self.trail_key, 0, -1)
+            with self._client.pipeline(transaction=True) as transaction:
+                transaction.lrange(self.trail_key, 0, -1)
+                transaction.smembers(self.valued_keys)
+                bodies, keys = transaction.execute()
+                names = sorted(_text(key) for key in keys)
+                for name in names:
+                    transaction.hgetall(self._values_key(name))
+                values = dict(zip(names, transaction.execute())) if names else {}
         except Exception as error:
             self._raise(error, "read the review trail")
         try:
-            return [decode_event(_text(body)) for body in bodies]
+            events = []
+            for position, body in enumerate(bodies):
+                event, detached = decode_event(_text(body), with_detached=True)
+                if detached and event.key is not None:
+                    stored = values.get(event.key, {}).get(str(position).encode()) or values.get(event.key, {}).get(
+                        str(position)
+                    )
+                    if stored is not None:
+                        details = json.loads(_text(stored))
+                        event = replace(event, value=details["value"], evidence=details["evidence"], erased=False)
+                events.append(event)
+            return events
         except (ValueError, TypeError, KeyError) as error:
             raise FactsError(
                 f"{self._where}, key {self.trail_key!r} holds data that is not a review trail ({error})"

@@ -44,7 +44,6 @@ __all__ = [
     "check_forget_key",
     "check_name",
     "check_schema",
-    "erase_events",
     "stale_ticket",
     "utc_clock",
 ]
@@ -365,15 +364,6 @@ class LedgerStore(abc.ABC):
     def describe(self) -> str:
         """The listing a person reads (``mem``): key, value, turn, recorded time, evidence."""
         return describe_facts(self.facts(), self._schema)
-
-
-def erase_events(events: list[ReviewEvent], key: str) -> list[int]:
-    """The positions in ``events`` that a forget of ``key`` (or ``ALL_KEYS``) must erase."""
-    return [
-        index
-        for index, event in enumerate(events)
-        if (event.value is not None or event.evidence is not None) and key in (ALL_KEYS, event.key)
-    ]
 
 
 class FactStore(LedgerStore):

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._diagnostics import diagnose_reading
@@ -197,22 +197,35 @@ def decode_fact(body: str) -> Fact:
     )
 
 
-def encode_event(event: ReviewEvent) -> str:
+def encode_event(event: ReviewEvent, *, detached: bool = False) -> str:
+    """``event`` as JSON; ``detached`` marks an event whose value is stored elsewhere (Redis)."""
     record: dict[str, Any] = {"at": event.at.isoformat(), "kind": event.kind, "reason": event.reason}
+    if detached:
+        record["detached"] = True
     for name in ("key", "turn", "value", "evidence"):
         if getattr(event, name) is not None:
             record[name] = getattr(event, name)
-    if event.erased:
+    if event.erased and not detached:
         record["erased"] = True
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
-def decode_event(body: str) -> ReviewEvent:
+@overload
+def decode_event(body: str) -> ReviewEvent: ...
+
+
+@overload
+def decode_event(body: str, *, with_detached: Literal[True]) -> tuple[ReviewEvent, bool]: ...
+
+
+def decode_event(body: str, *, with_detached: bool = False) -> ReviewEvent | tuple[ReviewEvent, bool]:
+    """The event in ``body``; with ``with_detached``, also whether its value was stored apart
+    (it is then marked erased until the value is attached again)."""
     record = json.loads(body)
     at = _time(record["at"])
     assert at is not None
     turn = record.get("turn")
-    return ReviewEvent(
+    event = ReviewEvent(
         at,
         record["kind"],
         str(record["reason"]),
@@ -220,5 +233,6 @@ def decode_event(body: str) -> ReviewEvent:
         None if turn is None else int(turn),
         record.get("value"),
         record.get("evidence"),
-        bool(record.get("erased", False)),
+        bool(record.get("erased", False)) or bool(record.get("detached", False)),
     )
+    return (event, bool(record.get("detached", False))) if with_detached else event
