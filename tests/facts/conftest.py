@@ -1,4 +1,4 @@
-"""Fixtures for the facts tests: each store the conformance suite runs against (in memory, SQLite, Redis), on fresh storage.
+"""Fixtures for the facts tests: each store the conformance suite runs against (memory, SQLite, Redis).
 
 The Redis store runs against the real redis-server the history tests start (same fixture), in
 an owner namespace no other test uses.
@@ -51,8 +51,8 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
             return store
 
         yield sqlite
-        for store in files:
-            store.close()
+        for file_store in files:
+            file_store.close()
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     owner = f"test-{uuid.uuid4().hex[:12]}"

@@ -4,7 +4,6 @@ and clear errors for a missing, wrong or unreachable server."""
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any

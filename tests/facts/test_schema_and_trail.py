@@ -113,7 +113,8 @@ def test_owners_cannot_read_each_others_facts(make_store: MakeStore, request: py
         pytest.skip("the in-memory store holds one owner's facts by construction")
     other = make_store(owner="someone-else")
     declare(first, "module=Billing")
-    assert other.facts() == [] and other.review() == []
+    assert other.facts() == []
+    assert other.review() == []
     declare(other, "module=Reporting")
     assert first.get("module").value == "Billing"  # type: ignore[union-attr]
     other.forget()
@@ -125,14 +126,17 @@ def test_facts_expire_on_the_stores_clock_and_the_trail_says_so(make_store: Make
     store = make_store(clock=clock, ttl_seconds=60)
     declare(store, "module=Billing")
     fact = store.get("module")
-    assert fact is not None and fact.expires_at == fact.recorded_at + timedelta(seconds=60)
+    assert fact is not None
+    assert fact.expires_at == fact.recorded_at + timedelta(seconds=60)
     clock.now += timedelta(seconds=61)
-    assert store.facts() == [] and store.get("module") is None
+    assert store.facts() == []
+    assert store.get("module") is None
     assert "No facts" in store.to_prompt_block() or "no key=value fact" in store.to_prompt_block()
     expired = store.expire()
     assert [f.key for f in expired] == ["module"]
     kinds = [event.kind for event in store.review()]
-    assert kinds[-1] == "expired" and "Billing" not in json.dumps([e.describe() for e in store.review()[-1:]])
+    assert kinds[-1] == "expired"
+    assert "Billing" not in json.dumps([e.describe() for e in store.review()[-1:]])
 
 
 def test_revocation_needs_a_reason_and_is_recorded(make_store: MakeStore) -> None:
@@ -168,7 +172,8 @@ def test_the_trail_records_every_event_and_forget_leaves_none_of_the_values(make
         declare(store, f"{['product', 'module', 'priority', 'customer', 'version'][number]}=item {number}")
     kinds = [event.kind for event in store.review()]
     assert kinds[:2] == ["admitted", "corrected"]
-    assert kinds.count("rejected") >= 3 and "evicted" in kinds
+    assert kinds.count("rejected") >= 3
+    assert "evicted" in kinds
     assert all(event.at.tzinfo is not None and event.reason for event in store.review())
     trail_text = "\n".join(e.describe() for e in store.review())
     for value in ("PostgreSQL 15", "SQL Server 2022", "Oracle 19", "MariaDB 11"):
@@ -179,7 +184,8 @@ def test_the_trail_records_every_event_and_forget_leaves_none_of_the_values(make
     for value in ("PostgreSQL 15", "SQL Server 2022", "Oracle 19", "MariaDB 11"):
         assert value not in dumped
     assert "item 4" in dumped  # other keys keep their values
-    assert after[-1].kind == "forgotten" and after[-1].key == "database"
+    assert after[-1].kind == "forgotten"
+    assert after[-1].key == "database"
     assert any(event.erased and event.key == "database" for event in after)
     store.forget()
     assert all(event.value is None and event.evidence is None for event in store.review())

@@ -41,6 +41,7 @@ from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, e
 __all__ = ["RedisFactStore"]
 
 _T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="RedisFactStore")
 _FACT_PREFIX = "fact:"
 _MAX_ATTEMPTS = 1000
 
@@ -118,7 +119,7 @@ class RedisFactStore(LedgerStore):
     def __repr__(self) -> str:
         return f"RedisFactStore({self._where!r}, owner={self.owner!r})"
 
-    def __enter__(self) -> RedisFactStore:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

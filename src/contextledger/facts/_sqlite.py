@@ -30,6 +30,7 @@ from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, e
 __all__ = ["SQLiteFactStore"]
 
 _T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="SQLiteFactStore")
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS contextledger_fact_owners (
         owner TEXT PRIMARY KEY, epoch INTEGER NOT NULL, turn INTEGER NOT NULL)""",
@@ -77,7 +78,7 @@ class SQLiteFactStore(LedgerStore):
     def __repr__(self) -> str:
         return f"SQLiteFactStore({self.path!r}, owner={self._owner!r})"
 
-    def __enter__(self) -> SQLiteFactStore:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
