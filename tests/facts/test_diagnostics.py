@@ -109,3 +109,21 @@ def test_the_provider_turn_carries_the_diagnostics_for_the_lab_and_the_api() -> 
         ("admitted", "database", "database=SQL Server 2022")
     ]
     assert "admitted database='SQL Server 2022'" in turn.describe()
+
+
+def test_the_model_writer_on_the_offline_model_reads_declarations_after_prose_for_any_schema() -> None:
+    from contextledger.facts import FactSchema, ModelWriter  # noqa: PLC0415
+
+    custom = FactSchema(frozenset({"owner_team", "region"}))
+    for schema, text, expected in (
+        (None, "Sorry, I was wrong: database=SQL Server 2022", [("database", "SQL Server 2022")]),
+        (
+            custom,
+            "about it: owner_team=Payments; see ?region=x; region=EU",
+            [("owner_team", "Payments"), ("region", "EU")],
+        ),
+    ):
+        store = FactStore() if schema is None else FactStore(schema=schema)
+        writer = ModelWriter(OfflineModel(), schema=store.schema)
+        admission = asyncio.run(extract(store, writer, store.begin_turn(text)))
+        assert [(fact.key, fact.value) for fact in admission.admitted] == expected
