@@ -45,15 +45,15 @@ def test_a_writer_killed_mid_write_loses_no_acknowledged_fact(location: str, ack
         for _ in range(acknowledged):
             line = child.stdout.readline()
             assert line.startswith("ack "), child.stderr.read() if child.stderr else line
-            _, turn, key, value = line.rstrip("\n").split(" ", 3)
-            latest[key] = (int(turn), value)
+            _, number, key, value = line.rstrip("\n").split(" ", 3)
+            latest[key] = (int(number), value)
         # The child is writing its next turn right now; kill it without warning.
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         assert child.stdout is not None
         for line in child.stdout.read().splitlines():  # acknowledgements printed before the kill landed
-            _, turn, key, value = line.split(" ", 3)
-            latest[key] = (int(turn), value)
+            _, number, key, value = line.split(" ", 3)
+            latest[key] = (int(number), value)
     finally:
         if child.poll() is None:
             child.kill()
