@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,15 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
     yield redis
     for store in opened:
         store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def persistent_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where processes meet a persistent store: a SQLite file, or a Redis server's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "facts.sqlite3")
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture

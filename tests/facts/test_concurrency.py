@@ -220,20 +220,11 @@ def test_the_same_workload_on_a_correct_store_passes_the_check() -> None:
 # Four processes on one store ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the processes meet: a SQLite file, or a Redis server's URL."""
-    if request.param == "sqlite":
-        return str(tmp_path / "facts.sqlite3")
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
-
-
 def test_4_processes_on_one_store_lose_and_resurrect_nothing(
-    store_location: str, monkeypatch: pytest.MonkeyPatch
+    persistent_location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = f"processes-{uuid.uuid4().hex[:12]}"
-    with open_store(store_location, owner) as store:
+    with open_store(persistent_location, owner) as store:
         store.begin_turn("setup")  # creates the owner's state, so the initial state is known
         initial = (store.epoch, store.turn)
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
@@ -242,7 +233,7 @@ def test_4_processes_on_one_store_lose_and_resurrect_nothing(
                 sys.executable,
                 "-m",
                 "tests.facts.fact_worker",
-                store_location,
+                persistent_location,
                 owner,
                 f"process{index}",
                 "--turns",

@@ -12,28 +12,19 @@ from pathlib import Path
 import pytest
 
 from tests.facts.fact_worker import open_store
-from tests.history.support import RedisServer
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "facts.sqlite3")
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
-
-
 @pytest.mark.parametrize("acknowledged", [1, 37, 150])
-def test_a_writer_killed_mid_write_loses_no_acknowledged_fact(location: str, acknowledged: int) -> None:
+def test_a_writer_killed_mid_write_loses_no_acknowledged_fact(persistent_location: str, acknowledged: int) -> None:
     owner = f"killed-{uuid.uuid4().hex[:8]}"
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
     }
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.facts.kill_worker", location, owner],
+        [sys.executable, "-m", "tests.facts.kill_worker", persistent_location, owner],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,7 +49,7 @@ def test_a_writer_killed_mid_write_loses_no_acknowledged_fact(location: str, ack
         if child.poll() is None:
             child.kill()
             child.wait()
-    with open_store(location, owner) as store:
+    with open_store(persistent_location, owner) as store:
         held = {fact.key: fact for fact in store.facts()}
         for key, (turn, value) in latest.items():
             fact = held.get(key)
