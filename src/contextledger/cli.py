@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -230,10 +231,7 @@ def _compact(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(item, ensure_ascii=False) + "\n")
         sys.stdout.flush()
     elif args.output:
-        if args.metadata:
-            write_jsonl(args.output, result.messages)
-        else:
-            _write_plain(args.output, result.messages)
+        write_jsonl(args.output, result.messages if args.metadata else _without_metadata(result.messages))
     print(f"{args.input}: {strategy!r}", file=report)
     print(_report(result, tokenizer), file=report)
     if to_stdout:
@@ -245,18 +243,10 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_plain(path: str, messages: Sequence[Message]) -> None:
-    """Plain OpenAI messages as JSONL, written whole or not at all (a temporary file, then a rename)."""
-    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in to_openai(messages))
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+def _without_metadata(messages: Sequence[Message]) -> list[Message]:
+    """The messages as a model would receive them: no id and no private properties, so the
+    file holds plain OpenAI messages (what ``to_openai`` sends) and no ``_contextledger`` key."""
+    return [dataclasses.replace(message, message_id=None, additional_properties={}) for message in messages]
 
 
 def _validate(args: argparse.Namespace) -> int:
