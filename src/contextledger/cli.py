@@ -33,6 +33,7 @@ from contextledger.compaction._strategies import (
 )
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
 from contextledger.messages import read_jsonl, validate, write_jsonl
+from contextledger.serve import add_serve_command
 from contextledger.tokenizers import Tokenizer, get_tokenizer
 
 __all__ = ["main"]
@@ -305,6 +306,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how facts are extracted: parsing rules (default, no model call) or a structured-output model call",
     )
     chat.set_defaults(run=_chat)
+    add_serve_command(commands)
     return parser
 
 
