@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.history.conftest import redis_server  # noqa: F401  (the session's redis-server fixture)
 from tests.history.support import free_port
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import openai
 import pytest
+from tests.serve.conftest import FakeUpstream, StartProxy
 
 from contextledger import from_openai, validate
-from tests.serve.conftest import FakeUpstream, StartProxy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-session.jsonl"
 KEY = "sk-client-alpha-0123456789"
@@ -49,7 +49,9 @@ def test_sync_client_gets_the_reply_and_the_upstream_gets_the_compacted_projecti
     assert received["body"]["model"] == "fake"
 
 
-def test_async_and_streaming_clients_through_the_same_proxy(start_proxy: StartProxy, fake_upstream: FakeUpstream) -> None:
+def test_async_and_streaming_clients_through_the_same_proxy(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream
+) -> None:
     original = transcript()
 
     async def scenario(base_url: str) -> tuple[str, str]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import openai
 import pytest
-
-from contextledger import from_openai, validate
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
+
+from contextledger import from_openai, validate
 
 KEY_A = "sk-tenant-a-secret-111"
 KEY_B = "sk-tenant-b-secret-222"
@@ -59,7 +59,10 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         assert "SQL Server 2022" in sent[1]["content"] and sent[1]["role"] == "system"  # then the facts block
         assert sent[-1] == {"role": "user", "content": "Where can I find logs?"}
         assert validate(from_openai(sent)) == []
-        assert proxy.facts("desk", KEY_A) == {"module": "Billing", "database": "SQL Server 2022"}  # a question adds none
+        assert proxy.facts("desk", KEY_A) == {
+            "module": "Billing",
+            "database": "SQL Server 2022",
+        }  # a question adds none
 
         status, report = proxy.call("POST", "/v1/contextledger/sessions/desk/forget", {"key": "module"}, KEY_A)
         assert status == 200, report
