@@ -19,10 +19,12 @@ def turn(model: str, text: str = "module=Billing", **extra: object) -> dict[str,
 
 
 def assert_openai_error(body: object, code: str | None = None) -> dict[str, object]:
-    assert isinstance(body, dict) and set(body) == {"error"}, body
-    error = body["error"]
+    assert isinstance(body, dict), body
+    assert set(body) == {"error"}, body
+    error: dict[str, object] = body["error"]
     assert set(error) == {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     if code is not None:
         assert error["code"] == code, error
     return error
@@ -81,7 +83,8 @@ def test_failing_upstreams_are_reported_and_nothing_is_stored(
             # The stream had begun (HTTP 200): the failure arrives as an error event, and no [DONE].
             assert status == 200
             assert "data: [DONE]" not in body
-            assert '"error"' in body and (code is None or code in body)
+            assert '"error"' in body
+            assert code is None or code in body
         else:
             assert status == status_wanted, (model, body)
             error = assert_openai_error(body, code)

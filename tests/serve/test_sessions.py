@@ -56,7 +56,8 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         say(client, "Where can I find logs?")
         sent = fake_upstream.last_body()["messages"]
         assert sent[0] == SYSTEM  # the client's instructions first, as sent
-        assert "SQL Server 2022" in sent[1]["content"] and sent[1]["role"] == "system"  # then the facts block
+        assert "SQL Server 2022" in sent[1]["content"]
+        assert sent[1]["role"] == "system"
         assert sent[-1] == {"role": "user", "content": "Where can I find logs?"}
         assert validate(from_openai(sent)) == []
         assert proxy.facts("desk", KEY_A) == {
@@ -69,11 +70,14 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         assert [f["key"] for f in report["forgotten"]] == ["module"]
         assert proxy.facts("desk", KEY_A) == {"database": "SQL Server 2022"}
         stored = json.dumps(proxy.messages("desk", KEY_A))
-        assert "module=" not in stored and "Reporting" not in stored and "Billing" not in stored
+        assert "module=" not in stored
+        assert "Reporting" not in stored
+        assert "Billing" not in stored
 
         say(client, "Which module was it?")
         text = sent_text(fake_upstream)
-        assert "Reporting" not in text and "Billing" not in text
+        assert "Reporting" not in text
+        assert "Billing" not in text
         assert "SQL Server 2022" in text  # the fact kept is still sent
 
         status, report = proxy.call("POST", "/v1/contextledger/sessions/desk/forget", {}, KEY_A)
@@ -82,7 +86,8 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         say(client, "What do you know about my setup?")
         assert proxy.facts("desk", KEY_A) == {}  # a later question recreates nothing
         text = sent_text(fake_upstream)
-        assert "SQL Server 2022" not in text and "PostgreSQL" not in text
+        assert "SQL Server 2022" not in text
+        assert "PostgreSQL" not in text
         stored_messages = proxy.messages("desk", KEY_A)
         assert all(m["role"] != "system" for m in stored_messages)  # instructions are not stored
         assert stored_messages[-1]["content"] == "echo: What do you know about my setup?"
@@ -114,7 +119,8 @@ def test_a_streamed_turn_stores_the_message_the_stream_spelled_out(
         {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
     ]
     assert validate(from_openai(sent)) == []  # the stored call and the new result travel together
-    assert sent[-2]["tool_calls"][0]["id"] == "call_1" and sent[-1] == result
+    assert sent[-2]["tool_calls"][0]["id"] == "call_1"
+    assert sent[-1] == result
 
 
 def test_a_retained_history_strategy_keeps_the_stored_session_small(
@@ -133,14 +139,18 @@ def test_session_requests_need_a_key_and_a_known_session(start_proxy: StartProxy
     with start_proxy() as proxy:
         turn = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
         status, body = proxy.call("POST", "/v1/chat/completions", turn, None, {"X-Contextledger-Session": "s"})
-        assert status == 401 and body["error"]["type"] == "authentication_error"
+        assert status == 401
+        assert body["error"]["type"] == "authentication_error"
         status, body = proxy.call("POST", "/v1/chat/completions", turn, KEY_A, {"X-Contextledger-Session": "nope"})
-        assert status == 404 and body["error"]["code"] == "session_not_found"
+        assert status == 404
+        assert body["error"]["code"] == "session_not_found"
         proxy.create_session("dup", KEY_A)
         status, body = proxy.call("POST", "/v1/contextledger/sessions", {"id": "dup"}, KEY_A)
-        assert status == 409 and body["error"]["code"] == "session_exists"
+        assert status == 409
+        assert body["error"]["code"] == "session_exists"
         status, body = proxy.call("POST", "/v1/contextledger/sessions", {}, KEY_A)
-        assert status == 201 and len(body["id"]) == 32  # an id is made up when none is given
+        assert status == 201
+        assert len(body["id"]) == 32
 
 
 def isolation_scenario(proxy: Proxy, upstream: FakeUpstream) -> None:
@@ -175,7 +185,8 @@ def isolation_scenario(proxy: Proxy, upstream: FakeUpstream) -> None:
     assert proxy.facts("shared-id", KEY_A) == before_facts == {"customer": "Acme", "module": "Billing"}
     # B may have a session with the same id; it is another session.
     proxy.create_session("shared-id", KEY_B)
-    assert proxy.messages("shared-id", KEY_B) == [] and proxy.facts("shared-id", KEY_B) == {}
+    assert proxy.messages("shared-id", KEY_B) == []
+    assert proxy.facts("shared-id", KEY_B) == {}
 
 
 def test_tenants_are_isolated_on_sqlite(start_proxy: StartProxy, fake_upstream: FakeUpstream) -> None:
