@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
