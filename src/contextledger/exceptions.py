@@ -24,10 +24,12 @@ partial state behind.
     ├── HistoryError                 a history store could not do what it was asked; nothing was half-written
     │   ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
     │   └── HistoryCorruptError      what the store holds cannot be read back as messages
+    ├── TurnOutcomeUnknownError      a turn's write was sent, never confirmed: stored once or not at all (names it)
     ├── AgentError                   an agent run could not complete; the session and history are as before the turn
     │   ├── ToolError                a function tool was described or called wrongly (bad signature, bad arguments)
     │   ├── ToolLoopError            the model kept calling tools past the agent's round limit
-    │   └── SessionError             a serialised session cannot be read back
+    │   ├── SessionError             a serialised session cannot be read back
+    │   └── TurnIdReusedError        a turn id already stored with other input messages (ValueError)
     ├── FactsError                   the controlled-facts memory refused an operation; the store is unchanged
     │   ├── FactRejectedError        a batch of candidate facts was refused whole (carries every problem found)
     │   └── StaleTicketError         an extraction arrived for a turn or epoch that is no longer current
@@ -67,6 +69,8 @@ __all__ = [
     "ToolError",
     "ToolLoopError",
     "TranscriptError",
+    "TurnIdReusedError",
+    "TurnOutcomeUnknownError",
     "UnknownRoleError",
 ]
 
@@ -147,6 +151,22 @@ class HistoryCorruptError(HistoryError):
     """Stored data cannot be read back as messages (it was written by something else, or damaged)."""
 
 
+class TurnOutcomeUnknownError(ContextLedgerError):
+    """A turn's write reached for the store but its outcome never came back (a timeout after the
+    command was sent, a connection lost mid-reply).
+
+    The turn is stored exactly once or not at all, and only the store knows which: run the turn
+    again with the same ``turn_id`` (``agent.run(..., turn_id=error.turn_id)``), which returns the
+    stored reply without calling the model if it was stored, and runs the turn if it was not.
+    Deliberately not a :class:`HistoryError`: those promise that nothing was written.
+    """
+
+    def __init__(self, message: str, *, turn_id: str, session_id: str) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.session_id = session_id
+
+
 class ModelError(ContextLedgerError):
     """A call to a chat model failed; nothing the caller had was changed by it."""
 
@@ -181,6 +201,14 @@ class ToolLoopError(AgentError):
 
 class SessionError(AgentError, ValueError):
     """A serialised session is not valid JSON of the expected shape."""
+
+
+class TurnIdReusedError(AgentError, ValueError):
+    """A run gave a turn id that is already stored for the session with other input messages.
+
+    A turn id names one turn; replaying it with another question would hand back an answer to a
+    question that was not asked.  Give each new turn a new id.
+    """
 
 
 class FactsError(ContextLedgerError):

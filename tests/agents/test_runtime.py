@@ -846,6 +846,13 @@ class BrokenHistory(InMemoryHistoryProvider):
 
         raise HistoryUnavailableError("the store went away")
 
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        from contextledger.exceptions import HistoryUnavailableError  # noqa: PLC0415
+
+        raise HistoryUnavailableError("the store went away")
+
 
 def test_a_history_store_that_fails_rolls_back_the_stores_already_written() -> None:
     from contextledger.exceptions import HistoryUnavailableError  # noqa: PLC0415
@@ -855,8 +862,9 @@ def test_a_history_store_that_fails_rolls_back_the_stores_already_written() -> N
     session = agent.create_session()
     run(main.append(session.session_id, [Message.user("old"), Message.assistant("older answer")]))
     with pytest.raises(HistoryUnavailableError):
-        run(agent.run("new", session=session))
+        run(agent.run("new", session=session, turn_id="t1"))
     assert texts(run(main.load(session.session_id))) == ["user:old", "assistant:older answer"]
+    assert run(main.load_turn(session.session_id, "t1")) is None  # taken back, so a retry runs the turn
     assert session.to_json() == Session(session.session_id).to_json()
 
 

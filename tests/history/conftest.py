@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,20 +42,22 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A throwaway redis-server on 127.0.0.1 (no persistence), stopped when the test session ends.
-
-    A missing binary skips the Redis tests on a developer's machine but fails them in CI
-    (``CI=true``), where a silent skip would hide that they never ran.
-    """
+def redis_binary() -> str:
+    """The redis-server binary; skipped on a developer's machine without it, a failure under ``CI=true``,
+    where a silent skip would hide that the Redis tests never ran."""
     binary = shutil.which("redis-server")
     if binary is None:
         reason = "redis-server is not installed; the Redis history tests start their own (apt-get install redis-server)"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason}; CI must run the Redis tests, not skip them", pytrace=False)
         pytest.skip(reason)
-    directory = tmp_path_factory.mktemp("redis")
+    return binary
+
+
+@contextmanager
+def started_redis(directory: Path) -> Iterator[tuple[RedisServer, subprocess.Popen[bytes]]]:
+    """A redis-server on 127.0.0.1 with no persistence, writing its files in ``directory``."""
+    binary = redis_binary()
     log = directory / "redis.log"
     for _ in range(_START_ATTEMPTS):
         port = free_port()
@@ -65,12 +69,31 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
             while process.poll() is None and time.monotonic() < deadline and not answers_ping(port):
                 time.sleep(0.02)
             if process.poll() is None and answers_ping(port):
-                yield RedisServer(port)
+                yield RedisServer(port), process
                 return
         finally:
             _stop(process)
     details = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
     pytest.fail(f"redis-server did not start on 127.0.0.1 after {_START_ATTEMPTS} attempts:\n{details}")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A throwaway redis-server on 127.0.0.1 (no persistence), stopped when the test session ends."""
+    with started_redis(tmp_path_factory.mktemp("redis")) as (server, _):
+        yield server
+
+
+@pytest.fixture
+def own_redis_server(tmp_path: Path) -> Iterator[tuple[RedisServer, subprocess.Popen[bytes]]]:
+    """A redis-server for one test alone, with its process, for tests that pause or stop it."""
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    with started_redis(directory) as started:
+        try:
+            yield started
+        finally:
+            started[1].send_signal(signal.SIGCONT)  # a test that paused it and failed must not hang the stop
 
 
 def unique_name(prefix: str) -> str:

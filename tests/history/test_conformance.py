@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
-from contextledger.history import HistoryProvider
+from contextledger.history import HistoryProvider, StoredTurn
 from contextledger.messages import Message, TextContent
 from tests.history.support import Backend, rich_messages
 
@@ -302,5 +302,155 @@ def test_any_operation_sequence_matches_a_list_model(
                 model[session] = []
             for name, expected in model.items():
                 assert await history.load(f"{prefix}-{name}") == expected
+
+    backend.run(scenario)
+
+
+# Turns: a turn id is stored at most once, with its messages ---------------------------------------
+
+
+def turn_of(tag: str, replies: int = 1) -> tuple[list[Message], list[Message]]:
+    return [Message.user(f"{tag}?", message_id=f"{tag}-q")], [
+        Message.assistant(f"{tag} {number}", message_id=f"{tag}-a{number}") for number in range(replies)
+    ]
+
+
+def test_append_turn_stores_the_messages_and_the_turn(backend: Backend) -> None:
+    inputs, reply = turn_of("t", replies=2)
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("before", 2))
+        assert await history.load_turn("s", "turn-1") is None
+        assert await history.append_turn("s", "turn-1", inputs, reply) is True
+        assert await history.load("s") == [*numbered("before", 2), *inputs, *reply]
+        stored = await history.load_turn("s", "turn-1")
+        assert stored == StoredTurn("turn-1", tuple(inputs), tuple(reply))
+        assert await history.load_turn("other-session", "turn-1") is None
+
+    backend.run(scenario)
+
+
+def test_a_turn_id_is_stored_at_most_once(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+    later_inputs, later_reply = turn_of("u")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert await history.append_turn("s", "turn-1", inputs, reply) is True
+        assert await history.append_turn("s", "turn-1", inputs, reply) is False
+        assert await history.append_turn("s", "turn-1", later_inputs, later_reply) is False
+        assert await history.load("s") == [*inputs, *reply]
+        assert (await history.load_turn("s", "turn-1")) == StoredTurn("turn-1", tuple(inputs), tuple(reply))
+        assert await history.append_turn("s2", "turn-1", inputs, reply) is True  # ids are per session
+
+    backend.run(scenario)
+
+
+def test_replace_keeps_turn_ids_and_clear_forgets_them(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append_turn("s", "turn-1", inputs, reply)
+        await history.replace("s", numbered("reduced", 1))
+        assert await history.append_turn("s", "turn-1", inputs, reply) is False
+        assert await history.load("s") == numbered("reduced", 1)
+        assert (await history.load_turn("s", "turn-1")) == StoredTurn("turn-1", tuple(inputs), tuple(reply))
+        await history.clear("s")
+        assert await history.load_turn("s", "turn-1") is None
+        assert await history.append_turn("s", "turn-1", inputs, reply) is True
+        assert await history.load("s") == [*inputs, *reply]
+
+    backend.run(scenario)
+
+
+def test_undo_turn_takes_back_the_turn_and_its_messages(backend: Backend) -> None:
+    first, second = turn_of("a"), turn_of("b")
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append_turn("s", "turn-a", *first)
+        await history.append_turn("s", "turn-b", *second)
+        await history.append("s", numbered("after", 1))  # another writer's messages came later
+        await history.undo_turn("s", "turn-a", [*first[0], *first[1]])
+        assert await history.load("s") == [*second[0], *second[1], *numbered("after", 1)]
+        assert await history.load_turn("s", "turn-a") is None
+        assert await history.load_turn("s", "turn-b") is not None
+        assert await history.append_turn("s", "turn-a", *first) is True
+
+    backend.run(scenario)
+
+
+@pytest.mark.parametrize("turn_id", ["", None, 7, "x" * 257, "line\nbreak"])
+def test_bad_turn_id_raises_and_writes_nothing(backend: Backend, turn_id: Any) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        with pytest.raises(ConfigurationError, match="turn_id must be printable text"):
+            await history.append_turn("s", turn_id, inputs, reply)
+        with pytest.raises(ConfigurationError, match="turn_id must be printable text"):
+            await history.load_turn("s", turn_id)
+        assert await history.load("s") == []
+
+    backend.run(scenario)
+
+
+def test_bad_turn_messages_raise_and_write_nothing(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        with pytest.raises(InvalidMessageError, match="no input message"):
+            await history.append_turn("s", "turn-1", [], reply)
+        with pytest.raises(InvalidMessageError, match="session 's'"):
+            await history.append_turn("s", "turn-1", inputs, [*reply, "not a message"])  # type: ignore[list-item]
+        assert await history.load("s") == []
+        assert await history.load_turn("s", "turn-1") is None
+        assert await history.append_turn("s", "x" * 256, inputs, reply) is True  # the longest id
+
+    backend.run(scenario)
+
+
+def test_concurrent_appends_of_one_turn_store_it_once(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        outcomes = await asyncio.gather(*(history.append_turn("s", "turn-1", inputs, reply) for _ in range(12)))
+        assert sorted(outcomes) == [False] * 11 + [True]
+        assert await history.load("s") == [*inputs, *reply]
+
+    backend.run(scenario)
+
+
+_turn_operations = st.lists(
+    st.tuples(st.sampled_from(["append_turn", "replace", "clear"]), _sessions, st.sampled_from(["t1", "t2", "t3"])),
+    max_size=10,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=_turn_operations)
+def test_any_turn_sequence_stores_each_turn_id_once(backend: Backend, operations: list[tuple[str, str, str]]) -> None:
+    prefix = uuid.uuid4().hex
+
+    async def scenario(history: HistoryProvider) -> None:
+        model: dict[str, list[Message]] = {"a": [], "b": []}
+        recorded: dict[str, set[str]] = {"a": set(), "b": set()}
+        for operation, session, turn in operations:
+            key = f"{prefix}-{session}"
+            inputs, reply = turn_of(turn)
+            if operation == "append_turn":
+                stored = await history.append_turn(key, turn, inputs, reply)
+                assert stored is (turn not in recorded[session])
+                if stored:
+                    recorded[session].add(turn)
+                    model[session] += [*inputs, *reply]
+            elif operation == "replace":
+                model[session] = model[session][-1:]
+                await history.replace(key, model[session])
+            else:
+                await history.clear(key)
+                model[session], recorded[session] = [], set()
+            for name, expected in model.items():
+                assert await history.load(f"{prefix}-{name}") == expected
+                for known in ("t1", "t2", "t3"):
+                    found = await history.load_turn(f"{prefix}-{name}", known)
+                    assert (found is not None) is (known in recorded[name])
 
     backend.run(scenario)

@@ -4,11 +4,18 @@ A run is a transaction.  Everything it produces (generated messages, the
 history append, the providers' session state) becomes visible only after the
 model has answered; a model that times out, fails or answers garbage leaves
 the session and its history exactly as they were before the turn.
+
+Every run is a turn with an id (the caller's ``turn_id``, or a generated one), and each
+history stores a turn id at most once.  A run whose turn id is already stored returns the
+stored reply without calling the model, so a caller that lost the outcome of a run (a
+timeout, a cancellation, :class:`TurnOutcomeUnknownError`) retries it with the same id and
+can never store the turn twice.
 """
 
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,8 +32,10 @@ from contextledger.exceptions import (
     ModelResponseError,
     ToolError,
     ToolLoopError,
+    TurnIdReusedError,
 )
-from contextledger.history import HistoryProvider, InMemoryHistoryProvider
+from contextledger.history import HistoryProvider, InMemoryHistoryProvider, StoredTurn
+from contextledger.history._encoding import check_turn_id
 from contextledger.messages import FunctionCallContent, Message
 
 __all__ = ["Agent", "AgentResponse", "ModelCall", "sum_usage"]
@@ -51,11 +60,18 @@ class ModelCall:
 
 @dataclass(frozen=True, slots=True)
 class AgentResponse:
-    """What a run produced: the final text, every generated message, and the cost of every model call."""
+    """What a run produced: the final text, every generated message, and the cost of every model call.
+
+    ``turn_id`` is the run's turn id (the caller's or a generated one).  ``replayed`` is True
+    when the turn was already stored and this is the stored reply: no model was called
+    (``model_calls`` is empty) and ``text`` is the text of the reply's last assistant message.
+    """
 
     text: str
     messages: tuple[Message, ...]
     model_calls: tuple[ModelCall, ...]
+    turn_id: str = ""
+    replayed: bool = False
 
     @property
     def usage(self) -> Usage:
@@ -100,6 +116,11 @@ def _input_messages(value: str | Message | Sequence[Message]) -> list[Message]:
     if not items:
         raise InvalidMessageError("agent.run got an empty list of messages; pass at least one user message")
     return items
+
+
+def _replayed(stored: StoredTurn) -> AgentResponse:
+    text = next((m.text for m in reversed(stored.reply) if m.role == "assistant" and m.text), "")
+    return AgentResponse(text, stored.reply, (), stored.turn_id, replayed=True)
 
 
 def _is_history(provider: object) -> bool:
@@ -201,25 +222,52 @@ class Agent:
         return Session(session_id)
 
     async def run(
-        self, messages: str | Message | Sequence[Message], *, session: Session | None = None
+        self,
+        messages: str | Message | Sequence[Message],
+        *,
+        session: Session | None = None,
+        turn_id: str | None = None,
     ) -> AgentResponse:
         """Answer ``messages`` in ``session`` (a new one if not given), running tools as the model asks.
 
-        On any failure the error propagates and nothing is stored: not the
-        input, not a partial reply, not a provider's session state.
+        ``turn_id`` names this turn (printable text, 1-256 characters; generated if not given,
+        and returned as ``response.turn_id``).  If the session's history already stores that
+        turn, its stored reply is returned with ``replayed=True`` and no model call; the same id
+        with other input raises :class:`TurnIdReusedError`.
+
+        On failure the error propagates and the session state is as before.  A
+        :class:`HistoryError` (or any error before the store) means nothing was stored: not the
+        input, not a partial reply, not a provider's session state.  A
+        :class:`TurnOutcomeUnknownError` means the turn is stored once or not at all: run it
+        again with the same ``turn_id`` to find out (a cancelled run is in the same position, so
+        pass your own ``turn_id`` when you may cancel).
         """
         inputs = _input_messages(messages)
         if session is None:
             session = self.create_session()
         elif not isinstance(session, Session):
             raise ConfigurationError(f"session must be a Session from agent.create_session(), got {session!r}")
+        if turn_id is None:
+            turn = uuid.uuid4().hex  # new, so no store can hold it yet: nothing to look up
+        else:
+            turn = check_turn_id(turn_id)
+            stored = await self.history.load_turn(session.session_id, turn)
+            if stored is not None:
+                return await self._replay(session, stored, inputs)
         saved_state = copy.deepcopy(session.state)
-        context = RunContext(self, session, inputs)
+        context = RunContext(self, session, inputs, turn)
         token = current_run.set(context)
         try:
             response = await self._run(context)
             context.response = response
-            await self._store(context)
+            earlier = await self._store(context)
+            if earlier is not None:
+                # Another run of this turn id stored it first (a retry racing the original):
+                # its reply is the turn's reply, and the providers' state from this run is moot.
+                session.state.clear()
+                session.state.update(saved_state)
+                session._drop_caches()
+                return await self._replay(session, earlier, inputs)
         except BaseException:
             session.state.clear()
             session.state.update(saved_state)
@@ -240,10 +288,7 @@ class Agent:
                 await provider.before_run(context)
             elif provider is primary:
                 context._add_history(provider.source_id, await provider.load(session_id))
-            else:
-                # Another store (a mirror) receives the turn too, but its copy is not sent again;
-                # it is read only so a failed store can be put back as it was.
-                context._mirrors[provider.source_id] = await provider.load(session_id)
+            # Another history (a mirror) receives the turn too, but is never read into requests.
         instructions = [self.instructions] if self.instructions else []
         instructions.extend(context.instructions)
         head = (
@@ -275,7 +320,7 @@ class Agent:
             answered = {r.call_id for m in produced for r in m.function_results}
             pending = [call for call in requested if call.call_id not in answered]
             if not pending:
-                return AgentResponse(reply.text, tuple(context.generated), tuple(calls))
+                return AgentResponse(reply.text, tuple(context.generated), tuple(calls), context.turn_id)
             for call in pending:
                 context.generated.append(Message.tool(call.call_id, await self._call_tool(call)))
         raise ToolLoopError(
@@ -295,20 +340,39 @@ class Agent:
                 raise
             return f"Error: {type(error).__name__}: {error}"
 
-    async def _store(self, context: RunContext) -> None:
-        """Append the turn to every history provider, all of them or (restoring what it can) none."""
-        turn = [*context.input_messages, *context.generated]
-        session_id = context.session.session_id
+    async def _replay(self, session: Session, stored: StoredTurn, inputs: Sequence[Message]) -> AgentResponse:
+        """The stored turn as this run's response, after checking it answers the same input.
+
+        A history that missed the turn (its store failed after another had stored it) gets it now.
+        """
+        if list(stored.inputs) != list(inputs):
+            raise TurnIdReusedError(
+                f"turn {stored.turn_id!r} of session {session.session_id!r} is already stored with other input "
+                f"({len(stored.inputs)} message(s) starting {stored.inputs[0].text[:60]!r}); "
+                "give each new turn its own turn_id"
+            )
+        for provider in self.history_providers.values():
+            await provider.append_turn(session.session_id, stored.turn_id, stored.inputs, stored.reply)
+        return _replayed(stored)
+
+    async def _store(self, context: RunContext) -> StoredTurn | None:
+        """Append the turn to every history, all of them or (taking back what it can) none.
+
+        Returns None when this run stored the turn, or the turn another run had already stored
+        under the same id.  An unknown outcome (:class:`TurnOutcomeUnknownError`) propagates
+        and nothing is taken back: a retry with the same turn id completes the turn.
+        """
+        session_id, turn = context.session.session_id, context.turn_id
+        inputs, reply = context.input_messages, tuple(context.generated)
         done: list[HistoryProvider] = []
-        try:
-            for provider in self.history_providers.values():
-                await provider.append(session_id, turn)
-                done.append(provider)
-        except HistoryError:
-            loaded: dict[str | None, list[Message]] = dict(context._mirrors)
-            for message, source in context.entries:
-                if source.kind == "history":
-                    loaded.setdefault(source.source_id, []).append(message)
-            for provider in done:
-                await provider.replace(session_id, loaded.get(provider.source_id, []))
-            raise
+        for provider in self.history_providers.values():
+            try:
+                stored = await provider.append_turn(session_id, turn, inputs, reply)
+            except HistoryError:
+                for other in done:
+                    await other.undo_turn(session_id, turn, [*inputs, *reply])
+                raise
+            if not stored and not done:
+                return await provider.load_turn(session_id, turn)
+            done.append(provider)
+        return None

@@ -22,7 +22,7 @@ from contextledger.clients._protocol import ChatClient, ChatResponse
 from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, apply_compaction
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
-from contextledger.history import HistoryProvider
+from contextledger.history import HistoryProvider, StoredTurn
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import Tokenizer
 
@@ -395,6 +395,21 @@ class ReducedHistoryProvider:
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
         await self.inner.replace(session_id, await self.reduce(messages))
+
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        """The turn is stored (once) by the inner history, then the history is reduced."""
+        if not await self.inner.append_turn(session_id, turn_id, inputs, reply):
+            return False
+        await self.inner.replace(session_id, await self.reduce(await self.inner.load(session_id)))
+        return True
+
+    async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        return await self.inner.load_turn(session_id, turn_id)
+
+    async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
+        await self.inner.undo_turn(session_id, turn_id, messages)
 
     async def clear(self, session_id: str) -> None:
         await self.inner.clear(session_id)

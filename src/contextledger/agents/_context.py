@@ -46,19 +46,19 @@ class RunContext:
     Providers add instructions (sent first as one system message and never
     compacted) and messages (sent before the history, and compactable), and
     read where every message came from.  ``response`` is set before the
-    providers' ``after_run`` hooks are called.
+    providers' ``after_run`` hooks are called.  ``turn_id`` is the run's turn id.
     """
 
-    def __init__(self, agent: Agent, session: Session, input_messages: Sequence[Message]) -> None:
+    def __init__(self, agent: Agent, session: Session, input_messages: Sequence[Message], turn_id: str = "") -> None:
         self.agent = agent
         self.session = session
+        self.turn_id = turn_id
         self.input_messages: tuple[Message, ...] = tuple(input_messages)
         self.instructions: list[str] = []
         self.response: AgentResponse | None = None
         self._context: list[tuple[Message, MessageSource]] = []
         self._history: list[tuple[Message, MessageSource]] = []
         self._history_messages: list[Message] = []
-        self._mirrors: dict[str | None, list[Message]] = {}
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
 

@@ -7,8 +7,8 @@ constructor.  Importing this package does not import ``redis``; only creating a
 """
 
 from contextledger.history._memory import InMemoryHistoryProvider
-from contextledger.history._protocol import HistoryProvider
+from contextledger.history._protocol import HistoryProvider, StoredTurn
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
 
-__all__ = ["HistoryProvider", "InMemoryHistoryProvider", "RedisHistoryProvider", "SQLiteHistoryProvider"]
+__all__ = ["HistoryProvider", "InMemoryHistoryProvider", "RedisHistoryProvider", "SQLiteHistoryProvider", "StoredTurn"]

@@ -13,9 +13,21 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, InvalidMessageError
+from contextledger.history._protocol import StoredTurn
 from contextledger.messages import Message, message_from_openai, message_to_openai
 
-__all__ = ["check_name", "check_session_id", "decode_message", "encode_messages"]
+__all__ = [
+    "check_name",
+    "check_session_id",
+    "check_turn_id",
+    "decode_message",
+    "decode_turn",
+    "encode_messages",
+    "encode_turn",
+    "last_run",
+]
+
+_TURN_ID_LIMIT = 256
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -38,6 +50,16 @@ def check_session_id(session_id: object) -> str:
             "pass the id of the conversation whose history this is"
         )
     return session_id
+
+
+def check_turn_id(turn_id: object) -> str:
+    """A turn id is printable text of 1 to 256 characters (an HTTP ``Idempotency-Key`` fits)."""
+    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > _TURN_ID_LIMIT or not turn_id.isprintable():
+        raise ConfigurationError(
+            f"turn_id must be printable text of 1 to {_TURN_ID_LIMIT} characters, got {_short(turn_id)}; "
+            "pass your own id for the turn (to retry it safely) or leave it out to have one generated"
+        )
+    return turn_id
 
 
 def _dump(message: Message) -> str:
@@ -119,3 +141,52 @@ def decode_message(body: object, *, session_id: str, position: int, store: str) 
         return message_from_openai(data)
     except (TypeError, ValueError) as error:  # InvalidMessageError is a ValueError
         raise HistoryCorruptError(f"{where} is not a readable message: {error}") from None
+
+
+def encode_turn(
+    session_id: object, turn_id: object, inputs: object, reply: object
+) -> tuple[str, str, list[str], list[Message], str]:
+    """Check a turn before anything is written.
+
+    Returns the session id, the turn id, the JSON text of each message (inputs then reply),
+    the messages as they will read back, and the turn's record: the text a store keeps under
+    the turn id, from which :func:`decode_turn` rebuilds the :class:`StoredTurn`.
+    """
+    checked_turn = check_turn_id(turn_id)
+    checked_session, input_bodies, input_messages = encode_messages(session_id, inputs, "append a turn to")
+    if not input_bodies:
+        raise InvalidMessageError(
+            f"cannot append turn {checked_turn!r} to session {checked_session!r}: it has no input message"
+        )
+    _, reply_bodies, reply_messages = encode_messages(session_id, reply, "append a turn to")
+    bodies = [*input_bodies, *reply_bodies]
+    record = f'{{"inputs":{len(input_bodies)},"messages":[{",".join(bodies)}]}}'
+    return checked_session, checked_turn, bodies, [*input_messages, *reply_messages], record
+
+
+def decode_turn(record: object, *, session_id: str, turn_id: str, store: str) -> StoredTurn:
+    """Read a turn's record back; anything unreadable raises :class:`HistoryCorruptError` saying where."""
+    where = f"{store}: session {session_id!r}, turn {turn_id!r}"
+    if isinstance(record, (bytes, bytearray, memoryview)):
+        try:
+            record = bytes(record).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HistoryCorruptError(f"{where} is not UTF-8 text ({error.reason})") from None
+    try:
+        data = json.loads(record) if isinstance(record, str) else None
+        inputs, items = data["inputs"], data["messages"]  # type: ignore[index]
+        if not isinstance(inputs, int) or not isinstance(items, list) or not 0 < inputs <= len(items):
+            raise ValueError("the record has no inputs count or message list")
+        messages = [message_from_openai(item) for item in items]
+    except (TypeError, ValueError, KeyError) as error:
+        raise HistoryCorruptError(f"{where} is not a readable turn record: {error}") from None
+    return StoredTurn(turn_id, tuple(messages[:inputs]), tuple(messages[inputs:]))
+
+
+def last_run(stored: Sequence[object], run: Sequence[object]) -> int | None:
+    """Where the last contiguous copy of ``run`` starts in ``stored`` (by equality), or None."""
+    size = len(run)
+    for start in range(len(stored) - size, -1, -1):
+        if all(stored[start + offset] == item for offset, item in enumerate(run)):
+            return start
+    return None

@@ -6,7 +6,15 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
-from contextledger.history._encoding import check_name, check_session_id, encode_messages
+from contextledger.history._encoding import (
+    check_name,
+    check_session_id,
+    check_turn_id,
+    encode_messages,
+    encode_turn,
+    last_run,
+)
+from contextledger.history._protocol import StoredTurn
 from contextledger.messages import Message
 
 __all__ = ["InMemoryHistoryProvider"]
@@ -44,6 +52,7 @@ class InMemoryHistoryProvider:
         self.source_id: str = check_name(source_id, "source_id")
         self._lock = threading.Lock()
         self._sessions: dict[str, list[Message]] = {}
+        self._turns: dict[str, dict[str, StoredTurn]] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryHistoryProvider(source_id={self.source_id!r})"
@@ -86,10 +95,43 @@ class InMemoryHistoryProvider:
             else:
                 self._sessions.pop(key, None)
 
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        input_items, reply_items = _materialise(inputs), _materialise(reply)
+        key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items)
+        # Checked to be lists of Messages just now; the objects are kept, as in append().
+        stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
+        with self._lock:
+            turns = self._turns.setdefault(key, {})
+            if turn in turns:
+                return False
+            turns[turn] = stored
+            self._sessions.setdefault(key, []).extend([*stored.inputs, *stored.reply])
+        return True
+
+    async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        key, turn = check_session_id(session_id), check_turn_id(turn_id)
+        with self._lock:
+            return self._turns.get(key, {}).get(turn)
+
+    async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
+        items = _materialise(messages)
+        key, turn = check_session_id(session_id), check_turn_id(turn_id)
+        encode_messages(key, items, "undo a turn in")
+        run: list[Message] = items  # type: ignore[assignment]  # checked just now
+        with self._lock:
+            self._turns.get(key, {}).pop(turn, None)
+            stored = self._sessions.get(key, [])
+            start = last_run(stored, run) if run else None
+            if start is not None:
+                del stored[start : start + len(run)]
+
     async def clear(self, session_id: str) -> None:
         key = check_session_id(session_id)
         with self._lock:
             self._sessions.pop(key, None)
+            self._turns.pop(key, None)
 
     async def close(self) -> None:
         """Nothing to release; the stored sessions stay readable."""

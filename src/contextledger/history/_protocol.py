@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from contextledger.messages import Message
 
-__all__ = ["HistoryProvider"]
+__all__ = ["HistoryProvider", "StoredTurn"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """A turn a history recorded under its turn id: the input it answered and the reply it stored.
+
+    Kept apart from the message list, so a retry finds the reply even after a reduction
+    rewrote or dropped the turn's messages.
+    """
+
+    turn_id: str
+    inputs: tuple[Message, ...]
+    reply: tuple[Message, ...]
 
 
 @runtime_checkable
@@ -19,6 +33,11 @@ class HistoryProvider(Protocol):
     ``additional_properties`` included; ``append`` and ``replace`` store a batch whole or not
     at all; bad input raises before anything is written; a store that fails raises a
     :class:`~contextledger.exceptions.HistoryError` and leaves the stored history as it was.
+
+    Turns: ``append_turn`` stores a turn id at most once per session, in the same atomic step
+    as the turn's messages, so a retried turn can never be stored twice.  A write whose outcome
+    the store cannot know (sent, then no answer) raises
+    :class:`~contextledger.exceptions.TurnOutcomeUnknownError` instead of a ``HistoryError``.
     """
 
     source_id: str
@@ -40,12 +59,36 @@ class HistoryProvider(Protocol):
         """Atomically make ``messages`` the session's whole stored history.
 
         A reducer that keeps only a reduced history uses this; a reader never sees a mix of
-        the old list and the new one.
+        the old list and the new one.  Recorded turn ids are kept: a reduced turn was still
+        stored, and retrying it must not store it again.
+        """
+        ...
+
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        """Append ``[*inputs, *reply]`` and record ``turn_id`` with them, in one atomic step.
+
+        Returns True if the turn was stored now, False if ``turn_id`` was already recorded for
+        the session (then nothing is written).  Raises ``HistoryError`` when it is known that
+        nothing was stored, ``TurnOutcomeUnknownError`` when it is not known.
+        """
+        ...
+
+    async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        """The turn recorded under ``turn_id`` for the session, or None if there is none."""
+        ...
+
+    async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
+        """Take back a turn this caller has just stored: forget ``turn_id`` and remove the last
+        stored run of ``messages`` (the turn's inputs and reply), in one atomic step.
+
+        For an agent whose turn could not be stored in every one of its histories.
         """
         ...
 
     async def clear(self, session_id: str) -> None:
-        """Forget the session's messages; clearing an unknown session is not an error."""
+        """Forget the session's messages and recorded turns; clearing an unknown session is not an error."""
         ...
 
     async def close(self) -> None:

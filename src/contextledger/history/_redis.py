@@ -15,14 +15,64 @@ from urllib.parse import urlsplit, urlunsplit
 
 from contextledger._extras import require_extra
 from contextledger._keys import storage_key
-from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError
-from contextledger.history._encoding import check_name, check_session_id, decode_message, encode_messages
+from contextledger.exceptions import (
+    ConfigurationError,
+    HistoryCorruptError,
+    HistoryUnavailableError,
+    TurnOutcomeUnknownError,
+)
+from contextledger.history._encoding import (
+    check_name,
+    check_session_id,
+    check_turn_id,
+    decode_message,
+    decode_turn,
+    encode_messages,
+    encode_turn,
+)
+from contextledger.history._protocol import StoredTurn
 from contextledger.messages import Message
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 __all__ = ["RedisHistoryProvider"]
+
+# KEYS: the session's message list, its hash of turn records.  ARGV: turn id, record, bodies.
+# The check and both writes run as one script, which Redis executes atomically.  The reads come
+# first, so a key holding another type fails before anything is written.
+_APPEND_TURN = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+redis.call('LLEN', KEYS[1])
+for first = 3, #ARGV, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: list, turns hash.  ARGV: turn id, then the turn's bodies.  Forgets the turn id and
+# removes the last contiguous copy of the bodies from the list.
+_UNDO_TURN = """
+redis.call('HDEL', KEYS[2], ARGV[1])
+local size = #ARGV - 1
+if size == 0 then return 0 end
+local all = redis.call('LRANGE', KEYS[1], 0, -1)
+for start = #all - size + 1, 1, -1 do
+  local same = true
+  for offset = 1, size do
+    if all[start + offset - 1] ~= ARGV[offset + 1] then same = false break end
+  end
+  if same then
+    redis.call('DEL', KEYS[1])
+    for position = 1, #all do
+      if position < start or position >= start + size then redis.call('RPUSH', KEYS[1], all[position]) end
+    end
+    return 1
+  end
+end
+return 0
+"""
 
 
 def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
@@ -57,12 +107,15 @@ class RedisHistoryProvider:
 
     An append is a single ``RPUSH`` of the whole batch, which Redis applies atomically, so turns
     from several processes interleave whole and in order; ``replace`` runs ``DEL`` and ``RPUSH``
-    in one ``MULTI``/``EXEC`` transaction, so no reader sees half of it.
+    in one ``MULTI``/``EXEC`` transaction, so no reader sees half of it.  A turn
+    (:meth:`append_turn`) is recorded in the hash ``{namespace}:turns:{session_id}`` by the same
+    Lua script that pushes its messages, after checking that its turn id is not there yet.
 
     The client this provider creates never retries a command: a retried ``RPUSH`` whose first
     attempt did reach the server would store the turn twice.  A dropped connection therefore
     surfaces as :class:`HistoryUnavailableError`; if it dropped after the command was sent, the
-    batch was stored whole or not at all, and ``load`` tells which.  A ``client`` passed in
+    batch was stored whole or not at all, and ``load`` tells which; for a turn,
+    :class:`TurnOutcomeUnknownError` says so and a retry with the same turn id settles it.  A ``client`` passed in
     takes the place of ``url`` and the timeouts: it is used as configured (check its retry policy
     for the same reason) and is not closed by :meth:`close`.
     """
@@ -107,6 +160,10 @@ class RedisHistoryProvider:
         """The Redis key that holds a session's list (for inspection and operations tooling)."""
         return storage_key(self.namespace, "history", check_session_id(session_id))
 
+    def turns_key(self, session_id: str) -> str:
+        """The Redis key of the hash that records a session's turn ids (turn id -> the turn)."""
+        return storage_key(self.namespace, "turns", check_session_id(session_id))
+
     async def load(self, session_id: str) -> list[Message]:
         key = self.key(session_id)
         try:
@@ -140,12 +197,64 @@ class RedisHistoryProvider:
         except Exception as error:
             self._raise(error, f"replace session {checked!r}", key)
 
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        """See :meth:`HistoryProvider.append_turn`: one Lua script checks the turn id and writes.
+
+        A failure to connect means the script was never sent: ``HistoryUnavailableError``,
+        nothing stored.  Any failure after that (no answer within ``socket_timeout``, a dropped
+        connection) leaves the outcome to the server: ``TurnOutcomeUnknownError``.
+        """
+        checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply)
+        key, turns = self.key(checked), self.turns_key(checked)
+        try:
+            stored = await self._client.eval(_APPEND_TURN, 2, key, turns, turn, record, *bodies)
+        except Exception as error:
+            if self._never_sent(error):
+                self._raise(error, f"append turn {turn!r} to session {checked!r} (nothing was stored)", key)
+            raise TurnOutcomeUnknownError(
+                f"turn {turn!r} of session {checked!r}: {self._where} took the write but did not confirm it "
+                f"({type(error).__name__}: {error}); it is stored once or not at all. Retry with the same "
+                f"turn_id={turn!r}: a stored turn is returned as it is, a missing one is run again",
+                turn_id=turn,
+                session_id=checked,
+            ) from error
+        return bool(stored)
+
+    async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        turns, turn = self.turns_key(session_id), check_turn_id(turn_id)
+        try:
+            record = await self._client.hget(turns, turn)
+        except Exception as error:
+            self._raise(error, f"load turn {turn!r} of session {session_id!r}", turns)
+        if record is None:
+            return None
+        return decode_turn(record, session_id=session_id, turn_id=turn, store=f"{self._where}, key {turns!r}")
+
+    async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
+        turn = check_turn_id(turn_id)
+        checked, bodies, _ = encode_messages(session_id, messages, "undo a turn in")
+        key, turns = self.key(checked), self.turns_key(checked)
+        try:
+            await self._client.eval(_UNDO_TURN, 2, key, turns, turn, *bodies)
+        except Exception as error:
+            self._raise(error, f"undo turn {turn!r} of session {checked!r}", key)
+
     async def clear(self, session_id: str) -> None:
         key = self.key(session_id)
         try:
-            await self._client.delete(key)
+            await self._client.delete(key, self.turns_key(session_id))
         except Exception as error:
             self._raise(error, f"clear session {session_id!r}", key)
+
+    def _never_sent(self, error: Exception) -> bool:
+        """Whether ``error`` proves the command never reached the server (it failed to connect,
+        or the server refused it before running it)."""
+        if isinstance(error, self._errors.ResponseError):
+            return True  # the script did not run (NOSCRIPT, WRONGTYPE on the first reads, OOM)
+        unsent = (self._errors.ConnectionError, self._errors.TimeoutError, OSError)
+        return isinstance(error, unsent) and "connecting to" in str(error)
 
     async def close(self) -> None:
         if not self._owns_client:
@@ -157,7 +266,7 @@ class RedisHistoryProvider:
     def _raise(self, error: Exception, action: str, key: str) -> NoReturn:
         """Turn a client error into the project's exceptions; anything unexpected propagates as is."""
         errors = self._errors
-        if isinstance(error, errors.ResponseError) and str(error).startswith("WRONGTYPE"):
+        if isinstance(error, errors.ResponseError) and "WRONGTYPE" in str(error):
             raise HistoryCorruptError(
                 f"cannot {action}: {self._where}, key {key!r} holds something other than a list of messages; "
                 "another program uses this key, so choose another namespace"

@@ -10,7 +10,17 @@ import time
 from collections.abc import Sequence
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
-from contextledger.history._encoding import check_name, check_session_id, decode_message, encode_messages
+from contextledger.history._encoding import (
+    check_name,
+    check_session_id,
+    check_turn_id,
+    decode_message,
+    decode_turn,
+    encode_messages,
+    encode_turn,
+    last_run,
+)
+from contextledger.history._protocol import StoredTurn
 from contextledger.messages import Message
 
 __all__ = ["SQLiteHistoryProvider"]
@@ -28,6 +38,16 @@ CREATE TABLE IF NOT EXISTS contextledger_history (
 )
 """
 _INSERT = "INSERT INTO contextledger_history (session_id, seq, body) VALUES (?, ?, ?)"
+# A row per recorded turn id: the primary key is what stores a turn id at most once, and the row
+# is written in the same transaction as the turn's messages.
+_TURNS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS contextledger_turns (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (session_id, turn_id)
+)
+"""
 
 
 class SQLiteHistoryProvider:
@@ -97,9 +117,30 @@ class SQLiteHistoryProvider:
         key, bodies, _ = encode_messages(session_id, messages, "replace")
         await asyncio.to_thread(self._write, key, bodies, True)
 
+    async def append_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+    ) -> bool:
+        """See :meth:`HistoryProvider.append_turn`.
+
+        A caller cancelled while this waits for the write lock (``asyncio.wait_for``) does not
+        stop the write: it is committed when the lock frees, once, and a retry with the same
+        turn id finds it.
+        """
+        key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply)
+        return await asyncio.to_thread(self._write_turn, key, turn, bodies, record)
+
+    async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        key, turn = check_session_id(session_id), check_turn_id(turn_id)
+        return await asyncio.to_thread(self._load_turn, key, turn)
+
+    async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
+        turn = check_turn_id(turn_id)
+        key, bodies, _ = encode_messages(session_id, messages, "undo a turn in")
+        await asyncio.to_thread(self._undo_turn, key, turn, bodies)
+
     async def clear(self, session_id: str) -> None:
         key = check_session_id(session_id)
-        await asyncio.to_thread(self._write, key, [], True)
+        await asyncio.to_thread(self._write, key, [], True, True)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close)
@@ -122,24 +163,16 @@ class SQLiteHistoryProvider:
             for position, (body,) in enumerate(rows)
         ]
 
-    def _write(self, session_id: str, bodies: list[str], replace: bool) -> None:
+    def _write(self, session_id: str, bodies: list[str], replace: bool, forget_turns: bool = False) -> None:
         """Append ``bodies`` (or make them the whole history) in one transaction."""
         with self._lock:
             try:
                 connection = self._open()
                 connection.execute("BEGIN IMMEDIATE")
                 try:
-                    if replace:
-                        connection.execute("DELETE FROM contextledger_history WHERE session_id = ?", (session_id,))
-                        first = 0
-                    else:
-                        (first,) = connection.execute(
-                            "SELECT COALESCE(MAX(seq) + 1, 0) FROM contextledger_history WHERE session_id = ?",
-                            (session_id,),
-                        ).fetchone()
-                    connection.executemany(
-                        _INSERT, [(session_id, first + offset, body) for offset, body in enumerate(bodies)]
-                    )
+                    if forget_turns:
+                        connection.execute("DELETE FROM contextledger_turns WHERE session_id = ?", (session_id,))
+                    self._put(connection, session_id, bodies, replace)
                     connection.execute("COMMIT")
                 except BaseException:
                     self._roll_back(connection)
@@ -147,6 +180,84 @@ class SQLiteHistoryProvider:
             except sqlite3.Error as error:
                 action = "replace" if replace and bodies else "clear" if replace else "append to"
                 raise self._failure(error, f"{action} session {session_id!r}") from error
+
+    @staticmethod
+    def _put(connection: sqlite3.Connection, session_id: str, bodies: list[str], replace: bool) -> None:
+        if replace:
+            connection.execute("DELETE FROM contextledger_history WHERE session_id = ?", (session_id,))
+            first = 0
+        else:
+            (first,) = connection.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM contextledger_history WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        connection.executemany(_INSERT, [(session_id, first + offset, body) for offset, body in enumerate(bodies)])
+
+    def _write_turn(self, session_id: str, turn_id: str, bodies: list[str], record: str) -> bool:
+        """Record ``turn_id`` and append its messages in one transaction, unless it is recorded already."""
+        with self._lock:
+            try:
+                connection = self._open()
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    inserted = connection.execute(
+                        "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
+                        (session_id, turn_id, record),
+                    ).rowcount
+                    if inserted:
+                        self._put(connection, session_id, bodies, False)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    self._roll_back(connection)
+                    raise
+            except sqlite3.Error as error:
+                raise self._failure(
+                    error, f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)"
+                ) from error
+        return bool(inserted)
+
+    def _load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
+        with self._lock:
+            try:
+                row = (
+                    self._open()
+                    .execute(
+                        "SELECT record FROM contextledger_turns WHERE session_id = ? AND turn_id = ?",
+                        (session_id, turn_id),
+                    )
+                    .fetchone()
+                )
+            except sqlite3.Error as error:
+                raise self._failure(error, f"load turn {turn_id!r} of session {session_id!r}") from error
+        if row is None:
+            return None
+        return decode_turn(row[0], session_id=session_id, turn_id=turn_id, store=f"SQLite history {self.path}")
+
+    def _undo_turn(self, session_id: str, turn_id: str, bodies: list[str]) -> None:
+        with self._lock:
+            try:
+                connection = self._open()
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    connection.execute(
+                        "DELETE FROM contextledger_turns WHERE session_id = ? AND turn_id = ?", (session_id, turn_id)
+                    )
+                    if bodies:
+                        rows = connection.execute(
+                            "SELECT seq, body FROM contextledger_history WHERE session_id = ? ORDER BY seq",
+                            (session_id,),
+                        ).fetchall()
+                        start = last_run([body for _, body in rows], bodies)
+                        if start is not None:
+                            connection.executemany(
+                                "DELETE FROM contextledger_history WHERE session_id = ? AND seq = ?",
+                                [(session_id, seq) for seq, _ in rows[start : start + len(bodies)]],
+                            )
+                    connection.execute("COMMIT")
+                except BaseException:
+                    self._roll_back(connection)
+                    raise
+            except sqlite3.Error as error:
+                raise self._failure(error, f"undo turn {turn_id!r} of session {session_id!r}") from error
 
     def _open(self) -> sqlite3.Connection:
         """The connection, opened and set up on first use (the lock is held)."""
@@ -175,6 +286,7 @@ class SQLiteHistoryProvider:
                 if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute(_SCHEMA)
+                connection.execute(_TURNS_SCHEMA)
                 return
             except sqlite3.OperationalError as error:
                 if not _is_busy(error) or time.monotonic() >= deadline:
