@@ -80,3 +80,24 @@ def test_eight_clients_twenty_turns_each_on_one_session_are_serialised_and_store
     assert sorted(len(messages) for messages in sent) == list(range(1, 2 * CLIENTS * TURNS, 2))
     for messages in sent:
         assert messages == stored[: len(messages)]
+
+
+def test_a_retry_with_the_same_idempotency_key_on_the_other_process_is_stored_once(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer
+) -> None:
+    store = ("--store", f"redis://127.0.0.1:{redis_server.port}/4")
+    session = f"retry-{uuid.uuid4().hex[:8]}"
+    headers = {"X-Contextledger-Session": session, "Idempotency-Key": "turn-0001"}
+    body = {"model": "fake", "messages": [{"role": "user", "content": "version=2.4"}]}
+    with start_proxy(*store) as first, start_proxy(*store) as second:
+        first.create_session(session, KEY)
+        calls = len(fake_upstream.received())
+        status, original = first.call("POST", "/v1/chat/completions", body, KEY, headers)
+        assert status == 200
+        status, retried = second.call("POST", "/v1/chat/completions", body, KEY, headers)
+        assert status == 200
+        assert len(fake_upstream.received()) == calls + 1  # the retry never reached the upstream
+        assert retried["id"] == original["id"]
+        assert retried["choices"][0]["message"]["content"] == original["choices"][0]["message"]["content"]
+        assert len(first.messages(session, KEY)) == 2
+        assert second.facts(session, KEY) == {"version": "2.4"}

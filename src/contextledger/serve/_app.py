@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from contextledger._extras import require_extra
@@ -43,13 +44,15 @@ from contextledger.exceptions import (  # noqa: E402
     HistoryError,
     InvalidMessageError,
     ProxyError,
+    TurnOutcomeUnknownError,
 )
 from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, scrub_history  # noqa: E402
-from contextledger.messages import Message, from_openai, message_from_openai, to_openai  # noqa: E402
+from contextledger.history import StoredTurn  # noqa: E402
+from contextledger.messages import Message, from_openai, message_from_openai, message_to_openai, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
-from contextledger.serve._stream import DONE_EVENT, StreamAssembler, error_event  # noqa: E402
+from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._upstream import Upstream, error_body, timeout_error, upstream_failure  # noqa: E402
 
@@ -62,7 +65,7 @@ creation time, usage and finish reason, so a retried request is answered with th
 
 _VIEW_CACHE = 1024
 _REPLY_FIELDS = ("role", "content", "name", "tool_calls", "refusal")
-_Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
+_Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
@@ -117,6 +120,60 @@ def _user_text(messages: Sequence[Message]) -> str | None:
     """The turn's own user text, one message per line (a line break separates declarations)."""
     texts = [message.text for message in messages if message.role == "user" and message.text.strip()]
     return "\n".join(texts) if texts else None
+
+
+def _turn_id_of(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header as a turn id: printable text of 1 to 256 characters."""
+    if value is None:
+        return None
+    if not value or len(value) > 256 or not value.isprintable():
+        raise _bad_request(
+            f"Idempotency-Key {value[:80]!r} is not valid: use 1 to 256 printable characters", "invalid_idempotency_key"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A turn about to be stored: the session key, its id, what was stored before it, its messages."""
+
+    key: str
+    turn_id: str
+    stored: list[Message]
+    inputs: list[Message]
+    reply: Message
+
+
+def _completion(done: StoredTurn) -> dict[str, Any]:
+    """A chat completion rebuilt from a stored turn: the same message, id, model and usage as the first answer."""
+    message = done.reply[-1]
+    sent = message_to_openai(message, metadata=True)  # thawed: plain dicts and lists throughout
+    meta = sent.pop("_contextledger", {}).get("additional_properties", {}).get(REPLY_PROPERTY) or {}
+    finish = meta.get("finish_reason") or ("tool_calls" if sent.get("tool_calls") else "stop")
+    completion = {
+        "id": meta.get("id") or f"chatcmpl-{done.turn_id}",
+        "object": "chat.completion",
+        "created": meta.get("created") or 0,
+        "model": meta.get("model") or "",
+        "choices": [{"index": 0, "message": sent, "finish_reason": finish, "logprobs": None}],
+    }
+    if meta.get("usage") is not None:
+        completion["usage"] = meta["usage"]
+    return completion
+
+
+def _completion_events(completion: dict[str, Any]) -> bytes:
+    """The same completion as the events of a stream: the whole message in one chunk, then ``[DONE]``."""
+    choice = completion["choices"][0]
+    delta = dict(choice["message"])
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": index, **call} for index, call in enumerate(delta["tool_calls"])]
+    base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+    ]
+    return b"".join(sse_event(chunk) for chunk in chunks) + DONE_EVENT
 
 
 class _CleanupStream(StreamingResponse):
@@ -404,6 +461,8 @@ class Proxy:
         tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
         session_id = session_id_of(request.headers[SESSION_HEADER])
         key = session_key(tenant, session_id)
+        given_turn_id = _turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
+        turn_id = given_turn_id or uuid.uuid4().hex
         incoming = _messages(payload)
         instructions = [message for message in incoming if message.role == "system"]
         new_turn = [message for message in incoming if message.role != "system"]
@@ -411,12 +470,17 @@ class Proxy:
             raise _bad_request(
                 "a session turn needs at least one new message besides system messages", "invalid_messages"
             )
+        streaming = payload.get("stream") is True
         lock = contextlib.AsyncExitStack()
         await lock.enter_async_context(self.sessions.lock(key))
         stack: contextlib.AsyncExitStack[bool | None] | None = lock
         try:
             if not await self.sessions.exists(key):
                 raise self._unknown(session_id)
+            if given_turn_id is not None:
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self._replay(done, new_turn, streaming)
             stored = await self.sessions.history.load(key)
             conversation = [*stored, *new_turn]
             view = await self._request_view(key, conversation)
@@ -436,10 +500,11 @@ class Proxy:
             body = json.dumps({**payload, "messages": to_openai([*head, *view])}, ensure_ascii=False).encode("utf-8")
             headers = self.upstream.headers(request.headers)
 
-            async def finish(message: dict[str, Any], reply: dict[str, Any]) -> None:
-                await self._store_turn(key, stored, new_turn, _reply_message(message, reply), store, ticket)
+            async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
+                turn = _Turn(key, turn_id, stored, new_turn, _reply_message(message, reply))
+                return await self._store_turn(turn, store, ticket)
 
-            if payload.get("stream") is True:
+            if streaming:
                 stack = None  # the stream releases the lock when it ends
                 return await self._stream(headers, body, finish=finish, release=lock.aclose)
             upstream = await self._call(headers, body)
@@ -456,13 +521,33 @@ class Proxy:
                 ) from None
             meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
             meta["finish_reason"] = reply["choices"][0].get("finish_reason")
-            await finish(message, meta)
+            if not await finish(message, meta):
+                # Another holder stored this turn id first (its lock lease had run out): its reply stands.
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self._replay(done, new_turn, streaming=False)
             return Response(
                 upstream.content, status_code=200, media_type=upstream.headers.get("content-type", "application/json")
             )
         finally:
             if stack is not None:
                 await stack.aclose()
+
+    def _replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
+        """The stored reply to a retried turn, without calling the upstream or touching the facts."""
+        if done.inputs != tuple(new_turn):
+            raise ProxyError(
+                f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
+                "turn, so give each new turn a new key",
+                status=422,
+                code="idempotency_key_reused",
+            )
+        self.metrics.count(self.metrics.turns, "replayed")
+        completion = _completion(done)
+        headers = {"x-contextledger-replayed": "true"}
+        if not streaming:
+            return JSONResponse(completion, headers=headers)
+        return Response(_completion_events(completion), media_type="text/event-stream", headers=headers)
 
     def _begin(self, store: FactMemory, text: str) -> Ticket | None:
         try:
@@ -483,28 +568,40 @@ class Proxy:
             self._views.move_to_end(key)
         return await provider.prepare_request(conversation, None)
 
-    async def _store_turn(
-        self,
-        key: str,
-        stored: list[Message],
-        new_turn: list[Message],
-        reply: Message,
-        store: FactMemory | None,
-        ticket: Ticket | None,
-    ) -> None:
-        """Store the turn, compact the retained history, then admit the user's facts."""
-        turn = [*new_turn, reply]
+    async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
+        """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
+
+        ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
+        failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
+        is unknown and the retry that settles it (the same ``Idempotency-Key``).
+        """
         try:
-            await self.sessions.history.append(key, turn)
-        except BaseException:
+            stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
+        except TurnOutcomeUnknownError:
+            self.metrics.count(self.metrics.turns, "unknown")
+            raise ProxyError(
+                f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
+                f"with the header Idempotency-Key: {turn.turn_id} to get the stored reply, or run it if it was not",
+                status=503,
+                error_type="server_error",
+                code="turn_outcome_unknown",
+            ) from None
+        except HistoryError as error:
             self.metrics.count(self.metrics.turns, "failed")
-            raise
+            raise ProxyError(
+                f"the turn could not be stored and nothing was stored ({error})",
+                status=503,
+                error_type="server_error",
+                code="store_unavailable",
+            ) from None
+        if not stored_now:
+            return False
         self.metrics.count(self.metrics.turns, "stored")
         if self.retain is not None:
-            everything = [*stored, *turn]
+            everything = [*turn.stored, *turn.inputs, turn.reply]
             reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
             if reduced != everything:
-                await self.sessions.history.replace(key, reduced)
+                await self.sessions.history.replace(turn.key, reduced)
         if store is not None and ticket is not None:
             try:
                 # The rule writer reads the user's own text; the store's check and write may do I/O.
@@ -514,6 +611,7 @@ class Proxy:
             except FactsError as error:
                 problems = getattr(error, "problems", ()) or (str(error),)
                 self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+        return True
 
     # Talking to the upstream ------------------------------------------------------------------
 
@@ -581,11 +679,11 @@ class Proxy:
                 failure = _broken("the upstream's stream ended before it said it was done")
             if failure is None and outcome == "answered" and finish is not None:
                 meta = {
+                    "finish_reason": assembler.finish_reason,
                     "id": assembler.response_id,
                     "model": assembler.model,
                     "created": assembler.created,
                     "usage": assembler.usage,
-                    "finish_reason": None,
                 }
                 try:
                     await finish(assembler.message(), meta)
@@ -602,7 +700,7 @@ class Proxy:
                 outcome = "broken"
                 if finish is not None:
                     self.metrics.count(self.metrics.turns, "failed")
-                yield error_event(error_body(str(failure), failure.error_type, failure.code))
+                yield sse_event(error_body(str(failure), failure.error_type, failure.code))
             elif outcome == "answered":
                 yield DONE_EVENT
             self.metrics.observe(

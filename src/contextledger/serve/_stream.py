@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DONE_EVENT", "StreamAssembler", "error_event"]
+__all__ = ["DONE_EVENT", "StreamAssembler", "sse_event"]
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def error_event(body: dict[str, Any]) -> bytes:
-    """An event carrying an OpenAI-shaped error; the official SDKs raise it as an API error."""
+def sse_event(body: dict[str, Any]) -> bytes:
+    """One server-sent event carrying ``body`` as JSON (an error body makes the official SDKs raise)."""
     return b"data: " + json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
@@ -38,6 +38,7 @@ class StreamAssembler:
         self._buffer = b""
         self.done = False
         self.finished = False
+        self.finish_reason: str | None = None
         self.error: dict[str, Any] | None = None
         self.unreadable = False
         self.response_id: str | None = None
@@ -50,7 +51,8 @@ class StreamAssembler:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The complete events in ``data`` (with what was left over before), ``[DONE]`` held back."""
-        self._buffer += data.replace(b"\r\n", b"\n")
+        # Joined before normalising, so a CR LF split across two reads is still one line break.
+        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
         events: list[bytes] = []
         while True:
             end = self._buffer.find(b"\n\n")
@@ -89,6 +91,7 @@ class StreamAssembler:
                 continue  # the session keeps the first choice, as it does without streaming
             if choice.get("finish_reason"):
                 self.finished = True
+                self.finish_reason = str(choice["finish_reason"])
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 self._text.append(delta["content"])
