@@ -36,7 +36,7 @@ partial state behind.
     ├── LabError                     the drift lab cannot run or had to stop
     │   ├── TimelineError            a timeline file is malformed (names the file, the entry and the problem)
     │   └── SummaryGuardError        a generated summary was empty or too long; the comparison stopped
-    └── ProxyError                   `contextledger serve` refused a request (carries the HTTP status); nothing was stored
+    └── ProxyError                   `contextledger serve` refused a request (carries its HTTP status); nothing stored
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ REPLY_PROPERTY = "_contextledger_reply"
 creation time, usage and finish reason, so a retried request is answered with the same reply."""
 
 _VIEW_CACHE = 1024
+_KEPT_HISTORIES = 256
 _REPLY_FIELDS = ("role", "content", "name", "tool_calls", "refusal")
 _Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
@@ -131,6 +132,15 @@ def _turn_id_of(value: str | None) -> str | None:
             f"Idempotency-Key {value[:80]!r} is not valid: use 1 to 256 printable characters", "invalid_idempotency_key"
         )
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A session's history as this process last saw it: valid while the store's version is ``version``."""
+
+    version: int
+    messages: list[Message]
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +220,10 @@ class Proxy:
             upstream_timeout=config.upstream_timeout,
         )
         self.writer = RuleWriter()
-        # One request view per session, so a turn indexes only what is new (see CompactionProvider).
+        # One request view per session, so a turn indexes only what is new (see CompactionProvider),
+        # and the history each session had after this process's last turn, with its token count.
         self._views: OrderedDict[str, CompactionProvider] = OrderedDict()
+        self._histories: OrderedDict[str, _Kept] = OrderedDict()
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -352,13 +364,16 @@ class Proxy:
                 stored = await self.sessions.history.load(key)
                 scrubbed = scrub_history(stored, keys, {fact.value for fact in forgotten})
                 if scrubbed != stored:
-                    await self.sessions.history.replace(key, scrubbed)
-                    self._views.pop(key, None)
+                    try:
+                        await self.sessions.history.replace(key, scrubbed)
+                    finally:
+                        await self._written(key, None)
+            kept = {id(message) for message in scrubbed}
             return JSONResponse(
                 {
                     "object": "contextledger.forget",
                     "forgotten": [{"key": f.key, "value": f.value} for f in forgotten],
-                    "messages_changed": sum(1 for m in stored if not any(m is kept for kept in scrubbed)),
+                    "messages_changed": sum(1 for message in stored if id(message) not in kept),
                 }
             )
 
@@ -369,9 +384,12 @@ class Proxy:
             session_id = session_id_of(request.path_params["session_id"])
             key = session_key(tenant, session_id)
             async with self.sessions.lock(key):
-                if not await self.sessions.delete(key):
+                try:
+                    existed = await self.sessions.delete(key)
+                finally:
+                    await self._written(key, None)
+                if not existed:
                     raise self._unknown(session_id)
-                self._views.pop(key, None)
             return JSONResponse({"id": session_id, "object": "contextledger.session", "deleted": True})
 
         return await self._resource(request, "delete_session", delete)
@@ -439,12 +457,14 @@ class Proxy:
     # Stateless mode ---------------------------------------------------------------------------
 
     async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
-        messages = _messages(payload)
-        result = await compact_messages(messages, strategy=self.strategy, tokenizer=self.tokenizer)
-        self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-        self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-        if result.changed:
-            body = json.dumps({**payload, "messages": to_openai(result.messages)}, ensure_ascii=False).encode("utf-8")
+        # With no strategy the body goes as it came: reading every message would cost time for nothing.
+        if self.strategy is not None:
+            result = await compact_messages(_messages(payload), strategy=self.strategy, tokenizer=self.tokenizer)
+            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+            if result.changed:
+                messages = to_openai(result.messages)
+                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
             return await self._stream(headers, body, finish=None, release=None)
@@ -481,11 +501,12 @@ class Proxy:
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
                     return self._replay(done, new_turn, streaming)
-            stored = await self.sessions.history.load(key)
+            kept = await self._history(key)
+            stored = kept.messages
             conversation = [*stored, *new_turn]
             view = await self._request_view(key, conversation)
-            before = sum(self.tokenizer.count_messages(conversation))
-            after = sum(self.tokenizer.count_messages(view))
+            before = kept.tokens + sum(self.tokenizer.count_messages(new_turn))
+            after = before if view is conversation else sum(self.tokenizer.count_messages(view))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
             ticket: Ticket | None = None
             head = list(instructions)
@@ -556,6 +577,30 @@ class Proxy:
             self.metrics.count(self.metrics.facts, "rejected")
             return None
 
+    async def _history(self, key: str) -> _Kept:
+        """The session's stored history: the copy kept from this process's last turn while no proxy
+        has written the session since, else read from the store (and kept)."""
+        version = await self.sessions.version(key)
+        kept = self._histories.get(key)
+        if kept is None or kept.version != version:
+            messages = await self.sessions.history.load(key)
+            kept = _Kept(version, messages, sum(self.tokenizer.count_messages(messages)))
+            self._histories[key] = kept
+            while len(self._histories) > _KEPT_HISTORIES:
+                self._histories.popitem(last=False)
+        self._histories.move_to_end(key)
+        return kept
+
+    async def _written(self, key: str, messages: list[Message] | None, added_tokens: int = 0) -> None:
+        """Record a write of the session's history: keep ``messages`` as its new copy, or (``None``:
+        a rewrite, or a write that failed half-known) drop the copy so the next turn reads the store."""
+        version = await self.sessions.changed(key)
+        previous = self._histories.pop(key, None)
+        if messages is not None and previous is not None:
+            self._histories[key] = _Kept(version, messages, previous.tokens + added_tokens)
+        if messages is None:
+            self._views.pop(key, None)
+
     async def _request_view(self, key: str, conversation: list[Message]) -> list[Message]:
         if self.strategy is None:
             return conversation
@@ -578,6 +623,7 @@ class Proxy:
         try:
             stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
         except TurnOutcomeUnknownError:
+            await self._written(turn.key, None)
             self.metrics.count(self.metrics.turns, "unknown")
             raise ProxyError(
                 f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
@@ -597,11 +643,15 @@ class Proxy:
         if not stored_now:
             return False
         self.metrics.count(self.metrics.turns, "stored")
+        everything = [*turn.stored, *turn.inputs, turn.reply]
+        await self._written(turn.key, everything, sum(self.tokenizer.count_messages([*turn.inputs, turn.reply])))
         if self.retain is not None:
-            everything = [*turn.stored, *turn.inputs, turn.reply]
             reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
             if reduced != everything:
-                await self.sessions.history.replace(turn.key, reduced)
+                try:
+                    await self.sessions.history.replace(turn.key, reduced)
+                finally:
+                    await self._written(turn.key, None)
         if store is not None and ticket is not None:
             try:
                 # The rule writer reads the user's own text; the store's check and write may do I/O.

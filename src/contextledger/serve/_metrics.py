@@ -74,7 +74,7 @@ class Metrics:
         )
         self.tokens_before = _Counter(
             "contextledger_tokens_before_compaction_total",
-            "Estimated tokens of the conversation before compaction (what would have been sent).",
+            "Estimated tokens of the conversation before compaction (stateless: only with a strategy).",
             ("mode",),
         )
         self.tokens_after = _Counter(
