@@ -92,6 +92,13 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         assert all(m["role"] != "system" for m in stored_messages)  # instructions are not stored
         assert stored_messages[-1]["content"] == "echo: What do you know about my setup?"
 
+        say(client, "modul=Reporting; database=Oracle")  # a misspelt key: the whole batch is refused
+        assert proxy.facts("desk", KEY_A) == {}
+        _, metrics = proxy.get("/metrics")
+    assert 'contextledger_facts_total{outcome="admitted"} 4' in metrics
+    assert 'contextledger_facts_total{outcome="rejected"} 1' in metrics
+    assert 'contextledger_session_turns_total{outcome="stored"} 6' in metrics
+
 
 def test_a_streamed_turn_stores_the_message_the_stream_spelled_out(
     start_proxy: StartProxy, fake_upstream: FakeUpstream
