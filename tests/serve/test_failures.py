@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from tests.history.support import free_port
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
 KEY = "sk-failure-tenant-7f3a9c"
@@ -122,3 +123,19 @@ def test_keys_never_reach_the_log_or_the_metrics(start_proxy: StartProxy, fake_u
         assert secret not in log
         assert secret not in metrics
     assert received["authorization"] == f"Bearer {UPSTREAM_KEY}"  # the configured key replaced the client's
+
+
+def test_an_unreachable_store_or_upstream_is_an_openai_shaped_error(start_proxy: StartProxy) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    with start_proxy("--store", dead, upstream=f"http://127.0.0.1:{free_port()}/v1") as proxy:
+        status, body = proxy.call("POST", "/v1/contextledger/sessions", {"id": "s"}, KEY)
+        assert status == 503
+        assert_openai_error(body, "store_unavailable")
+        status, body = proxy.call("POST", "/v1/chat/completions", turn("fake"), KEY, {"X-Contextledger-Session": "s"})
+        assert status == 503
+        assert_openai_error(body, "store_unavailable")
+        status, body = proxy.call("POST", "/v1/chat/completions", turn("fake"), KEY)
+        assert status == 502
+        assert_openai_error(body, "upstream_unreachable")
+        status, body = proxy.get("/v1/models", KEY)
+        assert status == 502

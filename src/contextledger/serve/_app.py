@@ -77,15 +77,21 @@ def _bad_request(message: str, code: str) -> ProxyError:
     return ProxyError(message, status=400, code=code)
 
 
-def _parse_payload(body: bytes) -> dict[str, Any]:
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``), or 400 saying what was expected."""
+    if not body.strip():
+        return {}
     try:
-        payload = json.loads(body)
+        data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:
-        raise _bad_request(
-            f"the request body is not valid JSON ({error}); send a chat-completions object", "invalid_json"
-        ) from None
-    if not isinstance(payload, dict):
-        raise _bad_request(f"the request body must be a JSON object, got {type(payload).__name__}", "invalid_body")
+        raise _bad_request(f"the request body is not valid JSON ({error}); send {what}", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise _bad_request(f"the request body must be {what}, got {type(data).__name__}", "invalid_body")
+    return data
+
+
+def _parse_payload(body: bytes) -> dict[str, Any]:
+    payload = _json_object(body, "a chat-completions JSON object")
     if not isinstance(payload.get("messages"), list) or not payload["messages"]:
         raise _bad_request("'messages' must be a non-empty list of chat messages", "invalid_messages")
     if "stream" in payload and not isinstance(payload["stream"], bool):
@@ -145,11 +151,13 @@ class _Kept:
 
 @dataclass(frozen=True, slots=True)
 class _Turn:
-    """A turn about to be stored: the session key, its id, what was stored before it, its messages."""
+    """A turn about to be stored: the session key, its id, what was stored before it (and its
+    token count), the turn's input messages and the reply."""
 
     key: str
     turn_id: str
     stored: list[Message]
+    stored_tokens: int
     inputs: list[Message]
     reply: Message
 
@@ -242,7 +250,7 @@ class Proxy:
                 response = await self._stateless(request, payload, body)
         except ProxyError as error:
             response = _error_response(error)
-        except HistoryError as error:
+        except (HistoryError, FactsError) as error:
             response = _error_response(
                 ProxyError(
                     f"the session store failed: {error}",
@@ -286,9 +294,7 @@ class Proxy:
     async def create_session(self, request: Request) -> Response:
         async def create(tenant: str) -> Response:
             body = await self._read_body(request)
-            data = json.loads(body) if body.strip() else {}
-            if not isinstance(data, dict):
-                raise _bad_request('the body must be a JSON object such as {"id": "support-42"}', "invalid_body")
+            data = _json_object(body, 'a JSON object such as {"id": "support-42"}')
             raw = data.get("id", uuid.uuid4().hex)
             session_id = session_id_of(raw if isinstance(raw, str) else "")
             if not await self.sessions.create(session_key(tenant, session_id)):
@@ -348,8 +354,7 @@ class Proxy:
 
         async def forget(tenant: str) -> Response:
             body = await self._read_body(request)
-            data = json.loads(body) if body.strip() else {}
-            name = data.get("key") if isinstance(data, dict) else None
+            name = _json_object(body, 'a JSON object such as {"key": "module"}, or {} to forget all').get("key")
             if name is not None and (not isinstance(name, str) or name.strip().lower() not in ALLOWED_KEYS):
                 raise _bad_request(
                     f"cannot forget {name!r}: use one of {', '.join(sorted(ALLOWED_KEYS))}, or no "
@@ -402,8 +407,6 @@ class Proxy:
             response = await handle(tenant)
         except ProxyError as error:
             response = _error_response(error)
-        except ValueError as error:  # a body that is not JSON
-            response = _error_response(_bad_request(f"the request body is not valid JSON ({error})", "invalid_json"))
         except (HistoryError, FactsError) as error:
             response = _error_response(
                 ProxyError(
@@ -522,7 +525,7 @@ class Proxy:
             headers = self.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = _Turn(key, turn_id, stored, new_turn, _reply_message(message, reply))
+                turn = _Turn(key, turn_id, stored, kept.tokens, new_turn, _reply_message(message, reply))
                 return await self._store_turn(turn, store, ticket)
 
             if streaming:
@@ -591,15 +594,18 @@ class Proxy:
         self._histories.move_to_end(key)
         return kept
 
-    async def _written(self, key: str, messages: list[Message] | None, added_tokens: int = 0) -> None:
-        """Record a write of the session's history: keep ``messages`` as its new copy, or (``None``:
-        a rewrite, or a write that failed half-known) drop the copy so the next turn reads the store."""
+    async def _written(self, key: str, messages: list[Message] | None, tokens: int | None = None) -> None:
+        """Record a write of the session's history: keep ``messages`` (``tokens`` long, counted if not
+        given) as its new copy, or with ``None`` (a write that failed half-way, a rewrite this process
+        does not hold) drop the copy so the next turn reads the store."""
         version = await self.sessions.changed(key)
-        previous = self._histories.pop(key, None)
-        if messages is not None and previous is not None:
-            self._histories[key] = _Kept(version, messages, previous.tokens + added_tokens)
+        self._histories.pop(key, None)
         if messages is None:
             self._views.pop(key, None)
+            return
+        if tokens is None:
+            tokens = sum(self.tokenizer.count_messages(messages))
+        self._histories[key] = _Kept(version, messages, tokens)
 
     async def _request_view(self, key: str, conversation: list[Message]) -> list[Message]:
         if self.strategy is None:
@@ -644,14 +650,17 @@ class Proxy:
             return False
         self.metrics.count(self.metrics.turns, "stored")
         everything = [*turn.stored, *turn.inputs, turn.reply]
-        await self._written(turn.key, everything, sum(self.tokenizer.count_messages([*turn.inputs, turn.reply])))
+        added = sum(self.tokenizer.count_messages([*turn.inputs, turn.reply]))
+        await self._written(turn.key, everything, turn.stored_tokens + added)
         if self.retain is not None:
             reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
             if reduced != everything:
                 try:
                     await self.sessions.history.replace(turn.key, reduced)
-                finally:
+                except BaseException:
                     await self._written(turn.key, None)
+                    raise
+                await self._written(turn.key, reduced)
         if store is not None and ticket is not None:
             try:
                 # The rule writer reads the user's own text; the store's check and write may do I/O.
@@ -786,7 +795,18 @@ def create_app(config: ServeConfig) -> Starlette:
             await proxy.close()
 
     sessions = "/v1/contextledger/sessions"
+
+    async def internal_error(request: Request, error: Exception) -> Response:
+        # Logged by the server with its traceback; the client gets OpenAI's shape, not a text page.
+        body = error_body(
+            "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
+            "Idempotency-Key is stored at most once",
+            "server_error",
+        )
+        return JSONResponse(body, status_code=500)
+
     app = Starlette(
+        exception_handlers={Exception: internal_error},
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
