@@ -18,7 +18,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
-from contextledger.agents import CompactionProvider, ReducedHistoryProvider  # noqa: E402
+from contextledger.agents import ReducedHistoryProvider  # noqa: E402
 from contextledger.compaction import compact_messages  # noqa: E402
 from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
@@ -48,9 +47,11 @@ from contextledger.exceptions import (  # noqa: E402
 )
 from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, scrub_history  # noqa: E402
 from contextledger.history import StoredTurn  # noqa: E402
-from contextledger.messages import Message, from_openai, message_from_openai, message_to_openai, to_openai  # noqa: E402
+from contextledger.messages import Message, from_openai, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
+from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
+from contextledger.serve._replies import completion_events, reply_message, stored_completion  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
@@ -59,13 +60,6 @@ from contextledger.serve._upstream import Upstream, error_body, timeout_error, u
 __all__ = ["Proxy", "create_app"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
-REPLY_PROPERTY = "_contextledger_reply"
-"""Kept on a stored assistant message (never sent to a model): the upstream reply's id, model,
-creation time, usage and finish reason, so a retried request is answered with the same reply."""
-
-_VIEW_CACHE = 1024
-_KEPT_HISTORIES = 256
-_REPLY_FIELDS = ("role", "content", "name", "tool_calls", "refusal")
 _Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
 
@@ -106,23 +100,6 @@ def _messages(payload: dict[str, Any]) -> list[Message]:
         raise _bad_request(f"'messages' is malformed: {error}", "invalid_messages") from None
 
 
-def _reply_message(message: dict[str, Any], reply: dict[str, Any]) -> Message:
-    """The assistant message to store: the reply's standard fields, with its metadata kept aside."""
-    fields = {key: message[key] for key in _REPLY_FIELDS if message.get(key) is not None}
-    fields.setdefault("content", None)
-    fields["role"] = "assistant"
-    fields["_contextledger"] = {"additional_properties": {REPLY_PROPERTY: reply}}
-    try:
-        return message_from_openai(fields)
-    except InvalidMessageError as error:
-        raise ProxyError(
-            f"the upstream's reply message cannot be read ({error}); nothing was stored",
-            status=502,
-            error_type="upstream_error",
-            code="upstream_invalid_response",
-        ) from None
-
-
 def _user_text(messages: Sequence[Message]) -> str | None:
     """The turn's own user text, one message per line (a line break separates declarations)."""
     texts = [message.text for message in messages if message.role == "user" and message.text.strip()]
@@ -141,15 +118,6 @@ def _turn_id_of(value: str | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Kept:
-    """A session's history as this process last saw it: valid while the store's version is ``version``."""
-
-    version: int
-    messages: list[Message]
-    tokens: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Turn:
     """A turn about to be stored: the session key, its id, what was stored before it (and its
     token count), the turn's input messages and the reply."""
@@ -160,38 +128,6 @@ class _Turn:
     stored_tokens: int
     inputs: list[Message]
     reply: Message
-
-
-def _completion(done: StoredTurn) -> dict[str, Any]:
-    """A chat completion rebuilt from a stored turn: the same message, id, model and usage as the first answer."""
-    message = done.reply[-1]
-    sent = message_to_openai(message, metadata=True)  # thawed: plain dicts and lists throughout
-    meta = sent.pop("_contextledger", {}).get("additional_properties", {}).get(REPLY_PROPERTY) or {}
-    finish = meta.get("finish_reason") or ("tool_calls" if sent.get("tool_calls") else "stop")
-    completion = {
-        "id": meta.get("id") or f"chatcmpl-{done.turn_id}",
-        "object": "chat.completion",
-        "created": meta.get("created") or 0,
-        "model": meta.get("model") or "",
-        "choices": [{"index": 0, "message": sent, "finish_reason": finish, "logprobs": None}],
-    }
-    if meta.get("usage") is not None:
-        completion["usage"] = meta["usage"]
-    return completion
-
-
-def _completion_events(completion: dict[str, Any]) -> bytes:
-    """The same completion as the events of a stream: the whole message in one chunk, then ``[DONE]``."""
-    choice = completion["choices"][0]
-    delta = dict(choice["message"])
-    if "tool_calls" in delta:
-        delta["tool_calls"] = [{"index": index, **call} for index, call in enumerate(delta["tool_calls"])]
-    base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
-    ]
-    return b"".join(sse_event(chunk) for chunk in chunks) + DONE_EVENT
 
 
 class _CleanupStream(StreamingResponse):
@@ -228,10 +164,7 @@ class Proxy:
             upstream_timeout=config.upstream_timeout,
         )
         self.writer = RuleWriter()
-        # One request view per session, so a turn indexes only what is new (see CompactionProvider),
-        # and the history each session had after this process's last turn, with its token count.
-        self._views: OrderedDict[str, CompactionProvider] = OrderedDict()
-        self._histories: OrderedDict[str, _Kept] = OrderedDict()
+        self.kept = KeptSessions(self.sessions, self.strategy, self.tokenizer)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -372,7 +305,7 @@ class Proxy:
                     try:
                         await self.sessions.history.replace(key, scrubbed)
                     finally:
-                        await self._written(key, None)
+                        await self.kept.written(key, None)
             kept = {id(message) for message in scrubbed}
             return JSONResponse(
                 {
@@ -392,7 +325,7 @@ class Proxy:
                 try:
                     existed = await self.sessions.delete(key)
                 finally:
-                    await self._written(key, None)
+                    await self.kept.written(key, None)
                 if not existed:
                     raise self._unknown(session_id)
             return JSONResponse({"id": session_id, "object": "contextledger.session", "deleted": True})
@@ -504,10 +437,10 @@ class Proxy:
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
                     return self._replay(done, new_turn, streaming)
-            kept = await self._history(key)
+            kept = await self.kept.history(key)
             stored = kept.messages
             conversation = [*stored, *new_turn]
-            view = await self._request_view(key, conversation)
+            view = await self.kept.request_view(key, conversation)
             before = kept.tokens + sum(self.tokenizer.count_messages(new_turn))
             after = before if view is conversation else sum(self.tokenizer.count_messages(view))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
@@ -525,7 +458,7 @@ class Proxy:
             headers = self.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = _Turn(key, turn_id, stored, kept.tokens, new_turn, _reply_message(message, reply))
+                turn = _Turn(key, turn_id, stored, kept.tokens, new_turn, reply_message(message, reply))
                 return await self._store_turn(turn, store, ticket)
 
             if streaming:
@@ -567,11 +500,11 @@ class Proxy:
                 code="idempotency_key_reused",
             )
         self.metrics.count(self.metrics.turns, "replayed")
-        completion = _completion(done)
+        completion = stored_completion(done)
         headers = {"x-contextledger-replayed": "true"}
         if not streaming:
             return JSONResponse(completion, headers=headers)
-        return Response(_completion_events(completion), media_type="text/event-stream", headers=headers)
+        return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
 
     def _begin(self, store: FactMemory, text: str) -> Ticket | None:
         try:
@@ -579,45 +512,6 @@ class Proxy:
         except FactsError:  # a message over the bound: the turn goes on, the facts cannot change
             self.metrics.count(self.metrics.facts, "rejected")
             return None
-
-    async def _history(self, key: str) -> _Kept:
-        """The session's stored history: the copy kept from this process's last turn while no proxy
-        has written the session since, else read from the store (and kept)."""
-        version = await self.sessions.version(key)
-        kept = self._histories.get(key)
-        if kept is None or kept.version != version:
-            messages = await self.sessions.history.load(key)
-            kept = _Kept(version, messages, sum(self.tokenizer.count_messages(messages)))
-            self._histories[key] = kept
-            while len(self._histories) > _KEPT_HISTORIES:
-                self._histories.popitem(last=False)
-        self._histories.move_to_end(key)
-        return kept
-
-    async def _written(self, key: str, messages: list[Message] | None, tokens: int | None = None) -> None:
-        """Record a write of the session's history: keep ``messages`` (``tokens`` long, counted if not
-        given) as its new copy, or with ``None`` (a write that failed half-way, a rewrite this process
-        does not hold) drop the copy so the next turn reads the store."""
-        version = await self.sessions.changed(key)
-        self._histories.pop(key, None)
-        if messages is None:
-            self._views.pop(key, None)
-            return
-        if tokens is None:
-            tokens = sum(self.tokenizer.count_messages(messages))
-        self._histories[key] = _Kept(version, messages, tokens)
-
-    async def _request_view(self, key: str, conversation: list[Message]) -> list[Message]:
-        if self.strategy is None:
-            return conversation
-        provider = self._views.get(key)
-        if provider is None:
-            provider = self._views[key] = CompactionProvider(self.strategy, tokenizer=self.tokenizer)
-            while len(self._views) > _VIEW_CACHE:
-                self._views.popitem(last=False)
-        else:
-            self._views.move_to_end(key)
-        return await provider.prepare_request(conversation, None)
 
     async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
         """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
@@ -629,7 +523,7 @@ class Proxy:
         try:
             stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
         except TurnOutcomeUnknownError:
-            await self._written(turn.key, None)
+            await self.kept.written(turn.key, None)
             self.metrics.count(self.metrics.turns, "unknown")
             raise ProxyError(
                 f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
@@ -651,16 +545,16 @@ class Proxy:
         self.metrics.count(self.metrics.turns, "stored")
         everything = [*turn.stored, *turn.inputs, turn.reply]
         added = sum(self.tokenizer.count_messages([*turn.inputs, turn.reply]))
-        await self._written(turn.key, everything, turn.stored_tokens + added)
+        await self.kept.written(turn.key, everything, turn.stored_tokens + added)
         if self.retain is not None:
             reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
             if reduced != everything:
                 try:
                     await self.sessions.history.replace(turn.key, reduced)
                 except BaseException:
-                    await self._written(turn.key, None)
+                    await self.kept.written(turn.key, None)
                     raise
-                await self._written(turn.key, reduced)
+                await self.kept.written(turn.key, reduced)
         if store is not None and ticket is not None:
             try:
                 # The rule writer reads the user's own text; the store's check and write may do I/O.
