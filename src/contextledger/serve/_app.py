@@ -18,7 +18,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,17 +41,24 @@ from contextledger.exceptions import (  # noqa: E402
     ContextLedgerError,
     FactsError,
     HistoryError,
-    InvalidMessageError,
     ProxyError,
     TurnOutcomeUnknownError,
 )
 from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, scrub_history  # noqa: E402
 from contextledger.history import StoredTurn  # noqa: E402
-from contextledger.messages import Message, from_openai, to_openai  # noqa: E402
+from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._replies import completion_events, reply_message, stored_completion  # noqa: E402
+from contextledger.serve._requests import (  # noqa: E402
+    MessageReader,
+    bad_request,
+    json_object,
+    parse_payload,
+    turn_id_of,
+    user_text,
+)
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
@@ -65,56 +72,6 @@ _Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
 def _error_response(error: ProxyError) -> JSONResponse:
     return JSONResponse(error_body(str(error), error.error_type, error.code), status_code=error.status)
-
-
-def _bad_request(message: str, code: str) -> ProxyError:
-    return ProxyError(message, status=400, code=code)
-
-
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    """The body as a JSON object (an empty body is ``{}``), or 400 saying what was expected."""
-    if not body.strip():
-        return {}
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise _bad_request(f"the request body is not valid JSON ({error}); send {what}", "invalid_json") from None
-    if not isinstance(data, dict):
-        raise _bad_request(f"the request body must be {what}, got {type(data).__name__}", "invalid_body")
-    return data
-
-
-def _parse_payload(body: bytes) -> dict[str, Any]:
-    payload = _json_object(body, "a chat-completions JSON object")
-    if not isinstance(payload.get("messages"), list) or not payload["messages"]:
-        raise _bad_request("'messages' must be a non-empty list of chat messages", "invalid_messages")
-    if "stream" in payload and not isinstance(payload["stream"], bool):
-        raise _bad_request(f"'stream' must be true or false, got {payload['stream']!r}", "invalid_stream")
-    return payload
-
-
-def _messages(payload: dict[str, Any]) -> list[Message]:
-    try:
-        return from_openai(payload["messages"])
-    except InvalidMessageError as error:
-        raise _bad_request(f"'messages' is malformed: {error}", "invalid_messages") from None
-
-
-def _user_text(messages: Sequence[Message]) -> str | None:
-    """The turn's own user text, one message per line (a line break separates declarations)."""
-    texts = [message.text for message in messages if message.role == "user" and message.text.strip()]
-    return "\n".join(texts) if texts else None
-
-
-def _turn_id_of(value: str | None) -> str | None:
-    """The ``Idempotency-Key`` header as a turn id: printable text of 1 to 256 characters."""
-    if value is None:
-        return None
-    if not value or len(value) > 256 or not value.isprintable():
-        raise _bad_request(
-            f"Idempotency-Key {value[:80]!r} is not valid: use 1 to 256 printable characters", "invalid_idempotency_key"
-        )
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +121,7 @@ class Proxy:
             upstream_timeout=config.upstream_timeout,
         )
         self.writer = RuleWriter()
+        self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions, self.strategy, self.tokenizer)
 
     async def close(self) -> None:
@@ -176,7 +134,7 @@ class Proxy:
         mode = "session" if SESSION_HEADER in request.headers else "stateless"
         try:
             body = await self._read_body(request)
-            payload = _parse_payload(body)
+            payload = parse_payload(body)
             if mode == "session":
                 response = await self._session_turn(request, payload)
             else:
@@ -227,7 +185,7 @@ class Proxy:
     async def create_session(self, request: Request) -> Response:
         async def create(tenant: str) -> Response:
             body = await self._read_body(request)
-            data = _json_object(body, 'a JSON object such as {"id": "support-42"}')
+            data = json_object(body, 'a JSON object such as {"id": "support-42"}')
             raw = data.get("id", uuid.uuid4().hex)
             session_id = session_id_of(raw if isinstance(raw, str) else "")
             if not await self.sessions.create(session_key(tenant, session_id)):
@@ -287,9 +245,9 @@ class Proxy:
 
         async def forget(tenant: str) -> Response:
             body = await self._read_body(request)
-            name = _json_object(body, 'a JSON object such as {"key": "module"}, or {} to forget all').get("key")
+            name = json_object(body, 'a JSON object such as {"key": "module"}, or {} to forget all').get("key")
             if name is not None and (not isinstance(name, str) or name.strip().lower() not in ALLOWED_KEYS):
-                raise _bad_request(
+                raise bad_request(
                     f"cannot forget {name!r}: use one of {', '.join(sorted(ALLOWED_KEYS))}, or no "
                     "key to forget every fact; nothing was changed",
                     "invalid_fact_key",
@@ -395,7 +353,9 @@ class Proxy:
     async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
         # With no strategy the body goes as it came: reading every message would cost time for nothing.
         if self.strategy is not None:
-            result = await compact_messages(_messages(payload), strategy=self.strategy, tokenizer=self.tokenizer)
+            result = await compact_messages(
+                self.reader.read(payload["messages"]), strategy=self.strategy, tokenizer=self.tokenizer
+            )
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
@@ -417,13 +377,13 @@ class Proxy:
         tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
         session_id = session_id_of(request.headers[SESSION_HEADER])
         key = session_key(tenant, session_id)
-        given_turn_id = _turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
+        given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
         turn_id = given_turn_id or uuid.uuid4().hex
-        incoming = _messages(payload)
+        incoming = self.reader.read(payload["messages"])
         instructions = [message for message in incoming if message.role == "system"]
         new_turn = [message for message in incoming if message.role != "system"]
         if not new_turn:
-            raise _bad_request(
+            raise bad_request(
                 "a session turn needs at least one new message besides system messages", "invalid_messages"
             )
         streaming = payload.get("stream") is True
@@ -449,7 +409,7 @@ class Proxy:
             if store is not None:
                 block = await self.sessions.run_facts(store.to_prompt_block)
                 head.append(Message.system(block))
-                text = _user_text(new_turn)
+                text = user_text(new_turn)
                 if text is not None:
                     ticket = await self.sessions.run_facts(lambda: self._begin(store, text))
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
