@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.history.conftest import redis_server  # noqa: F401  (the session's redis-server fixture)
+from tests.history.conftest import (
+    _stop,
+    redis_server,  # noqa: F401  (the session's redis-server fixture)
+)
 from tests.history.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +40,6 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> Non
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"{url} did not answer within {_START_TIMEOUT}s:\n{log.read_text(errors='replace')[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextmanager

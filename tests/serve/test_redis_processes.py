@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -27,45 +28,49 @@ def ask(client: openai.OpenAI, text: str) -> str:
     return reply.choices[0].message.content or ""
 
 
-def test_a_session_continued_alternately_through_two_processes_loses_nothing(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer
-) -> None:
+@pytest.fixture
+def two_proxies(start_proxy: StartProxy, redis_server: RedisServer) -> Iterator[tuple[Proxy, Proxy, str]]:
+    """Two proxy processes on the same Redis, and a new session created through the first."""
     store = ("--store", f"redis://127.0.0.1:{redis_server.port}/4")
-    session = f"alt-{uuid.uuid4().hex[:8]}"
+    session = f"s-{uuid.uuid4().hex[:8]}"
     with start_proxy(*store) as first, start_proxy(*store) as second:
         first.create_session(session, KEY)
-        proxies = [first, second]
-        for number in range(10):
-            text = f"module=M{number}" if number % 3 == 0 else f"question {number}"
-            assert ask(client_for(proxies[number % 2], session), text) == f"echo: {text}"
-            sent = fake_upstream.last_body()["messages"]
-            users = [m["content"] for m in sent if m["role"] == "user"]
-            assert users == [f"module=M{n}" if n % 3 == 0 else f"question {n}" for n in range(number + 1)]
-        assert first.messages(session, KEY) == second.messages(session, KEY)
-        assert len(first.messages(session, KEY)) == 20
-        assert first.facts(session, KEY) == second.facts(session, KEY) == {"module": "M9"}
-        status, _ = second.call("POST", f"/v1/contextledger/sessions/{session}/forget", {"key": "module"}, KEY)
-        assert status == 200
-        assert first.facts(session, KEY) == {}
+        yield first, second, session
+
+
+def test_a_session_continued_alternately_through_two_processes_loses_nothing(
+    two_proxies: tuple[Proxy, Proxy, str], fake_upstream: FakeUpstream
+) -> None:
+    first, second, session = two_proxies
+    proxies = [first, second]
+    for number in range(10):
+        text = f"module=M{number}" if number % 3 == 0 else f"question {number}"
+        assert ask(client_for(proxies[number % 2], session), text) == f"echo: {text}"
+        sent = fake_upstream.last_body()["messages"]
+        users = [m["content"] for m in sent if m["role"] == "user"]
+        assert users == [f"module=M{n}" if n % 3 == 0 else f"question {n}" for n in range(number + 1)]
+    assert first.messages(session, KEY) == second.messages(session, KEY)
+    assert len(first.messages(session, KEY)) == 20
+    assert first.facts(session, KEY) == second.facts(session, KEY) == {"module": "M9"}
+    status, _ = second.call("POST", f"/v1/contextledger/sessions/{session}/forget", {"key": "module"}, KEY)
+    assert status == 200
+    assert first.facts(session, KEY) == {}
 
 
 def test_eight_clients_twenty_turns_each_on_one_session_are_serialised_and_stored_whole(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer
+    two_proxies: tuple[Proxy, Proxy, str], fake_upstream: FakeUpstream
 ) -> None:
-    store = ("--store", f"redis://127.0.0.1:{redis_server.port}/4")
-    session = f"crowd-{uuid.uuid4().hex[:8]}"
-    with start_proxy(*store) as first, start_proxy(*store) as second:
-        first.create_session(session, KEY)
-        fake_upstream.clear()
+    first, second, session = two_proxies
+    fake_upstream.clear()
 
-        def client_run(number: int) -> list[str]:
-            client = client_for((first, second)[number % 2], session)
-            return [ask(client, f"client {number} turn {turn}") for turn in range(TURNS)]
+    def client_run(number: int) -> list[str]:
+        client = client_for((first, second)[number % 2], session)
+        return [ask(client, f"client {number} turn {turn}") for turn in range(TURNS)]
 
-        with ThreadPoolExecutor(CLIENTS) as pool:
-            replies = list(pool.map(client_run, range(CLIENTS)))
-        stored = first.messages(session, KEY)
-        sent = [[m for m in r["body"]["messages"] if m["role"] != "system"] for r in fake_upstream.received()]
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        replies = list(pool.map(client_run, range(CLIENTS)))
+    stored = first.messages(session, KEY)
+    sent = [[m for m in r["body"]["messages"] if m["role"] != "system"] for r in fake_upstream.received()]
     assert replies == [[f"echo: client {c} turn {t}" for t in range(TURNS)] for c in range(CLIENTS)]
     assert len(stored) == 2 * CLIENTS * TURNS
     turns = [(stored[i], stored[i + 1]) for i in range(0, len(stored), 2)]
@@ -83,21 +88,18 @@ def test_eight_clients_twenty_turns_each_on_one_session_are_serialised_and_store
 
 
 def test_a_retry_with_the_same_idempotency_key_on_the_other_process_is_stored_once(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer
+    two_proxies: tuple[Proxy, Proxy, str], fake_upstream: FakeUpstream
 ) -> None:
-    store = ("--store", f"redis://127.0.0.1:{redis_server.port}/4")
-    session = f"retry-{uuid.uuid4().hex[:8]}"
+    first, second, session = two_proxies
     headers = {"X-Contextledger-Session": session, "Idempotency-Key": "turn-0001"}
     body = {"model": "fake", "messages": [{"role": "user", "content": "version=2.4"}]}
-    with start_proxy(*store) as first, start_proxy(*store) as second:
-        first.create_session(session, KEY)
-        calls = len(fake_upstream.received())
-        status, original = first.call("POST", "/v1/chat/completions", body, KEY, headers)
-        assert status == 200
-        status, retried = second.call("POST", "/v1/chat/completions", body, KEY, headers)
-        assert status == 200
-        assert len(fake_upstream.received()) == calls + 1  # the retry never reached the upstream
-        assert retried["id"] == original["id"]
-        assert retried["choices"][0]["message"]["content"] == original["choices"][0]["message"]["content"]
-        assert len(first.messages(session, KEY)) == 2
-        assert second.facts(session, KEY) == {"version": "2.4"}
+    calls = len(fake_upstream.received())
+    status, original = first.call("POST", "/v1/chat/completions", body, KEY, headers)
+    assert status == 200
+    status, retried = second.call("POST", "/v1/chat/completions", body, KEY, headers)
+    assert status == 200
+    assert len(fake_upstream.received()) == calls + 1  # the retry never reached the upstream
+    assert retried["id"] == original["id"]
+    assert retried["choices"][0]["message"]["content"] == original["choices"][0]["message"]["content"]
+    assert len(first.messages(session, KEY)) == 2
+    assert second.facts(session, KEY) == {"version": "2.4"}

@@ -70,7 +70,12 @@ IDEMPOTENCY_HEADER = "idempotency-key"
 _Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
 
-def _error_response(error: ProxyError) -> JSONResponse:
+def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
+    """The answer to a refused request; a failing session store (history or facts) is a 503."""
+    if not isinstance(error, ProxyError):
+        error = ProxyError(
+            f"the session store failed: {error}", status=503, error_type="server_error", code="store_unavailable"
+        )
     return JSONResponse(error_body(str(error), error.error_type, error.code), status_code=error.status)
 
 
@@ -139,17 +144,8 @@ class Proxy:
                 response = await self._session_turn(request, payload)
             else:
                 response = await self._stateless(request, payload, body)
-        except ProxyError as error:
+        except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
-        except (HistoryError, FactsError) as error:
-            response = _error_response(
-                ProxyError(
-                    f"the session store failed: {error}",
-                    status=503,
-                    error_type="server_error",
-                    code="store_unavailable",
-                )
-            )
         self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))
         return response
 
@@ -296,17 +292,8 @@ class Proxy:
         try:
             tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
             response = await handle(tenant)
-        except ProxyError as error:
+        except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
-        except (HistoryError, FactsError) as error:
-            response = _error_response(
-                ProxyError(
-                    f"the session store failed: {error}",
-                    status=503,
-                    error_type="server_error",
-                    code="store_unavailable",
-                )
-            )
         self.metrics.count(self.metrics.requests, endpoint, "session", str(response.status_code))
         return response
 
