@@ -21,6 +21,7 @@ from contextledger.compaction import (
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
+    apply_compaction,
     tokens_exceed,
     turns_exceed,
 )
@@ -186,6 +187,6 @@ def test_csharp_builder_registration_compacts_before_every_call_of_the_tool_loop
 
 def test_ad_hoc_compaction_without_a_session() -> None:
     messages = [Message.user(f"message {i} " + "x" * 400) for i in range(40)]
-    compacted = asyncio.run(CompactionProvider.compact(TruncationStrategy(tokens_exceed(8000 // 10)), messages))
+    compacted = asyncio.run(apply_compaction(messages, strategy=TruncationStrategy(tokens_exceed(8000 // 10))))
     assert 0 < len(compacted) < len(messages)
     assert compacted == messages[-len(compacted) :]

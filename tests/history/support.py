@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -33,8 +34,11 @@ __all__ = [
     "RedisServer",
     "append_together",
     "appender_command",
+    "assert_each_turn_once",
     "free_port",
+    "kill_mid_burst",
     "rich_messages",
+    "run_to_the_end",
     "running",
     "turn_number",
 ]
@@ -147,6 +151,10 @@ def appender_command(
     turn_size: int = 1,
     namespace: str = "contextledger",
     wait_for_go: bool = False,
+    turn_ids: bool = False,
+    start: int = 0,
+    retry_for: float = 0.0,
+    socket_timeout: float = 5.0,
 ) -> list[str]:
     """The command line of a child process that appends ``turns`` turns and acknowledges each."""
     command = [
@@ -165,6 +173,9 @@ def appender_command(
     ]
     if wait_for_go:
         command.append("--wait-for-go")
+    if turn_ids:
+        command += ["--turn-ids", "--start", str(start), "--retry-for", str(retry_for)]
+        command += ["--socket-timeout", str(socket_timeout)]
     return command
 
 
@@ -222,3 +233,41 @@ def append_together(commands: Sequence[list[str]], *, turns: int) -> None:
             errors = child.stderr.read()
             assert child.wait() == 0, errors
             assert acknowledged == [str(number) for number in range(turns)]
+
+
+def kill_mid_burst(command: list[str], kill_after: int) -> list[int]:
+    """Run an appender child, SIGKILL it after ``kill_after`` acknowledged turns, and return every
+    turn number it acknowledged (those already in the pipe when the kill landed included)."""
+    with running([command], timeout=60) as (child,):
+        assert child.stdout is not None
+        assert child.stderr is not None
+        acknowledged: list[int] = []
+        while len(acknowledged) < kill_after:
+            line = child.stdout.readline()
+            if not line:
+                raise AssertionError(f"the appender stopped before the kill:\n{child.stderr.read()}")
+            acknowledged.append(int(line))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        acknowledged += [int(line) for line in child.stdout.read().split()]
+    assert child.returncode == -signal.SIGKILL
+    return acknowledged
+
+
+def run_to_the_end(command: list[str]) -> list[int]:
+    """Run an appender child to its end and return the turn numbers it acknowledged."""
+    with running([command], timeout=120) as (child,):
+        assert child.stdout is not None
+        assert child.stderr is not None
+        acknowledged = [int(line) for line in child.stdout.read().split()]
+        errors = child.stderr.read()
+        assert child.wait() == 0, errors
+    return acknowledged
+
+
+def assert_each_turn_once(stored: Sequence[Message], tag: str, turns: int, turn_size: int) -> None:
+    """``stored`` holds turns 0 to ``turns - 1`` of writer ``tag``, each whole, once, in order."""
+    ids = [message.message_id for message in stored]
+    expected = [f"{tag}-{number}-{index}" for number in range(turns) for index in range(turn_size)]
+    assert len(ids) == len(set(ids)), "a turn was stored twice"
+    assert ids == expected

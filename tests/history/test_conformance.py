@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -452,5 +452,68 @@ def test_any_turn_sequence_stores_each_turn_id_once(backend: Backend, operations
                 for known in ("t1", "t2", "t3"):
                     found = await history.load_turn(f"{prefix}-{name}", known)
                     assert (found is not None) is (known in recorded[name])
+
+    backend.run(scenario)
+
+
+# Versions and rewrites: a reader's copy stays valid until something else changes the store ------
+
+
+def test_appends_keep_the_generation_and_everything_else_moves_it_on(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        start = await history.version("s")
+        assert start.length == 0
+        await history.append("s", numbered("a", 2))
+        await history.append_turn("s", "turn-1", inputs, reply)
+        grown = await history.version("s")
+        assert (grown.generation, grown.length) == (start.generation, 4)
+        seen = {grown.generation}
+        changes: list[Callable[[], Awaitable[None]]] = [
+            lambda: history.replace("s", numbered("b", 4)),
+            lambda: history.undo_turn("s", "turn-1", []),
+            lambda: history.clear("s"),
+        ]
+        for change in changes:
+            await change()
+            now = await history.version("s")
+            assert now.generation not in seen  # never back to an old one: a stale copy cannot match
+            seen.add(now.generation)
+        await history.append("s", numbered("b", 4))
+        refilled = await history.version("s")
+        assert refilled.length == grown.length  # cleared and refilled to the same length...
+        assert refilled != grown  # ...yet not the old version
+
+    backend.run(scenario)
+
+
+def test_rewrite_replaces_the_suffix_only_at_the_expected_version(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("a", 5))
+        expected = await history.version("s")
+        version = await history.rewrite("s", 3, numbered("z", 1), expected)
+        assert version == await history.version("s")
+        assert version is not None
+        assert version.length == 4
+        assert await history.load("s") == [*numbered("a", 3), *numbered("z", 1)]
+        assert await history.rewrite("s", 0, [], expected) is None  # stale: nothing written
+        assert await history.load("s") == [*numbered("a", 3), *numbered("z", 1)]
+        await history.append("s", numbered("late", 1))  # another writer
+        assert await history.rewrite("s", 0, [], version) is None
+        latest = await history.version("s")
+        assert await history.rewrite("s", 0, numbered("only", 2), latest) is not None
+        assert await history.load("s") == numbered("only", 2)
+
+    backend.run(scenario)
+
+
+@pytest.mark.parametrize("start", [-1, 6, "1", True])
+def test_rewrite_refuses_a_start_outside_the_history(backend: Backend, start: Any) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append("s", numbered("a", 5))
+        with pytest.raises(ConfigurationError, match="start must be an int from 0 to"):
+            await history.rewrite("s", start, [], await history.version("s"))
+        assert await history.load("s") == numbered("a", 5)
 
     backend.run(scenario)

@@ -312,3 +312,43 @@ def test_sqlite_retry_racing_the_first_attempt_stores_the_turn_once(tmp_path: Pa
         return responses[0]
 
     asyncio.run(scenario())
+
+
+class RecordingModel(CountingModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[list[str]] = []
+
+    async def get_response(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    ) -> ChatResponse:
+        self.requests.append(texts(messages))
+        return await super().get_response(messages, tools=tools, **options)
+
+
+def test_a_session_reads_what_another_writer_stored_and_nothing_twice(backend: Backend) -> None:
+    """Each agent keeps its own copy of the history between turns; a turn stored by another
+    process (here another agent and session object) must show up in the next request, once."""
+
+    async def scenario(history: HistoryProvider) -> None:
+        from contextledger.agents import CompactionProvider, Session  # noqa: PLC0415
+        from contextledger.compaction import ToolResultCompactionStrategy  # noqa: PLC0415
+
+        model = RecordingModel()
+        compaction = CompactionProvider(
+            after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            history_source_id=history.source_id,
+        )
+        first = Agent(model, context_providers=[history, compaction])
+        second = Agent(model, history=history)
+        mine, theirs = Session("shared"), Session("shared")
+        await first.run("one", session=mine)
+        await second.run("two", session=theirs)
+        await first.run("three", session=mine)
+        await history.replace("shared", [Message.user("rewritten")])
+        await first.run("four", session=mine)
+        assert model.requests[2] == ["user:one", "assistant:answer 1", "user:two", "assistant:answer 2", "user:three"]
+        assert model.requests[3] == ["user:rewritten", "user:four"]
+        assert texts(await history.load("shared")) == ["user:rewritten", "user:four", "assistant:answer 4"]
+
+    backend.run(scenario)

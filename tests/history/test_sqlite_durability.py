@@ -14,7 +14,15 @@ import pytest
 
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import Message
-from tests.history.support import append_together, appender_command, running, turn_number
+from tests.history.support import (
+    append_together,
+    appender_command,
+    assert_each_turn_once,
+    kill_mid_burst,
+    run_to_the_end,
+    running,
+    turn_number,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
@@ -78,3 +86,26 @@ def test_two_processes_append_to_one_file(tmp_path: Path) -> None:
     assert len(set(stored)) == len(stored)
     for tag in "pq":
         assert [number for writer, number in stored if writer == tag] == list(range(per_process))
+
+
+@pytest.mark.parametrize("attempt", range(2))
+def test_a_writer_killed_and_restarted_stores_every_turn_once(tmp_path: Path, attempt: int) -> None:
+    """A writer that stores with turn ids, killed mid-burst and restarted from a few turns before
+    its last acknowledgement (as a writer that lost its place would be), stores nothing twice."""
+    path = tmp_path / "history.sqlite3"
+    kill_after = 150 + 41 * attempt
+    command = appender_command("sqlite", str(path), "burst", "w", turns=10_000_000, turn_size=3, turn_ids=True)
+    acknowledged = kill_mid_burst(command, kill_after)
+    resend_from = max(0, len(acknowledged) - 5)  # resends acknowledged turns and the one in flight
+    total = len(acknowledged) + 20
+    resent = run_to_the_end(
+        appender_command(
+            "sqlite", str(path), "burst", "w", turns=total - resend_from, turn_size=3, turn_ids=True, start=resend_from
+        )
+    )
+    assert resent == list(range(resend_from, total))
+    assert_each_turn_once(load(path, "burst"), "w", total, 3)
+    with sqlite3.connect(path) as connection:
+        query = "SELECT COUNT(*) FROM contextledger_turns WHERE session_id = 'burst'"
+        (recorded,) = connection.execute(query).fetchone()
+    assert recorded == total

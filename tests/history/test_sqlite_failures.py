@@ -50,7 +50,11 @@ def test_a_directory_as_path_is_unavailable(tmp_path: Path) -> None:
         run(SQLiteHistoryProvider(tmp_path), lambda history: history.append("s", MESSAGES))
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write anywhere")
+@pytest.mark.root_only
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="root_only: test_unwritable_directory_is_unavailable needs a non-root user (root can write anywhere)",
+)
 def test_unwritable_directory_is_unavailable(tmp_path: Path) -> None:
     locked = tmp_path / "read-only"
     locked.mkdir()

@@ -3,15 +3,24 @@
 >>> from contextledger.agents import Agent, CompactionProvider
 """
 
-from contextledger.agents._agent import Agent, AgentResponse, ModelCall, sum_usage
-from contextledger.agents._compaction import CompactionProvider, ReducedHistoryProvider, use_context_providers
-from contextledger.agents._context import ContextProvider, MessageSource, RunContext, SourceKind
+from contextledger.agents._agent import Agent
+from contextledger.agents._compaction import CompactionProvider, ReducedHistoryProvider
+from contextledger.agents._context import (
+    AgentView,
+    ContextProvider,
+    MessageSource,
+    RunContext,
+    SourceKind,
+    use_context_providers,
+)
+from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
 
 __all__ = [
     "Agent",
     "AgentResponse",
+    "AgentView",
     "CompactionProvider",
     "ContextProvider",
     "FunctionTool",

@@ -17,14 +17,20 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from contextledger.agents._compaction import _ProvidedClient
-from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
+from contextledger.agents._context import (
+    INSTRUCTIONS_PROPERTY,
+    ContextProvider,
+    ProvidedClient,
+    RunContext,
+    current_run,
+)
+from contextledger.agents._history import kept_history, synced_history
+from contextledger.agents._response import AgentResponse, ModelCall
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, describe_tools
-from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.clients._protocol import ChatClient, ChatResponse
 from contextledger.exceptions import (
     ConfigurationError,
     HistoryError,
@@ -38,62 +44,7 @@ from contextledger.history import HistoryProvider, InMemoryHistoryProvider, Stor
 from contextledger.history._encoding import check_turn_id
 from contextledger.messages import FunctionCallContent, Message
 
-__all__ = ["Agent", "AgentResponse", "ModelCall", "sum_usage"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCall:
-    """One call to the model inside a run: what the agent sent its client, and what came back.
-
-    A client wrapped with :func:`use_context_providers` rewrites the request once more before
-    the model sees it; record at that client to see the final form.
-    """
-
-    request: tuple[Message, ...]
-    tools: tuple[Mapping[str, Any], ...]
-    response: ChatResponse
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.response.usage
-
-
-@dataclass(frozen=True, slots=True)
-class AgentResponse:
-    """What a run produced: the final text, every generated message, and the cost of every model call.
-
-    ``turn_id`` is the run's turn id (the caller's or a generated one).  ``replayed`` is True
-    when the turn was already stored and this is the stored reply: no model was called
-    (``model_calls`` is empty) and ``text`` is the text of the reply's last assistant message.
-    """
-
-    text: str
-    messages: tuple[Message, ...]
-    model_calls: tuple[ModelCall, ...]
-    turn_id: str = ""
-    replayed: bool = False
-
-    @property
-    def usage(self) -> Usage:
-        return sum_usage(call.usage for call in self.model_calls)
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def sum_usage(usages: Any) -> Usage:
-    """Add usages up; a count stays unknown (None) if any call did not report it, so it is never understated."""
-    inputs: int | None = 0
-    outputs: int | None = 0
-    estimate = False
-    for usage in usages:
-        if usage is None:
-            inputs = outputs = None
-            continue
-        inputs = None if inputs is None or usage.input_tokens is None else inputs + usage.input_tokens
-        outputs = None if outputs is None or usage.output_tokens is None else outputs + usage.output_tokens
-        estimate = estimate or usage.is_estimate
-    return Usage(inputs, outputs, estimate)
+__all__ = ["Agent"]
 
 
 def _input_messages(value: str | Message | Sequence[Message]) -> list[Message]:
@@ -199,7 +150,7 @@ class Agent:
         self.history_providers: Mapping[str, HistoryProvider] = histories
         # Providers registered on the client (use_context_providers) rewrite every call there;
         # the agent still gives them their place in the run: bind, before_run and after_run.
-        on_client = getattr(client, "providers", ()) if isinstance(client, _ProvidedClient) else ()
+        on_client = getattr(client, "providers", ()) if isinstance(client, ProvidedClient) else ()
         self._client_providers: tuple[ContextProvider, ...] = tuple(
             p for p in on_client if not any(p is q for q in providers)
         )
@@ -266,12 +217,12 @@ class Agent:
                 # its reply is the turn's reply, and the providers' state from this run is moot.
                 session.state.clear()
                 session.state.update(saved_state)
-                session._drop_caches()
+                session.drop_caches()
                 return await self._replay(session, earlier, inputs)
         except BaseException:
             session.state.clear()
             session.state.update(saved_state)
-            session._drop_caches()
+            session.drop_caches()
             raise
         finally:
             current_run.reset(token)
@@ -281,13 +232,13 @@ class Agent:
         return response
 
     async def _run(self, context: RunContext) -> AgentResponse:
-        session_id = context.session.session_id
         primary = self.history
         for provider in [*self.context_providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 await provider.before_run(context)
             elif provider is primary:
-                context._add_history(provider.source_id, await provider.load(session_id))
+                history = await synced_history(context.session, provider)
+                context._add_history(provider.source_id, history.messages)
             # Another history (a mirror) receives the turn too, but is never read into requests.
         instructions = [self.instructions] if self.instructions else []
         instructions.extend(context.instructions)
@@ -296,7 +247,8 @@ class Agent:
             if instructions
             else []
         )
-        view = [*context.context_messages, *context.conversation]
+        # One list for the whole request: the history is copied once, never wrapped.
+        view = [*context.context_messages, *context.history_messages, *context.input_messages, *context.generated]
         for provider in self.context_providers:
             if isinstance(provider, ContextProvider):
                 view = await provider.prepare_request(view, context)
@@ -362,17 +314,24 @@ class Agent:
         under the same id.  An unknown outcome (:class:`TurnOutcomeUnknownError`) propagates
         and nothing is taken back: a retry with the same turn id completes the turn.
         """
-        session_id, turn = context.session.session_id, context.turn_id
+        session, turn = context.session, context.turn_id
         inputs, reply = context.input_messages, tuple(context.generated)
         done: list[HistoryProvider] = []
         for provider in self.history_providers.values():
             try:
-                stored = await provider.append_turn(session_id, turn, inputs, reply)
+                stored = await provider.append_turn(session.session_id, turn, inputs, reply)
             except HistoryError:
                 for other in done:
-                    await other.undo_turn(session_id, turn, [*inputs, *reply])
+                    await other.undo_turn(session.session_id, turn, [*inputs, *reply])
                 raise
             if not stored and not done:
-                return await provider.load_turn(session_id, turn)
-            done.append(provider)
+                return await provider.load_turn(session.session_id, turn)
+            if stored:
+                done.append(provider)
+        for provider in done:
+            kept = kept_history(session, provider)
+            if kept is not None:
+                # Another writer's turn landing first makes the store's version differ from
+                # this one, and the next turn loads again.
+                kept.appended([*inputs, *reply])
         return None

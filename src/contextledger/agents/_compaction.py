@@ -13,28 +13,26 @@ Two different promises, and the drift lab exists to compare them:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
-from contextledger.clients._protocol import ChatClient, ChatResponse
-from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, apply_compaction
+from contextledger.agents._context import INSTRUCTIONS_PROPERTY, AgentView, ContextProvider, RunContext
+from contextledger.agents._history import kept_history, synced_history
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
-from contextledger.history import HistoryProvider, StoredTurn
+from contextledger.history import HistoryProvider, HistoryVersion, StoredTurn
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import Tokenizer
 
-if TYPE_CHECKING:
-    from contextledger.agents._agent import Agent
-
-__all__ = ["CompactionProvider", "ReducedHistoryProvider", "use_context_providers"]
+__all__ = ["CompactionProvider", "ReducedHistoryProvider"]
 
 
 # Leading excluded messages worth moving out of a request view's index: small enough that the
 # index stays near the size of what is sent, large enough that rebuilding it is rare.
-_FREEZE_AT = 256
+_FREEZE_AT = 32
 
 
 def _strategy(value: object, what: str) -> CompactionStrategy | None:
@@ -58,33 +56,53 @@ class _View:
     """A session's request view, kept between calls so each call only indexes what is new.
 
     The index covers the provider-added context messages and the conversation from
-    ``len(frozen)`` on.  ``frozen`` is a prefix of the conversation that a strategy excluded
-    outright, up to the start of a turn: exclusions persist, so it can never be sent again and
-    need not be indexed again.  Moving such a prefix out of the index now and then keeps the
-    per-call cost in proportion to what is still sent, however long the history grows.
+    ``frozen_count`` on.  The frozen part is a prefix of the conversation that a strategy
+    excluded outright, up to the start of a turn: exclusions persist, so it can never be sent
+    again and need not be indexed, nor even kept.  Moving such a prefix out of the index now
+    and then keeps the per-call cost in proportion to what is still sent, however long the
+    history grows.  The view keeps only the prefix's length and its first and last message:
+    a later call's conversation still starts with it when those sit where they were, which
+    holds for a history that only grew or was rewritten after it (what a session itself does);
+    a history rewritten over the prefix moves them, and the view is built again.
     """
 
-    __slots__ = ("context", "frozen", "index")
+    __slots__ = ("context", "frozen_count", "frozen_ends", "index")
 
-    def __init__(self, index: MessageIndex, context: list[Message], frozen: list[Message]) -> None:
+    def __init__(
+        self,
+        index: MessageIndex,
+        context: list[Message],
+        frozen_count: int = 0,
+        frozen_ends: tuple[Message, Message] | None = None,
+    ) -> None:
         self.index = index
         self.context = context
-        self.frozen = frozen
+        self.frozen_count = frozen_count
+        self.frozen_ends = frozen_ends
 
     @property
     def indexed_conversation(self) -> list[Message]:
         return self.index.source_messages[len(self.context) :]
 
-    def follows(self, extra: list[Message], conversation: list[Message]) -> bool:
-        """Whether this call's messages only add to what the view indexed (the usual case)."""
-        skip = len(self.frozen)
+    def keeps_frozen(self, messages: Sequence[Message], base: int) -> bool:
+        """Whether the conversation starting at ``messages[base]`` still starts with the frozen prefix."""
+        count, ends = self.frozen_count, self.frozen_ends
+        if not count or ends is None:
+            return True
+        return len(messages) >= base + count and messages[base] is ends[0] and messages[base + count - 1] is ends[1]
+
+    def follows(self, messages: Sequence[Message], base: int) -> bool:
+        """Whether this call's messages (context before ``base``, conversation after) only add to
+        what the view indexed: the usual case."""
+        context = self.context
+        if base < len(context) or list(messages[base - len(context) : base]) != context:
+            return False
+        start = base + self.frozen_count
         indexed = self.indexed_conversation
         return (
-            len(extra) == len(self.context)
-            and extra == self.context
-            and len(conversation) >= skip + len(indexed)
-            and conversation[:skip] == self.frozen
-            and conversation[skip : skip + len(indexed)] == indexed
+            len(messages) >= start + len(indexed)
+            and self.keeps_frozen(messages, base)
+            and list(messages[start : start + len(indexed)]) == indexed
         )
 
     def _runs(self) -> list[list[int]]:
@@ -111,7 +129,7 @@ class _View:
 
     def excluded_runs(self) -> list[list[int]]:
         """Conversation positions of groups dropped outright, as [start, end) runs."""
-        skip = len(self.frozen)
+        skip = self.frozen_count
         runs = [[max(start, 0) + skip, end + skip] for start, end in self._runs() if end > 0]
         if skip:
             if runs and runs[0][0] == skip:
@@ -122,8 +140,12 @@ class _View:
 
     def record(self) -> dict[str, Any]:
         """What a restored session needs to keep this view's exclusions (see ``excluded_runs``)."""
-        conversation = [*self.frozen, *self.indexed_conversation]
-        return {"length": len(conversation), "last": _fingerprint(conversation[-1]), "excluded": self.excluded_runs()}
+        indexed = self.indexed_conversation
+        last = indexed[-1] if indexed else self.frozen_ends[1] if self.frozen_ends else None
+        if last is None:
+            return {}
+        length = self.frozen_count + len(indexed)
+        return {"length": length, "last": _fingerprint(last), "excluded": self.excluded_runs()}
 
     def apply_runs(self, runs: Sequence[Sequence[int]], limit: int, *, offset: int = 0) -> None:
         """Exclude again the groups lying wholly inside ``runs`` (index positions plus ``offset``)."""
@@ -173,7 +195,9 @@ class _View:
             return
         runs = self._runs()
         conversation = self.indexed_conversation
-        self.frozen = [*self.frozen, *conversation[:cut]]
+        first = self.frozen_ends[0] if self.frozen_ends else conversation[0]
+        self.frozen_count += cut
+        self.frozen_ends = (first, conversation[cut - 1])
         self.index = MessageIndex([*self.context, *conversation[cut:]], tokenizer=tokenizer)
         self.apply_runs(runs, len(conversation), offset=cut)
 
@@ -219,7 +243,7 @@ class CompactionProvider(ContextProvider):
             f"history_source_id={self.history_source_id!r})"
         )
 
-    def bind(self, agent: Agent) -> None:
+    def bind(self, agent: AgentView) -> None:
         if self.after_strategy is not None and self.history_source_id not in agent.history_providers:
             known = ", ".join(repr(k) for k in agent.history_providers)
             raise ConfigurationError(
@@ -227,13 +251,6 @@ class CompactionProvider(ContextProvider):
                 f"{agent.name!r} has no history provider with that source_id (it has {known}); "
                 "pass history_source_id=history.source_id"
             )
-
-    @staticmethod
-    async def compact(
-        strategy: CompactionStrategy, messages: Sequence[Message], *, tokenizer: Tokenizer | None = None
-    ) -> list[Message]:
-        """Apply ``strategy`` to any message list, outside an agent (same as :func:`apply_compaction`)."""
-        return await apply_compaction(messages, strategy=strategy, tokenizer=tokenizer)
 
     # The request view ------------------------------------------------------------------------
 
@@ -243,90 +260,176 @@ class CompactionProvider(ContextProvider):
         head = 0
         while head < len(messages) and messages[head].additional_properties.get(INSTRUCTIONS_PROPERTY) is True:
             head += 1
-        body = messages[head:]
-        context_count = 0
+        base = head  # where the conversation starts, after the instructions and the providers' messages
         if context is not None:
             added = context.context_messages
-            if len(added) <= len(body) and all(a is b for a, b in zip(added, body)):
-                context_count = len(added)
-        view = self._view(body, context_count, context)
+            if len(added) <= len(messages) - head and all(a is b for a, b in zip(added, messages[head:])):
+                base = head + len(added)
+        view = self._view(messages, head, base, context)
         await self.before_strategy.compact(view.index)
         projection = view.index.projection()
         view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
         return [*messages[:head], *projection]
 
-    def _view(self, body: list[Message], context_count: int, context: RunContext | None) -> _View:
-        extra = body[:context_count]
-        conversation = body[context_count:]
-        cache: dict[object, Any] | None = context.session._cache if context is not None else None
-        old: _View | None = cache.get(self) if cache is not None else self._loose_view
-        if old is not None and old.follows(extra, conversation):
-            old.index.update([*extra, *conversation[len(old.frozen) :]])  # exclusions made earlier stay
+    def _view(self, messages: list[Message], head: int, base: int, context: RunContext | None) -> _View:
+        """The session's view, brought up to ``messages``; positions are offsets, so that no
+        call copies or compares the whole history."""
+        extra = messages[head:base]
+        cache: dict[str, Any] | None = context.session.cache(self) if context is not None else None
+        old: _View | None = cache.get("view") if cache is not None else self._loose_view
+        if old is not None and old.follows(messages, base):
+            old.index.update([*extra, *messages[base + old.frozen_count :]])  # exclusions made earlier stay
             return old
-        skip = 0
-        if old is not None and len(conversation) >= len(old.frozen) and conversation[: len(old.frozen)] == old.frozen:
-            skip = len(old.frozen)  # the history changed after the frozen prefix (a reduction, new context)
+        # The history changed after the frozen prefix (a reduction, new context): index again
+        # what follows the prefix, and keep the exclusions of what is unchanged.
+        keep = old is not None and old.keeps_frozen(messages, base)
+        skip = old.frozen_count if old is not None and keep else 0
         view = _View(
-            MessageIndex([*extra, *conversation[skip:]], tokenizer=self._before_tokenizer),
-            list(extra),
-            conversation[:skip],
+            MessageIndex([*extra, *messages[base + skip :]], tokenizer=self._before_tokenizer),
+            extra,
+            skip,
+            old.frozen_ends if old is not None and keep else None,
         )
         if old is not None:
-            old_conversation = [*old.frozen, *old.indexed_conversation]
-            if _same_prefix(old_conversation, conversation):
-                view.apply_runs(old.excluded_runs(), len(old_conversation), offset=skip)
+            indexed = old.indexed_conversation
+            if keep and _same_prefix(indexed, messages[base + skip : base + skip + len(indexed)]):
+                view.apply_runs(old.excluded_runs(), skip + len(indexed), offset=skip)
         elif context is not None:
             record = context.session.state.get(self._state_key)
-            if isinstance(record, dict) and self._record_matches(record, conversation):
+            if isinstance(record, dict) and self._record_matches(record, messages, base):
                 view.apply_runs(record.get("excluded", []), int(record["length"]))
         if cache is not None:
-            cache[self] = view
+            cache["view"] = view
         else:
             self._loose_view = view
         return view
 
     @staticmethod
-    def _record_matches(record: Mapping[str, Any], conversation: Sequence[Message]) -> bool:
+    def _record_matches(record: Mapping[str, Any], messages: Sequence[Message], base: int) -> bool:
         length = record.get("length")
-        if not isinstance(length, int) or length <= 0 or length > len(conversation):
+        if not isinstance(length, int) or length <= 0 or length > len(messages) - base:
             return False
-        return record.get("last") == _fingerprint(conversation[length - 1])
+        return record.get("last") == _fingerprint(messages[base + length - 1])
 
     # After a successful run -------------------------------------------------------------------
 
     async def after_run(self, context: RunContext) -> None:
         session = context.session
-        view: _View | None = session._cache.get(self)
-        if view is not None and (view.frozen or len(view.index.source_messages) > len(view.context)):
+        cache = session.cache(self)
+        view: _View | None = cache.get("view")
+        if view is not None and (view.frozen_count or len(view.index.source_messages) > len(view.context)):
             # Cheap: the view's index holds little more than what is still sent (see _View).
             session.state[self._state_key] = view.record()
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
-        stored = await history.load(session.session_id)
+        copy = kept_history(session, history) or await synced_history(session, history)
+        stored = copy.messages
         # The retained history is the projection of an index over everything ever stored, kept
-        # between runs: a run adds a few messages, so only those are grouped and counted, and the
-        # strategy's earlier decisions stand.  If the store no longer starts with the projection
-        # written last time (another writer, a restart), the index is rebuilt from the store.
-        key = (self, "after")
-        kept: tuple[MessageIndex, list[Message]] | None = session._cache.get(key)
-        if kept is not None and _same_prefix(kept[1], stored):
-            index = kept[0]
-            index.append(stored[len(kept[1]) :])
+        # between runs: a run adds a few messages, so only those are grouped and counted, the
+        # strategy's earlier decisions stand, and only the part of the stored list it changed is
+        # written again.  If the store moved on otherwise (another writer, a restart), the index
+        # is rebuilt from the store.
+        retained: _Retained | None = cache.get("after")
+        if retained is not None and retained.follows(copy.version.generation, len(stored)):
+            index = retained.index
+            appended = stored[retained.length :]
+            retained.place(appended, retained.length)
+            index.append(appended)
+            seen = len(index.events)
             changed = await self.after_strategy.compact(index)
         else:
             index = MessageIndex(stored, tokenizer=self._after_tokenizer)
+            retained = _Retained(index)
+            retained.place(stored, 0)
+            seen = 0
             changed = await self.after_strategy.compact(index) or bool(index.events)
+        cache["after"] = retained
+        if not changed:
+            retained.synced(copy.version.generation, len(stored))
+            return
+        found = retained.changed_suffix(index, seen, len(stored))
+        start, suffix = found if found is not None else (0, index.projection())
         # Only a compaction that changed something can have cut a turn in two.
-        reduced = index.projection() if changed else stored
-        if changed and _starts_mid_turn(reduced) and _drop_stranded(index):
-            reduced = index.projection()
-        if reduced != stored:
-            await history.replace(session.session_id, reduced)
-        session._cache[key] = (index, reduced)
+        if _starts_mid_turn(itertools.chain(itertools.islice(stored, start), suffix)) and _drop_stranded(index):
+            start, suffix = 0, index.projection()
+        if stored[start:] == suffix:
+            retained.synced(copy.version.generation, len(stored))
+            return
+        version = await history.rewrite(session.session_id, start, suffix, copy.version)
+        if version is None:  # the store changed under this run: read it again next time
+            cache.pop("after", None)
+            session.cache(history).pop("history", None)
+            return
+        retained.forget(stored[start:])
+        retained.place(suffix, start)
+        copy.rewritten(start, suffix, version)
+        retained.synced(version.generation, len(stored))
 
 
-def _starts_mid_turn(messages: Sequence[Message]) -> bool:
+class _Retained:
+    """The retained history's index between runs, and where each stored message sits.
+
+    ``positions`` maps each message of the stored list (by identity) to its position, so the
+    first position a compaction changed is found from the groups it touched, and only the
+    stored list from there on is written again.
+    """
+
+    __slots__ = ("generation", "index", "length", "positions")
+
+    def __init__(self, index: MessageIndex) -> None:
+        self.index = index
+        self.positions: dict[int, int] = {}
+        self.generation: int | None = None
+        self.length = 0
+
+    def follows(self, generation: int, length: int) -> bool:
+        """Whether the stored list only grew since this index last matched it."""
+        return generation == self.generation and length >= self.length
+
+    def synced(self, generation: int, length: int) -> None:
+        self.generation, self.length = generation, length
+
+    def place(self, messages: Sequence[Message], start: int) -> None:
+        self.positions.update(zip(map(id, messages), range(start, start + len(messages))))
+
+    def forget(self, messages: Sequence[Message]) -> None:
+        for message in messages:
+            self.positions.pop(id(message), None)
+
+    def changed_suffix(self, index: MessageIndex, seen: int, length: int) -> tuple[int, list[Message]] | None:
+        """The first stored position the compaction changed and the projection from there on.
+
+        Read from the events after ``seen`` and the newest included groups back to that
+        position, so the cost is in proportion to what changed.  None when the events are of a
+        kind this cannot place (a restore, a summary of many turns): the caller writes it all.
+        """
+        positions = self.positions
+        first = length
+        for event in index.events[seen:]:
+            if event.action not in ("collapsed", "excluded"):
+                return None
+            for group in event.groups:
+                for message in group.messages:
+                    position = positions.get(id(message))
+                    if position is not None and position < first:
+                        first = position
+        newest: list[list[Message]] = []
+        for group in index.newest_live():
+            messages = group.messages
+            position = positions.get(id(messages[0]))
+            if position is not None and position < first:
+                if position + len(messages) != first:
+                    return None  # the stored list is not the projection it should be
+                break
+            newest.append(messages)
+        else:
+            if first:
+                return None
+        return first, [message for messages in reversed(newest) for message in messages]
+
+
+def _starts_mid_turn(messages: Iterable[Message]) -> bool:
     """Whether the first message after any system messages is something other than a user's."""
     return next((m.role for m in messages if m.role != "system"), "user") != "user"
 
@@ -408,6 +511,15 @@ class ReducedHistoryProvider:
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         return await self.inner.load_turn(session_id, turn_id)
 
+    async def version(self, session_id: str) -> HistoryVersion:
+        return await self.inner.version(session_id)
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        """Written as given: a rewrite comes from a reducer already."""
+        return await self.inner.rewrite(session_id, start, messages, expected)
+
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         await self.inner.undo_turn(session_id, turn_id, messages)
 
@@ -416,37 +528,3 @@ class ReducedHistoryProvider:
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-class _ProvidedClient:
-    """A chat client whose providers rewrite every request before it is sent."""
-
-    def __init__(self, client: ChatClient, providers: Sequence[ContextProvider]) -> None:
-        self.client = client
-        self.providers = tuple(providers)
-
-    def __repr__(self) -> str:
-        return f"use_context_providers({self.client!r}, {', '.join(map(repr, self.providers))})"
-
-    async def get_response(self, messages: Sequence[Message], **kwargs: Any) -> ChatResponse:
-        request = list(messages)
-        context = current_run.get()
-        for provider in self.providers:
-            request = await provider.prepare_request(request, context)
-        return await self.client.get_response(request, **kwargs)
-
-
-def use_context_providers(client: ChatClient, *providers: ContextProvider) -> ChatClient:
-    """Wrap ``client`` so each provider's ``prepare_request`` runs before every call, tool loop included.
-
-    This is the registration on the chat client: a compaction provider wrapped
-    this way compacts before each model call of a run, not only the first.
-    """
-    if not callable(getattr(client, "get_response", None)):
-        raise ConfigurationError(f"use_context_providers needs a chat client, got {client!r}")
-    if not providers:
-        raise ConfigurationError("use_context_providers needs at least one provider")
-    for provider in providers:
-        if not isinstance(provider, ContextProvider):
-            raise ConfigurationError(f"{provider!r} is not a ContextProvider")
-    return _ProvidedClient(client, providers)

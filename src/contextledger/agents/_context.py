@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
+from contextledger.agents._response import AgentResponse
+from contextledger.agents._session import Session
+from contextledger.clients._protocol import ChatClient, ChatResponse
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
+from contextledger.history import HistoryProvider
 from contextledger.messages import Message
 
-if TYPE_CHECKING:
-    from contextledger.agents._agent import Agent, AgentResponse
-    from contextledger.agents._session import Session
-
-__all__ = ["ContextProvider", "MessageSource", "RunContext", "SourceKind"]
+__all__ = ["AgentView", "ContextProvider", "MessageSource", "RunContext", "SourceKind", "use_context_providers"]
 
 SourceKind = Literal["external", "history", "context", "generated"]
 _KINDS: tuple[SourceKind, ...] = ("external", "history", "context", "generated")
@@ -24,6 +24,33 @@ _KINDS: tuple[SourceKind, ...] = ("external", "history", "context", "generated")
 INSTRUCTIONS_PROPERTY = "_contextledger_instructions"
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("contextledger_run", default=None)
+
+
+class AgentView(Protocol):
+    """What a provider sees of the agent it serves; :class:`~contextledger.agents.Agent` is one.
+
+    Declared here, under the agent, so that the context machinery never depends on the agent
+    module that is built on it.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def instructions(self) -> str | None: ...
+
+    @property
+    def history(self) -> HistoryProvider:
+        """The history requests are built from."""
+        ...
+
+    @property
+    def history_providers(self) -> Mapping[str, HistoryProvider]:
+        """Every history of the agent by ``source_id``; each stores every turn."""
+        ...
+
+    @property
+    def context_providers(self) -> Sequence[object]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +76,9 @@ class RunContext:
     providers' ``after_run`` hooks are called.  ``turn_id`` is the run's turn id.
     """
 
-    def __init__(self, agent: Agent, session: Session, input_messages: Sequence[Message], turn_id: str = "") -> None:
+    def __init__(
+        self, agent: AgentView, session: Session, input_messages: Sequence[Message], turn_id: str = ""
+    ) -> None:
         self.agent = agent
         self.session = session
         self.turn_id = turn_id
@@ -57,8 +86,11 @@ class RunContext:
         self.instructions: list[str] = []
         self.response: AgentResponse | None = None
         self._context: list[tuple[Message, MessageSource]] = []
-        self._history: list[tuple[Message, MessageSource]] = []
+        # The history as loaded: the session's own copy (see _history.py), read up to
+        # _history_count, because the copy grows by this turn once the turn is stored.
         self._history_messages: list[Message] = []
+        self._history_count = 0
+        self._history_source = MessageSource("history")
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
 
@@ -81,19 +113,27 @@ class RunContext:
         self._sources = None
 
     def _add_history(self, source_id: str, messages: list[Message]) -> None:
-        source = MessageSource("history", source_id)
-        self._history.extend(zip(messages, [source] * len(messages)))
-        self._history_messages.extend(messages)
+        """The history requests are built from; the list is kept as it is, not copied."""
+        self._history_messages = messages
+        self._history_count = len(messages)
+        self._history_source = MessageSource("history", source_id)
         self._sources = None
+
+    @property
+    def history_messages(self) -> list[Message]:
+        """The history this run was built on (a list the caller may keep: a new one on each read)."""
+        history = self._history_messages
+        return history.copy() if len(history) == self._history_count else history[: self._history_count]
 
     @property
     def entries(self) -> list[tuple[Message, MessageSource]]:
         """Every message of the run in request order, with its source."""
         external = MessageSource("external")
         generated = MessageSource("generated")
+        history = self._history_source
         return [
             *self._context,
-            *self._history,
+            *((message, history) for message in self.history_messages),
             *((message, external) for message in self.input_messages),
             *((message, generated) for message in self.generated),
         ]
@@ -113,7 +153,10 @@ class RunContext:
     @property
     def conversation(self) -> list[Message]:
         """History, input and generated messages: the part of the request that grows turn by turn."""
-        return [*self._history_messages, *self.input_messages, *self.generated]
+        history = self._history_messages
+        if len(history) != self._history_count:
+            history = history[: self._history_count]
+        return [*history, *self.input_messages, *self.generated]
 
     @property
     def context_messages(self) -> list[Message]:
@@ -133,7 +176,7 @@ class ContextProvider:
 
     source_id: str = "context"
 
-    def bind(self, agent: Agent) -> None:
+    def bind(self, agent: AgentView) -> None:
         """Called once when an agent is built with this provider; raise ConfigurationError if it cannot work there."""
 
     async def before_run(self, context: RunContext) -> None:
@@ -148,3 +191,37 @@ class ContextProvider:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(source_id={self.source_id!r})"
+
+
+class ProvidedClient:
+    """A chat client whose providers rewrite every request before it is sent."""
+
+    def __init__(self, client: ChatClient, providers: Sequence[ContextProvider]) -> None:
+        self.client = client
+        self.providers = tuple(providers)
+
+    def __repr__(self) -> str:
+        return f"use_context_providers({self.client!r}, {', '.join(map(repr, self.providers))})"
+
+    async def get_response(self, messages: Sequence[Message], **kwargs: Any) -> ChatResponse:
+        request = list(messages)
+        context = current_run.get()
+        for provider in self.providers:
+            request = await provider.prepare_request(request, context)
+        return await self.client.get_response(request, **kwargs)
+
+
+def use_context_providers(client: ChatClient, *providers: ContextProvider) -> ChatClient:
+    """Wrap ``client`` so each provider's ``prepare_request`` runs before every call, tool loop included.
+
+    This is the registration on the chat client: a compaction provider wrapped
+    this way compacts before each model call of a run, not only the first.
+    """
+    if not callable(getattr(client, "get_response", None)):
+        raise ConfigurationError(f"use_context_providers needs a chat client, got {client!r}")
+    if not providers:
+        raise ConfigurationError("use_context_providers needs at least one provider")
+    for provider in providers:
+        if not isinstance(provider, ContextProvider):
+            raise ConfigurationError(f"{provider!r} is not a ContextProvider")
+    return ProvidedClient(client, providers)

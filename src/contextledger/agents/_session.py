@@ -65,7 +65,7 @@ class Session:
             raise SessionError(f"session state must be a dict, got {type(state).__name__}")
         self.session_id = session_id
         self.state: dict[str, Any] = {} if state is None else state
-        self._cache: dict[object, Any] = {}
+        self._cache: dict[object, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"Session(session_id={self.session_id!r}, state_keys={sorted(self.state)})"
@@ -106,5 +106,17 @@ class Session:
             raise SessionError(f"not a serialised session: {error}") from None
         return cls.from_dict(data)
 
-    def _drop_caches(self) -> None:
+    def cache(self, owner: object) -> dict[str, Any]:
+        """``owner``'s scratch space in this session (a provider's index, a history's cursor).
+
+        For what can be rebuilt from the history and ``state``: it is never serialised, and it
+        is emptied when a run fails, so nothing in it can outlive a turn that did not happen.
+        """
+        space: dict[str, Any] | None = self._cache.get(owner)
+        if space is None:
+            space = self._cache[owner] = {}
+        return space
+
+    def drop_caches(self) -> None:
+        """Empty every owner's scratch space (see :meth:`cache`); the agent does so when a run fails."""
         self._cache.clear()

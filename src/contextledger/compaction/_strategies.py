@@ -163,6 +163,10 @@ def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None 
     kept: set[int] = set()
     if count <= 0:
         return kept
+    if kinds == _TOOL_KINDS:
+        # The index counts its included tool groups: stop once all of them are found, not at
+        # the first message of a long history that has fewer than ``count`` of them.
+        return set(_live_tool_groups(index)[-count:])
     kind_of = index._table.kind
     for group in reversed(index._live.values()):
         kind = kind_of[group]
@@ -173,6 +177,23 @@ def _newest(index: MessageIndex, count: int, kinds: frozenset[GroupKind] | None 
             if len(kept) >= count:
                 break
     return kept
+
+
+def _live_tool_groups(index: MessageIndex) -> list[int]:
+    """The included tool-call groups' ids, in conversation order, read from the newest back only
+    as far as the oldest of them (the index counts them), so a turn pays for the groups that
+    can still change, not for the whole history."""
+    wanted = index.included_tool_call_groups
+    found: list[int] = []
+    if wanted:
+        kind_of = index._table.kind
+        for group in reversed(index._live.values()):
+            if kind_of[group] is TOOL_CALL:
+                found.append(group)
+                if len(found) == wanted:
+                    break
+    found.reverse()
+    return found
 
 
 def _newest_non_system(index: MessageIndex) -> int | None:
@@ -718,11 +739,9 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
     async def _run(self, index: MessageIndex) -> bool:
         protected = self._protected(index)
         table = index._table
-        kind_of, orphans, waiting = table.kind, table.orphan, table.unanswered
+        orphans, waiting = table.orphan, table.unanswered
         candidates = [
-            g
-            for g in index._live.values()
-            if kind_of[g] is TOOL_CALL and g not in protected and g not in orphans and g not in waiting
+            g for g in _live_tool_groups(index) if g not in protected and g not in orphans and g not in waiting
         ]
         threshold = _threshold_of(self.target, self.trigger)
         originals: list[int] = []
@@ -788,8 +807,7 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
     async def _run(self, index: MessageIndex) -> bool:
         newest = _newest_non_system(index)
         protected = self._protected(index)
-        kind_of = index._table.kind
-        candidates = [g for g in index._live.values() if kind_of[g] is TOOL_CALL and g not in protected and g != newest]
+        candidates = [g for g in _live_tool_groups(index) if g not in protected and g != newest]
         return self._exclude_oldest(index, candidates, "tool_call_removed")
 
 

@@ -7,8 +7,15 @@ constructor.  Importing this package does not import ``redis``; only creating a
 """
 
 from contextledger.history._memory import InMemoryHistoryProvider
-from contextledger.history._protocol import HistoryProvider, StoredTurn
+from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
 
-__all__ = ["HistoryProvider", "InMemoryHistoryProvider", "RedisHistoryProvider", "SQLiteHistoryProvider", "StoredTurn"]
+__all__ = [
+    "HistoryProvider",
+    "HistoryVersion",
+    "InMemoryHistoryProvider",
+    "RedisHistoryProvider",
+    "SQLiteHistoryProvider",
+    "StoredTurn",
+]

@@ -13,12 +13,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, InvalidMessageError
-from contextledger.history._protocol import StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message, message_from_openai, message_to_openai
 
 __all__ = [
     "check_name",
     "check_session_id",
+    "check_start",
     "check_turn_id",
     "decode_message",
     "decode_turn",
@@ -60,6 +61,16 @@ def check_turn_id(turn_id: object) -> str:
             "pass your own id for the turn (to retry it safely) or leave it out to have one generated"
         )
     return turn_id
+
+
+def check_start(start: object, expected: object) -> None:
+    """A rewrite keeps ``start`` messages of a history at version ``expected``: 0 to its length."""
+    if not isinstance(expected, HistoryVersion):
+        raise ConfigurationError(f"expected must be a HistoryVersion from version(), got {_short(expected)}")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= expected.length:
+        raise ConfigurationError(
+            f"start must be an int from 0 to the history's length {expected.length}, got {_short(start)}"
+        )
 
 
 def _dump(message: Message) -> str:

@@ -9,12 +9,13 @@ from itertools import compress
 from contextledger.history._encoding import (
     check_name,
     check_session_id,
+    check_start,
     check_turn_id,
     encode_messages,
     encode_turn,
     last_run,
 )
-from contextledger.history._protocol import StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message
 
 __all__ = ["InMemoryHistoryProvider"]
@@ -53,6 +54,11 @@ class InMemoryHistoryProvider:
         self._lock = threading.Lock()
         self._sessions: dict[str, list[Message]] = {}
         self._turns: dict[str, dict[str, StoredTurn]] = {}
+        self._generations: dict[str, int] = {}
+
+    def _rewritten(self, key: str) -> None:
+        """Move the session's generation on (the lock is held); see :class:`HistoryVersion`."""
+        self._generations[key] = self._generations.get(key, 0) + 1
 
     def __repr__(self) -> str:
         return f"InMemoryHistoryProvider(source_id={self.source_id!r})"
@@ -94,6 +100,7 @@ class InMemoryHistoryProvider:
                 self._sessions[key] = stored
             else:
                 self._sessions.pop(key, None)
+            self._rewritten(key)
 
     async def append_turn(
         self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
@@ -126,12 +133,35 @@ class InMemoryHistoryProvider:
             start = last_run(stored, run) if run else None
             if start is not None:
                 del stored[start : start + len(run)]
+            self._rewritten(key)
 
     async def clear(self, session_id: str) -> None:
         key = check_session_id(session_id)
         with self._lock:
             self._sessions.pop(key, None)
             self._turns.pop(key, None)
+            self._rewritten(key)
+
+    async def version(self, session_id: str) -> HistoryVersion:
+        key = check_session_id(session_id)
+        with self._lock:
+            return HistoryVersion(self._generations.get(key, 0), len(self._sessions.get(key, ())))
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        items = _materialise(messages)
+        key, _, _ = encode_messages(session_id, items, "rewrite")
+        check_start(start, expected)
+        suffix: list[Message] = items  # type: ignore[assignment]  # checked just now
+        with self._lock:
+            stored = self._sessions.setdefault(key, [])
+            if HistoryVersion(self._generations.get(key, 0), len(stored)) != expected:
+                return None
+            del stored[start:]
+            stored.extend(suffix)
+            self._rewritten(key)
+            return HistoryVersion(self._generations[key], len(stored))
 
     async def close(self) -> None:
         """Nothing to release; the stored sessions stay readable."""

@@ -8,7 +8,21 @@ from typing import Protocol, runtime_checkable
 
 from contextledger.messages import Message
 
-__all__ = ["HistoryProvider", "StoredTurn"]
+__all__ = ["HistoryProvider", "HistoryVersion", "StoredTurn"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryVersion:
+    """Where a session's stored history stands: ``length`` messages, rewritten ``generation`` times.
+
+    Appends keep the generation and add to the length; anything else that changes stored
+    messages (``replace``, ``rewrite``, ``undo_turn``, ``clear``) moves the generation on.  So
+    a reader that kept a copy of the history and the version it had knows, from one cheap
+    ``version()`` call, whether its copy is still the stored history.
+    """
+
+    generation: int
+    length: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,21 @@ class HistoryProvider(Protocol):
         stored run of ``messages`` (the turn's inputs and reply), in one atomic step.
 
         For an agent whose turn could not be stored in every one of its histories.
+        """
+        ...
+
+    async def version(self, session_id: str) -> HistoryVersion:
+        """The session's :class:`HistoryVersion`, read in one step (no message is read)."""
+        ...
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        """Keep the first ``start`` stored messages and put ``messages`` after them, atomically,
+        if the history is still at ``expected``; return the new version, or None (and write
+        nothing) if it was not.
+
+        What a reducer uses to write only the part of a long history it changed.
         """
         ...
 

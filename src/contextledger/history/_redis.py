@@ -24,13 +24,14 @@ from contextledger.exceptions import (
 from contextledger.history._encoding import (
     check_name,
     check_session_id,
+    check_start,
     check_turn_id,
     decode_message,
     decode_turn,
     encode_messages,
     encode_turn,
 )
-from contextledger.history._protocol import StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message
 
 if TYPE_CHECKING:
@@ -51,10 +52,26 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 
-# KEYS: list, turns hash.  ARGV: turn id, then the turn's bodies.  Forgets the turn id and
-# removes the last contiguous copy of the bodies from the list.
+# KEYS: generation, list.
+_VERSION = "return {redis.call('GET', KEYS[1]) or '0', redis.call('LLEN', KEYS[2])}"
+
+# KEYS: list, generation.  ARGV: expected generation, expected length, start, then the bodies.
+_REWRITE = """
+local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
+if generation ~= tonumber(ARGV[1]) or redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[2]) then return false end
+local start = tonumber(ARGV[3])
+if start == 0 then redis.call('DEL', KEYS[1]) else redis.call('LTRIM', KEYS[1], 0, start - 1) end
+for first = 4, #ARGV, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
+end
+return {redis.call('INCR', KEYS[2]), redis.call('LLEN', KEYS[1])}
+"""
+
+# KEYS: list, turns hash, generation.  ARGV: turn id, then the turn's bodies.  Forgets the turn
+# id and removes the last contiguous copy of the bodies from the list.
 _UNDO_TURN = """
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('INCR', KEYS[3])
 local size = #ARGV - 1
 if size == 0 then return 0 end
 local all = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -160,6 +177,10 @@ class RedisHistoryProvider:
         """The Redis key that holds a session's list (for inspection and operations tooling)."""
         return storage_key(self.namespace, "history", check_session_id(session_id))
 
+    def generation_key(self, session_id: str) -> str:
+        """The Redis key of the counter that moves on whenever a session's list is rewritten."""
+        return storage_key(self.namespace, "generation", check_session_id(session_id))
+
     def turns_key(self, session_id: str) -> str:
         """The Redis key of the hash that records a session's turn ids (turn id -> the turn)."""
         return storage_key(self.namespace, "turns", check_session_id(session_id))
@@ -193,6 +214,7 @@ class RedisHistoryProvider:
                 transaction.delete(key)
                 if bodies:
                     transaction.rpush(key, *bodies)
+                transaction.incr(self.generation_key(checked))
                 await transaction.execute()
         except Exception as error:
             self._raise(error, f"replace session {checked!r}", key)
@@ -237,14 +259,47 @@ class RedisHistoryProvider:
         checked, bodies, _ = encode_messages(session_id, messages, "undo a turn in")
         key, turns = self.key(checked), self.turns_key(checked)
         try:
-            await self._client.eval(_UNDO_TURN, 2, key, turns, turn, *bodies)
+            await self._client.eval(_UNDO_TURN, 3, key, turns, self.generation_key(checked), turn, *bodies)
         except Exception as error:
             self._raise(error, f"undo turn {turn!r} of session {checked!r}", key)
+
+    async def version(self, session_id: str) -> HistoryVersion:
+        key = self.key(session_id)
+        try:
+            # One script, one command: both read in the same atomic step.
+            generation, length = await self._client.eval(_VERSION, 2, self.generation_key(session_id), key)
+        except Exception as error:
+            self._raise(error, f"read the version of session {session_id!r}", key)
+        return HistoryVersion(int(generation or 0), int(length))
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        """See :meth:`HistoryProvider.rewrite`: one Lua script checks the version and writes.
+
+        A failure after the script was sent leaves it done or not done; :meth:`version` tells.
+        """
+        checked, bodies, _ = encode_messages(session_id, messages, "rewrite")
+        check_start(start, expected)
+        key = self.key(checked)
+        try:
+            result = await self._client.eval(
+                _REWRITE, 2, key, self.generation_key(checked), expected.generation, expected.length, start, *bodies
+            )
+        except Exception as error:
+            self._raise(error, f"rewrite session {checked!r}", key)
+        if not result:
+            return None
+        return HistoryVersion(int(result[0]), int(result[1]))
 
     async def clear(self, session_id: str) -> None:
         key = self.key(session_id)
         try:
-            await self._client.delete(key, self.turns_key(session_id))
+            async with self._client.pipeline(transaction=True) as transaction:
+                transaction.delete(key, self.turns_key(session_id))
+                # Moved on, never reset: a reader's old version must not match a new history.
+                transaction.incr(self.generation_key(session_id))
+                await transaction.execute()
         except Exception as error:
             self._raise(error, f"clear session {session_id!r}", key)
 

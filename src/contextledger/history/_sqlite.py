@@ -13,6 +13,7 @@ from contextledger.exceptions import ConfigurationError, HistoryCorruptError, Hi
 from contextledger.history._encoding import (
     check_name,
     check_session_id,
+    check_start,
     check_turn_id,
     decode_message,
     decode_turn,
@@ -20,7 +21,7 @@ from contextledger.history._encoding import (
     encode_turn,
     last_run,
 )
-from contextledger.history._protocol import StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message
 
 __all__ = ["SQLiteHistoryProvider"]
@@ -38,6 +39,22 @@ CREATE TABLE IF NOT EXISTS contextledger_history (
 )
 """
 _INSERT = "INSERT INTO contextledger_history (session_id, seq, body) VALUES (?, ?, ?)"
+# A session's generation (see HistoryVersion): moved on by every write but an append.
+_SESSIONS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS contextledger_sessions (
+    session_id TEXT NOT NULL PRIMARY KEY,
+    generation INTEGER NOT NULL
+)
+"""
+_BUMP = (
+    "INSERT INTO contextledger_sessions (session_id, generation) VALUES (?, 1) "
+    "ON CONFLICT (session_id) DO UPDATE SET generation = generation + 1"
+)
+# One statement, so one snapshot: a session's generation and length (positions are 0..length-1).
+_VERSION = (
+    "SELECT (SELECT generation FROM contextledger_sessions WHERE session_id = ?), "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM contextledger_history WHERE session_id = ?)"
+)
 # A row per recorded turn id: the primary key is what stores a turn id at most once, and the row
 # is written in the same transaction as the turn's messages.
 _TURNS_SCHEMA = """
@@ -138,6 +155,17 @@ class SQLiteHistoryProvider:
         key, bodies, _ = encode_messages(session_id, messages, "undo a turn in")
         await asyncio.to_thread(self._undo_turn, key, turn, bodies)
 
+    async def version(self, session_id: str) -> HistoryVersion:
+        key = check_session_id(session_id)
+        return await asyncio.to_thread(self._version, key)
+
+    async def rewrite(
+        self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        key, bodies, _ = encode_messages(session_id, messages, "rewrite")
+        check_start(start, expected)
+        return await asyncio.to_thread(self._rewrite, key, start, bodies, expected)
+
     async def clear(self, session_id: str) -> None:
         key = check_session_id(session_id)
         await asyncio.to_thread(self._write, key, [], True, True)
@@ -172,6 +200,8 @@ class SQLiteHistoryProvider:
                 try:
                     if forget_turns:
                         connection.execute("DELETE FROM contextledger_turns WHERE session_id = ?", (session_id,))
+                    if replace:
+                        connection.execute(_BUMP, (session_id,))
                     self._put(connection, session_id, bodies, replace)
                     connection.execute("COMMIT")
                 except BaseException:
@@ -215,6 +245,42 @@ class SQLiteHistoryProvider:
                 ) from error
         return bool(inserted)
 
+    def _version(self, session_id: str) -> HistoryVersion:
+        with self._lock:
+            try:
+                generation, length = self._open().execute(_VERSION, (session_id, session_id)).fetchone()
+            except sqlite3.Error as error:
+                raise self._failure(error, f"read the version of session {session_id!r}") from error
+        return HistoryVersion(generation or 0, length)
+
+    def _rewrite(
+        self, session_id: str, start: int, bodies: list[str], expected: HistoryVersion
+    ) -> HistoryVersion | None:
+        """Replace the rows from position ``start`` on, in one transaction, if the version is ``expected``."""
+        with self._lock:
+            try:
+                connection = self._open()
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
+                    if HistoryVersion(generation or 0, length) != expected:
+                        connection.execute("ROLLBACK")
+                        return None
+                    connection.execute(
+                        "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
+                    )
+                    connection.executemany(
+                        _INSERT, [(session_id, start + offset, body) for offset, body in enumerate(bodies)]
+                    )
+                    connection.execute(_BUMP, (session_id,))
+                    connection.execute("COMMIT")
+                except BaseException:
+                    self._roll_back(connection)
+                    raise
+            except sqlite3.Error as error:
+                raise self._failure(error, f"rewrite session {session_id!r}") from error
+        return HistoryVersion(expected.generation + 1, start + len(bodies))
+
     def _load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         with self._lock:
             try:
@@ -248,10 +314,10 @@ class SQLiteHistoryProvider:
                         ).fetchall()
                         start = last_run([body for _, body in rows], bodies)
                         if start is not None:
-                            connection.executemany(
-                                "DELETE FROM contextledger_history WHERE session_id = ? AND seq = ?",
-                                [(session_id, seq) for seq, _ in rows[start : start + len(bodies)]],
-                            )
+                            # Positions stay 0..length-1 (a rewrite addresses them): write the rest again.
+                            kept = [body for _, body in rows[:start] + rows[start + len(bodies) :]]
+                            self._put(connection, session_id, kept, True)
+                    connection.execute(_BUMP, (session_id,))
                     connection.execute("COMMIT")
                 except BaseException:
                     self._roll_back(connection)
@@ -287,6 +353,7 @@ class SQLiteHistoryProvider:
                     connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute(_SCHEMA)
                 connection.execute(_TURNS_SCHEMA)
+                connection.execute(_SESSIONS_SCHEMA)
                 return
             except sqlite3.OperationalError as error:
                 if not _is_busy(error) or time.monotonic() >= deadline:
