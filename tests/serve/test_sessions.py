@@ -3,7 +3,9 @@ can never reach each other's sessions (on SQLite and on Redis)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -11,7 +13,10 @@ import pytest
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
-from contextledger import from_openai, validate
+from contextledger import Message, from_openai, validate
+from contextledger.history import SQLiteHistoryProvider
+from contextledger.serve._sessions import session_key
+from contextledger.serve._tenants import tenant_of
 
 KEY_A = "sk-tenant-a-secret-111"
 KEY_B = "sk-tenant-b-secret-222"
@@ -220,3 +225,25 @@ def test_a_tenant_header_counts_only_when_the_operator_trusts_it(start_proxy: St
         # Another key behind the same gateway tenant sees the session; the key's own tenant does not.
         assert proxy.call("GET", "/v1/contextledger/sessions/t", None, KEY_B, tenant)[0] == 200
         assert proxy.call("GET", "/v1/contextledger/sessions/t", None, KEY_A)[0] == 404
+
+
+def test_a_write_by_another_program_is_seen_on_the_next_turn(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The proxy keeps a session's history between turns, but only while the store's version says
+    nobody else wrote it: an agent appending to the same store is seen at once."""
+    with start_proxy() as proxy:
+        proxy.create_session("shared", KEY_A)
+        client = session_client(proxy, "shared")
+        say(client, "first question")
+        key = session_key(tenant_of({"authorization": f"Bearer {KEY_A}"}, trust_tenant_header=False), "shared")
+        history = SQLiteHistoryProvider(tmp_path / "sessions.db", source_id="serve")
+        asyncio.run(history.append(key, [Message.user("a note an agent added"), Message.assistant("noted")]))
+        say(client, "second question")
+        users = [m["content"] for m in fake_upstream.last_body()["messages"] if m["role"] == "user"]
+        assert users == ["first question", "a note an agent added", "second question"]
+        asyncio.run(history.replace(key, []))
+        say(client, "third question")
+        users = [m["content"] for m in fake_upstream.last_body()["messages"] if m["role"] == "user"]
+        assert users == ["third question"]
+        asyncio.run(history.close())

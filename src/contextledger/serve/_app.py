@@ -48,7 +48,7 @@ from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, sc
 from contextledger.history import StoredTurn  # noqa: E402
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
-from contextledger.serve._kept import KeptSessions  # noqa: E402
+from contextledger.serve._kept import Kept, KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._replies import completion_events, reply_message, stored_completion  # noqa: E402
 from contextledger.serve._requests import (  # noqa: E402
@@ -81,13 +81,12 @@ def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONRespon
 
 @dataclass(frozen=True, slots=True)
 class _Turn:
-    """A turn about to be stored: the session key, its id, what was stored before it (and its
-    token count), the turn's input messages and the reply."""
+    """A turn about to be stored: the session key, its id, the history it was built on, the
+    turn's input messages and the reply."""
 
     key: str
     turn_id: str
-    stored: list[Message]
-    stored_tokens: int
+    before: Kept
     inputs: list[Message]
     reply: Message
 
@@ -127,7 +126,7 @@ class Proxy:
         )
         self.writer = RuleWriter()
         self.reader = MessageReader()
-        self.kept = KeptSessions(self.sessions, self.strategy, self.tokenizer)
+        self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -256,10 +255,8 @@ class Proxy:
                 stored = await self.sessions.history.load(key)
                 scrubbed = scrub_history(stored, keys, {fact.value for fact in forgotten})
                 if scrubbed != stored:
-                    try:
-                        await self.sessions.history.replace(key, scrubbed)
-                    finally:
-                        await self.kept.written(key, None)
+                    self.kept.rewritten(key)
+                    await self.sessions.history.replace(key, scrubbed)
             kept = {id(message) for message in scrubbed}
             return JSONResponse(
                 {
@@ -276,10 +273,8 @@ class Proxy:
             session_id = session_id_of(request.path_params["session_id"])
             key = session_key(tenant, session_id)
             async with self.sessions.lock(key):
-                try:
-                    existed = await self.sessions.delete(key)
-                finally:
-                    await self.kept.written(key, None)
+                self.kept.rewritten(key)
+                existed = await self.sessions.delete(key)
                 if not existed:
                     raise self._unknown(session_id)
             return JSONResponse({"id": session_id, "object": "contextledger.session", "deleted": True})
@@ -405,7 +400,7 @@ class Proxy:
             headers = self.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = _Turn(key, turn_id, stored, kept.tokens, new_turn, reply_message(message, reply))
+                turn = _Turn(key, turn_id, kept, new_turn, reply_message(message, reply))
                 return await self._store_turn(turn, store, ticket)
 
             if streaming:
@@ -470,7 +465,7 @@ class Proxy:
         try:
             stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
         except TurnOutcomeUnknownError:
-            await self.kept.written(turn.key, None)
+            self.kept.rewritten(turn.key)
             self.metrics.count(self.metrics.turns, "unknown")
             raise ProxyError(
                 f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
@@ -490,18 +485,14 @@ class Proxy:
         if not stored_now:
             return False
         self.metrics.count(self.metrics.turns, "stored")
-        everything = [*turn.stored, *turn.inputs, turn.reply]
-        added = sum(self.tokenizer.count_messages([*turn.inputs, turn.reply]))
-        await self.kept.written(turn.key, everything, turn.stored_tokens + added)
+        added = [*turn.inputs, turn.reply]
+        self.kept.appended(turn.key, turn.before, added, sum(self.tokenizer.count_messages(added)))
         if self.retain is not None:
+            everything = [*turn.before.messages, *added]
             reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
             if reduced != everything:
-                try:
-                    await self.sessions.history.replace(turn.key, reduced)
-                except BaseException:
-                    await self.kept.written(turn.key, None)
-                    raise
-                await self.kept.written(turn.key, reduced)
+                self.kept.rewritten(turn.key)
+                await self.sessions.history.replace(turn.key, reduced)
         if store is not None and ticket is not None:
             try:
                 # The rule writer reads the user's own text; the store's check and write may do I/O.

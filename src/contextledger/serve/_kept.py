@@ -4,9 +4,10 @@ Reading a long history from the store and indexing it again on every turn would 
 cost the whole session; instead the process keeps, per session, the history as it stood after
 its last turn (with its token count) and the request view built on it (a
 :class:`~contextledger.agents.CompactionProvider`, which indexes only what is new).  The copy is
-used only while the store's version of the session is the one it was taken at: any proxy that
-writes the session bumps the version (under the session's lock), so a turn served by another
-process, a ``forget`` or a reduction makes the next turn here read the store again.
+used only while the history store's own :class:`~contextledger.history.HistoryVersion` of the
+session is the one the copy stands for: anything that writes the session (another proxy
+process, an agent on the same store, a ``forget``, a reduction) moves the version, and the next
+turn here reads the store again.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import TypeVar
 
 from contextledger.agents import CompactionProvider
 from contextledger.compaction import CompactionStrategy
+from contextledger.history import HistoryProvider, HistoryVersion
 from contextledger.messages import Message
-from contextledger.serve._sessions import Sessions
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["Kept", "KeptSessions"]
@@ -31,7 +32,7 @@ _Value = TypeVar("_Value")
 class Kept:
     """A session's history as this process last saw it, valid while the store's version is ``version``."""
 
-    version: int
+    version: HistoryVersion
     messages: list[Message]
     tokens: int
 
@@ -39,8 +40,8 @@ class Kept:
 class KeptSessions:
     """The most recently used sessions' histories and request views (at most 256 of each)."""
 
-    def __init__(self, sessions: Sessions, strategy: CompactionStrategy | None, tokenizer: Tokenizer) -> None:
-        self._sessions = sessions
+    def __init__(self, history: HistoryProvider, strategy: CompactionStrategy | None, tokenizer: Tokenizer) -> None:
+        self._history = history
         self._strategy = strategy
         self._tokenizer = tokenizer
         self._histories: OrderedDict[str, Kept] = OrderedDict()
@@ -49,25 +50,28 @@ class KeptSessions:
     async def history(self, key: str) -> Kept:
         """The session's stored history: the copy kept here while no proxy has written the session
         since, else read from the store (and kept)."""
-        version = await self._sessions.version(key)
+        version = await self._history.version(key)
         kept = self._histories.get(key)
         if kept is None or kept.version != version:
-            messages = await self._sessions.history.load(key)
+            # Read after the version: a write in between makes the copy look older than it is
+            # (read again next time), never newer.
+            messages = await self._history.load(key)
             kept = Kept(version, messages, self.tokens(messages))
             _remember(self._histories, key, kept)
         self._histories.move_to_end(key)
         return kept
 
-    async def written(self, key: str, messages: list[Message] | None, tokens: int | None = None) -> None:
-        """Record a write of the session's history: keep ``messages`` (``tokens`` long, counted if
-        not given) as its copy, or with ``None`` (a rewrite this process does not hold, a write
-        that failed half-way) drop the copy and the view, so the next turn reads the store."""
-        version = await self._sessions.changed(key)
+    def appended(self, key: str, before: Kept, added: list[Message], tokens: int) -> None:
+        """Record that ``added`` was appended after ``before`` (the copy this turn was built on):
+        the copy now stands for the version an append leaves, same generation and longer."""
+        version = HistoryVersion(before.version.generation, before.version.length + len(added))
+        _remember(self._histories, key, Kept(version, [*before.messages, *added], before.tokens + tokens))
+
+    def rewritten(self, key: str) -> None:
+        """Forget the copy and the request view of a session whose history was rewritten or
+        whose write failed half-way: the next turn reads the store."""
         self._histories.pop(key, None)
-        if messages is None:
-            self._views.pop(key, None)
-            return
-        _remember(self._histories, key, Kept(version, messages, self.tokens(messages) if tokens is None else tokens))
+        self._views.pop(key, None)
 
     async def request_view(self, key: str, conversation: list[Message]) -> list[Message]:
         """What this turn sends of ``conversation``: the strategy's request view, or all of it."""

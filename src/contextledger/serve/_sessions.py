@@ -96,15 +96,6 @@ class Sessions(Protocol):
 
     def lock(self, key: str) -> contextlib.AbstractAsyncContextManager[None]: ...
 
-    async def version(self, key: str) -> int:
-        """A number that changes whenever a proxy writes the session's history, so a proxy can tell
-        whether the copy it kept from its last turn is still what the store holds."""
-        ...
-
-    async def changed(self, key: str) -> int:
-        """Record that the session's history was just written (under its lock); the new version."""
-        ...
-
     def facts(self, key: str) -> FactMemory: ...
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
@@ -123,8 +114,7 @@ class SQLiteSessions:
         self._lock_timeout = lock_timeout
         self._locks = _LocalLocks()
         self._facts: dict[str, FactStore] = {}
-        # This process is the file's only proxy, so what it knows of its sessions is the truth.
-        self._versions: dict[str, int] = {}
+        # This process is the file's only proxy, so the sessions it has seen exist until it deletes them.
         self._known: set[str] = set()
         self._db_lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
@@ -178,13 +168,6 @@ class SQLiteSessions:
     async def _hold(self, key: str) -> AsyncIterator[None]:
         async with self._locks.hold(key, self._lock_timeout):
             yield
-
-    async def version(self, key: str) -> int:
-        return self._versions.get(key, 0)
-
-    async def changed(self, key: str) -> int:
-        self._versions[key] = self._versions.get(key, 0) + 1
-        return self._versions[key]
 
     def facts(self, key: str) -> FactMemory:
         store = self._facts.get(key)
@@ -279,12 +262,6 @@ class RedisSessions:
             finally:
                 with contextlib.suppress(HistoryUnavailableError):
                     await self._call("eval", _RELEASE, 1, lock_key, token)
-
-    async def version(self, key: str) -> int:
-        return int(await self._call("get", self._key("version", key)) or 0)
-
-    async def changed(self, key: str) -> int:
-        return int(await self._call("incr", self._key("version", key)))
 
     def facts(self, key: str) -> FactMemory:
         return RedisFactStore(self._sync, owner=key, namespace=self.namespace)
