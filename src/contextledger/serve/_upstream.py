@@ -9,6 +9,7 @@ key, the content type, and the ``OpenAI-*`` headers a client may rely on.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,10 +47,12 @@ class Upstream:
     def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None) -> None:
         self.base_url = base_url.rstrip("/")
         self._upstream_key = upstream_key
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # TCP_NODELAY: the request goes out as headers then body, and without it the body waits for
+        # the upstream to acknowledge the headers (Nagle against delayed ACKs), several ms a call.
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout), transport=transport)
 
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
         """What the upstream gets: the configured key or the client's own, and ``OpenAI-*`` headers."""
