@@ -42,6 +42,7 @@ from contextledger.compaction._strategies import (
 )
 from contextledger.exceptions import ConfigurationError, ContextLedgerError, TranscriptError
 from contextledger.messages import Message, from_openai, load_jsonl, to_openai, validate, write_jsonl
+from contextledger.serve import add_serve_command
 from contextledger.tokenizers import Tokenizer, get_tokenizer
 
 __all__ = ["main"]
@@ -388,6 +389,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--ttl", type=float, metavar="SECONDS", help="facts expire this long after they are recorded")
     chat.set_defaults(run=_chat)
     register_facts_command(commands)
+    add_serve_command(commands)
     return parser
 
 

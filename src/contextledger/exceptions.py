@@ -33,9 +33,10 @@ partial state behind.
     ├── FactsError                   the controlled-facts memory refused an operation; the store is unchanged
     │   ├── FactRejectedError        a batch of candidate facts was refused whole (carries every problem found)
     │   └── StaleTicketError         an extraction arrived for a turn or epoch that is no longer current
-    └── LabError                     the drift lab cannot run or had to stop
-        ├── TimelineError            a timeline file is malformed (names the file, the entry and the problem)
-        └── SummaryGuardError        a generated summary was empty or too long; the comparison stopped
+    ├── LabError                     the drift lab cannot run or had to stop
+    │   ├── TimelineError            a timeline file is malformed (names the file, the entry and the problem)
+    │   └── SummaryGuardError        a generated summary was empty or too long; the comparison stopped
+    └── ProxyError                   `contextledger serve` refused a request (carries its HTTP status); nothing stored
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "ModelRateLimitError",
     "ModelResponseError",
     "ModelTimeoutError",
+    "ProxyError",
     "SessionError",
     "StaleTicketError",
     "SummarizationError",
@@ -244,3 +246,21 @@ class TimelineError(LabError, ValueError):
 
 class SummaryGuardError(LabError):
     """A generated summary was empty or longer than allowed; the comparison stopped with no fallback text."""
+
+
+class ProxyError(ContextLedgerError):
+    """A request that ``contextledger serve`` refuses or could not complete; nothing was stored
+    and no fact was admitted.
+
+    It carries what the HTTP answer needs, in OpenAI's error shape: ``status``, ``error_type``
+    (``invalid_request_error``, ``authentication_error``, ``not_found_error``, ``conflict_error``,
+    ``upstream_error``...), and a machine-readable ``code``.
+    """
+
+    def __init__(
+        self, message: str, *, status: int, error_type: str = "invalid_request_error", code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.code = code

@@ -1,0 +1,313 @@
+"""What ``contextledger serve`` adds to a request, against calling the upstream directly.
+
+    python benchmarks/serve.py            # 400 requests per measurement, 3 interleaved rounds
+    python benchmarks/serve.py --quick    # a smoke run
+
+Three processes on 127.0.0.1: a fake OpenAI-compatible upstream that answers at once (a bare
+ASGI app under uvicorn), the proxy (``contextledger serve``, SQLite store), and this client
+(``httpx``, asyncio).  They share the machine's cores, as they would on a small host.
+
+Workloads:
+- stateless: a 201-message history (50 turns, each with a 1-2 KB tool result) that the proxy
+  compacts with a sliding window before forwarding;
+- session: one new user message per request to a session that already stores 1,000 turns
+  (4,000 messages); the proxy loads the history, takes the request view (a sliding window),
+  adds the facts block, forwards, and stores the turn.  Each client has its own session.
+
+For each workload and concurrency (1 and 32 clients), the same requests are sent to the upstream
+directly (the baseline) and through the proxy, in alternating rounds; the report gives median
+and p99 latency of each, the latency the proxy adds (proxy minus direct, per percentile), and the
+request rates.  A second table drives the proxy and the bare upstream app in this process (no
+sockets) and reports CPU time per request: the proxy's own work, which a busy machine's load
+does not inflate the way it inflates wall-clock latency.
+
+Goals (reported, not asserted): <= 2 ms median and <= 10 ms p99 added at 1 client; at 32
+clients, at least half the rate the upstream reaches alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from contextledger import from_openai
+from contextledger.history import SQLiteHistoryProvider
+from contextledger.serve import ServeConfig, StrategySpec, create_app
+from contextledger.serve._sessions import session_key
+from contextledger.serve._tenants import tenant_of
+from workloads import messages, turn
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "sk-benchmark-tenant"
+STORED_TURNS = 1_000
+
+_REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()
+
+
+async def fake_upstream(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+    """A bare ASGI upstream: reads the request, answers the same completion at once."""
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": _REPLY})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start(command: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{command[:4]} exited:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return process
+        except urllib.error.HTTPError:
+            return process  # it answers, even if not 200
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def measure(
+    url: str, bodies: Callable[[int], bytes], headers: Callable[[int], dict[str, str]], clients: int, total: int
+) -> tuple[list[float], float]:
+    """Send ``total`` requests from ``clients`` concurrent clients; latencies (ms) and requests per second."""
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        counter = iter(range(total))
+
+        async def worker(number: int) -> None:
+            for _ in counter:
+                started = time.perf_counter()
+                response = await client.post(url, content=bodies(number), headers=headers(number))
+                latencies.append((time.perf_counter() - started) * 1000)
+                if response.status_code != 200:
+                    raise SystemExit(f"{url} answered {response.status_code}: {response.text[:300]}")
+
+        # Not measured: one request per client warms the connections and the proxy's per-session state.
+        counter = iter(range(clients))
+        await asyncio.gather(*(worker(number) for number in range(clients)))
+        latencies.clear()
+        counter = iter(range(total))
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(number) for number in range(clients)))
+        elapsed = time.perf_counter() - began
+    return latencies, total / elapsed
+
+
+def fill_sessions(store: Path, proxy: str, count: int) -> None:
+    """Create ``count`` sessions through the proxy, then write 1,000 turns into each directly."""
+    tenant = tenant_of({"authorization": f"Bearer {KEY}"}, trust_tenant_header=False)
+    rng = random.Random(11)
+    history_turns = [from_openai(turn(number, rng)) for number in range(1, STORED_TURNS + 1)]
+    flat = [message for one in history_turns for message in one]
+
+    async def fill() -> None:
+        history = SQLiteHistoryProvider(store, source_id="serve")
+        for number in range(count):
+            await history.append(session_key(tenant, f"bench-{number}"), flat)
+        await history.close()
+
+    for number in range(count):
+        request = urllib.request.Request(
+            proxy + "/v1/contextledger/sessions",
+            data=json.dumps({"id": f"bench-{number}"}).encode(),
+            headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+    asyncio.run(fill())
+
+
+async def cpu_per_request(app: Any, path: str, body: bytes, headers: dict[str, str], total: int) -> tuple[float, float]:
+    """Median and p99 CPU milliseconds per request to an ASGI app in this process (no sockets)."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://in-process") as client:
+        for _ in range(5):
+            await client.post(path, content=body, headers=headers)
+        samples: list[float] = []
+        for _ in range(total):
+            started = time.process_time()
+            response = await client.post(path, content=body, headers=headers)
+            samples.append((time.process_time() - started) * 1000)
+            if response.status_code != 200:
+                raise SystemExit(f"in-process {path} answered {response.status_code}: {response.text[:300]}")
+    return statistics.median(samples), percentile(samples, 0.99)
+
+
+async def in_process(workdir: Path, history: bytes, question: bytes, total: int, rounds: int) -> None:
+    """The proxy's own work per request, in CPU time (threads included), against the bare upstream
+    app driven the same way: what the machine's load cannot inflate."""
+    app = create_app(
+        ServeConfig(
+            upstream="http://upstream.in-process/v1",
+            store=f"sqlite:{workdir / 'in-process.db'}",
+            strategy=StrategySpec("sliding-window", ("trigger=turns_exceed(20)",)),
+        )
+    )
+    proxy = app.state.proxy
+    proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_upstream))
+    plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://in-process") as client:
+        await client.post("/v1/contextledger/sessions", json={"id": "cpu"}, headers=plain)
+    tenant = tenant_of(plain, trust_tenant_header=False)
+    rng = random.Random(11)
+    stored = [message for number in range(1, STORED_TURNS + 1) for message in from_openai(turn(number, rng))]
+    await proxy.sessions.history.append(session_key(tenant, "cpu"), stored)
+    session = {**plain, "x-contextledger-session": "cpu"}
+    print("\nCPU time per request in one process (ASGI in memory, no sockets); ms")
+    print(f"{'workload':34} {'upstream p50':>12} {'p99':>7} {'proxy p50':>10} {'p99':>7} {'added p50':>10} {'p99':>7}")
+    for name, body, headers in (("stateless, 201 messages", history, plain), ("session turn", question, session)):
+        bare: list[tuple[float, float]] = []
+        through: list[tuple[float, float]] = []
+        for _ in range(rounds):
+            bare.append(await cpu_per_request(fake_upstream, "/v1/chat/completions", body, plain, total))
+            through.append(await cpu_per_request(app, "/v1/chat/completions", body, headers, total))
+        b50, b99 = (statistics.median(run[i] for run in bare) for i in (0, 1))
+        t50, t99 = (statistics.median(run[i] for run in through) for i in (0, 1))
+        print(f"{name:34} {b50:>12.2f} {b99:>7.2f} {t50:>10.2f} {t99:>7.2f} {t50 - b50:>10.2f} {t99 - b99:>7.2f}")
+    await proxy.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=400, help="requests per measurement (default 400)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating direct/proxy rounds (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 60 requests, 1 round")
+    parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.fake_upstream:
+        import uvicorn  # noqa: PLC0415  (only the fake upstream's process runs a server)
+
+        uvicorn.run(fake_upstream, host="127.0.0.1", port=args.fake_upstream, log_level="warning", access_log=False)
+        return 0
+    total, rounds = (60, 1) if args.quick else (args.requests, args.rounds)
+    workdir = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    upstream_port, proxy_port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    store = workdir / "sessions.db"
+    processes = [
+        start(
+            [sys.executable, __file__, "--fake-upstream", str(upstream_port)],
+            upstream + "/",
+            workdir / "upstream.log",
+        ),
+        start(
+            [
+                sys.executable,
+                "-m",
+                "contextledger.cli",
+                "serve",
+                "--upstream",
+                upstream + "/v1",
+                "--port",
+                str(proxy_port),
+                "--store",
+                f"sqlite:{store}",
+                "--strategy",
+                "sliding-window",
+                "--param",
+                "trigger=turns_exceed(20)",
+            ],
+            proxy + "/healthz",
+            workdir / "proxy.log",
+        ),
+    ]
+    env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {total} requests x {rounds} rounds"
+    try:
+        fill_sessions(store, proxy, 32)
+        history = json.dumps({"model": "bench", "messages": messages(201)}).encode()
+        plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        question = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "and item 7?"}]}).encode()
+        headers_of = Callable[[int], dict[str, str]]
+        workloads: list[tuple[str, Callable[[int], bytes], headers_of, headers_of]] = [
+            ("stateless, 201 messages", lambda _: history, lambda _: plain, lambda _: plain),
+            (
+                f"session turn, {STORED_TURNS:,} turns stored",
+                lambda _: question,
+                lambda _: plain,
+                lambda number: {**plain, "x-contextledger-session": f"bench-{number}"},
+            ),
+        ]
+        print(f"contextledger serve vs the upstream alone ({env_note}); latency in ms")
+        header = f"{'workload':34} {'clients':>7} {'direct p50':>10} {'p99':>7} {'proxy p50':>10} {'p99':>7}"
+        header += f" {'added p50':>10} {'p99':>7} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
+        print(header)
+        for name, body, direct_headers, proxy_headers in workloads:
+            for clients in (1, 32):
+                direct: list[list[float]] = []
+                proxied: list[list[float]] = []
+                direct_rates: list[float] = []
+                proxy_rates: list[float] = []
+                for _ in range(rounds):
+                    latencies, rate = asyncio.run(
+                        measure(upstream + "/v1/chat/completions", body, direct_headers, clients, total)
+                    )
+                    direct.append(latencies)
+                    direct_rates.append(rate)
+                    latencies, rate = asyncio.run(
+                        measure(proxy + "/v1/chat/completions", body, proxy_headers, clients, total)
+                    )
+                    proxied.append(latencies)
+                    proxy_rates.append(rate)
+                d50 = statistics.median(statistics.median(run) for run in direct)
+                d99 = statistics.median(percentile(run, 0.99) for run in direct)
+                p50 = statistics.median(statistics.median(run) for run in proxied)
+                p99 = statistics.median(percentile(run, 0.99) for run in proxied)
+                drate, prate = statistics.median(direct_rates), statistics.median(proxy_rates)
+                print(
+                    f"{name:34} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f} {p50 - d50:>10.2f}"
+                    f" {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
+                )
+        asyncio.run(in_process(workdir, history, question, total, rounds))
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

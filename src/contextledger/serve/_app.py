@@ -1,0 +1,657 @@
+"""The proxy as an ASGI application: OpenAI's chat-completions API in front of any compatible upstream.
+
+Stateless mode (no session header): the client sends its whole history; the configured strategy
+compacts it and the projection goes upstream; nothing is kept.  Session mode (header
+``X-Contextledger-Session``): the client sends only the new messages; the proxy adds the stored
+history (through the request-view strategy) and the controlled-facts block, forwards, and after
+a successful reply stores the turn, compacts the retained history and admits the user's facts.
+A failed, timed-out or broken reply stores nothing and admits nothing.
+
+System messages a client sends in session mode are the instructions for that call: they are put
+first in the request and not stored, so a client that sends its system prompt every time (as
+OpenAI clients do) does not pile up copies of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contextledger._extras import require_extra
+
+require_extra("starlette", extra="serve", feature="contextledger serve")
+require_extra("httpx", extra="serve", feature="contextledger serve")
+
+import httpx  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+from starlette.types import Receive, Scope, Send  # noqa: E402
+
+from contextledger.agents import ReducedHistoryProvider  # noqa: E402
+from contextledger.compaction import compact_messages  # noqa: E402
+from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
+from contextledger.exceptions import (  # noqa: E402
+    ContextLedgerError,
+    FactsError,
+    HistoryError,
+    ProxyError,
+    TurnOutcomeUnknownError,
+)
+from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, scrub_history  # noqa: E402
+from contextledger.history import StoredTurn  # noqa: E402
+from contextledger.messages import Message, to_openai  # noqa: E402
+from contextledger.serve._config import ServeConfig  # noqa: E402
+from contextledger.serve._kept import Kept, KeptSessions  # noqa: E402
+from contextledger.serve._metrics import Metrics  # noqa: E402
+from contextledger.serve._replies import completion_events, reply_message, stored_completion  # noqa: E402
+from contextledger.serve._requests import (  # noqa: E402
+    MessageReader,
+    bad_request,
+    json_object,
+    parse_payload,
+    turn_id_of,
+    user_text,
+)
+from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
+from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
+from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
+from contextledger.serve._upstream import Upstream, error_body, timeout_error, upstream_failure  # noqa: E402
+
+__all__ = ["Proxy", "create_app"]
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+_Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
+
+
+def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
+    """The answer to a refused request; a failing session store (history or facts) is a 503."""
+    if not isinstance(error, ProxyError):
+        error = ProxyError(
+            f"the session store failed: {error}", status=503, error_type="server_error", code="store_unavailable"
+        )
+    return JSONResponse(error_body(str(error), error.error_type, error.code), status_code=error.status)
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A turn about to be stored: the session key, its id, the history it was built on, the
+    turn's input messages and the reply."""
+
+    key: str
+    turn_id: str
+    before: Kept
+    inputs: list[Message]
+    reply: Message
+
+
+class _CleanupStream(StreamingResponse):
+    """A streaming response that runs ``cleanup`` when the response ends, however it ends
+    (finished, failed, or the client went away before or during the stream)."""
+
+    def __init__(self, content: Any, cleanup: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        self._cleanup = cleanup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._cleanup()
+
+
+class Proxy:
+    """The proxy's state (configuration, upstream client, session store, metrics) and its handlers."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.strategy = config.strategy.build()
+        self.retain = config.retain.build()
+        self.tokenizer = resolve_tokenizer(self.strategy, None)
+        self.metrics = Metrics()
+        self.upstream = Upstream(
+            config.upstream_base, timeout=config.upstream_timeout, upstream_key=config.upstream_key
+        )
+        self.sessions: Sessions = open_sessions(
+            config.store,
+            namespace=config.namespace,
+            lock_timeout=config.lock_timeout,
+            upstream_timeout=config.upstream_timeout,
+        )
+        self.writer = RuleWriter()
+        self.reader = MessageReader()
+        self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer)
+
+    async def close(self) -> None:
+        await self.upstream.close()
+        await self.sessions.close()
+
+    # Endpoints --------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        mode = "session" if SESSION_HEADER in request.headers else "stateless"
+        try:
+            body = await self._read_body(request)
+            payload = parse_payload(body)
+            if mode == "session":
+                response = await self._session_turn(request, payload)
+            else:
+                response = await self._stateless(request, payload, body)
+        except (ProxyError, HistoryError, FactsError) as error:
+            response = _error_response(error)
+        self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))
+        return response
+
+    async def models(self, request: Request) -> Response:
+        try:
+            started = time.perf_counter()
+            upstream = await self.upstream.send(
+                "GET", "/models", self.upstream.headers(request.headers), None, stream=False
+            )
+            self.metrics.observe(self.metrics.upstream_seconds, time.perf_counter() - started, "models", "answered")
+            if upstream.status_code >= 400:
+                status, failure = upstream_failure(upstream.status_code, upstream.content)
+                response: Response = JSONResponse(failure, status_code=status)
+            else:
+                response = Response(
+                    upstream.content,
+                    status_code=upstream.status_code,
+                    media_type=upstream.headers.get("content-type", "application/json"),
+                )
+        except ProxyError as error:
+            response = _error_response(error)
+        self.metrics.count(self.metrics.requests, "models", "stateless", str(response.status_code))
+        return response
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    # Session resources ------------------------------------------------------------------------
+
+    async def create_session(self, request: Request) -> Response:
+        async def create(tenant: str) -> Response:
+            body = await self._read_body(request)
+            data = json_object(body, 'a JSON object such as {"id": "support-42"}')
+            raw = data.get("id", uuid.uuid4().hex)
+            session_id = session_id_of(raw if isinstance(raw, str) else "")
+            if not await self.sessions.create(session_key(tenant, session_id)):
+                raise ProxyError(
+                    f"session {session_id!r} already exists",
+                    status=409,
+                    error_type="conflict_error",
+                    code="session_exists",
+                )
+            return JSONResponse({"id": session_id, "object": "contextledger.session"}, status_code=201)
+
+        return await self._resource(request, "create_session", create)
+
+    async def session_info(self, request: Request) -> Response:
+        async def info(tenant: str) -> Response:
+            key, session_id = await self._known(request, tenant)
+            messages = await self.sessions.history.load(key)
+            facts = await self.sessions.run_facts(self.sessions.facts(key).facts)
+            return JSONResponse(
+                {"id": session_id, "object": "contextledger.session", "messages": len(messages), "facts": len(facts)}
+            )
+
+        return await self._resource(request, "session", info)
+
+    async def session_messages(self, request: Request) -> Response:
+        async def messages(tenant: str) -> Response:
+            key, _ = await self._known(request, tenant)
+            stored = await self.sessions.history.load(key)
+            return JSONResponse({"object": "list", "data": to_openai(stored)})
+
+        return await self._resource(request, "session_messages", messages)
+
+    async def session_facts(self, request: Request) -> Response:
+        """``mem``: each fact with its provenance (evidence, turn, recorded time), and the listing a person reads."""
+
+        async def facts(tenant: str) -> Response:
+            key, _ = await self._known(request, tenant)
+            store = self.sessions.facts(key)
+            held = await self.sessions.run_facts(store.facts)
+            text = await self.sessions.run_facts(store.describe)
+            data = [
+                {
+                    "key": f.key,
+                    "value": f.value,
+                    "evidence": f.evidence,
+                    "turn": f.turn,
+                    "recorded_at": f.recorded_at.isoformat(),
+                }
+                for f in held
+            ]
+            return JSONResponse({"object": "list", "data": data, "text": text})
+
+        return await self._resource(request, "session_facts", facts)
+
+    async def session_forget(self, request: Request) -> Response:
+        """``forget KEY`` / ``forget``: the facts go, and so does every statement of them in the history."""
+
+        async def forget(tenant: str) -> Response:
+            body = await self._read_body(request)
+            name = json_object(body, 'a JSON object such as {"key": "module"}, or {} to forget all').get("key")
+            if name is not None and (not isinstance(name, str) or name.strip().lower() not in ALLOWED_KEYS):
+                raise bad_request(
+                    f"cannot forget {name!r}: use one of {', '.join(sorted(ALLOWED_KEYS))}, or no "
+                    "key to forget every fact; nothing was changed",
+                    "invalid_fact_key",
+                )
+            key, _ = await self._known(request, tenant)
+            async with self.sessions.lock(key):
+                store = self.sessions.facts(key)
+                forgotten = await self.sessions.run_facts(lambda: store.forget(name))
+                keys = ALLOWED_KEYS if name is None else frozenset({name.strip().lower()})
+                stored = await self.sessions.history.load(key)
+                scrubbed = scrub_history(stored, keys, {fact.value for fact in forgotten})
+                if scrubbed != stored:
+                    self.kept.rewritten(key)
+                    await self.sessions.history.replace(key, scrubbed)
+            kept = {id(message) for message in scrubbed}
+            return JSONResponse(
+                {
+                    "object": "contextledger.forget",
+                    "forgotten": [{"key": f.key, "value": f.value} for f in forgotten],
+                    "messages_changed": sum(1 for message in stored if id(message) not in kept),
+                }
+            )
+
+        return await self._resource(request, "session_forget", forget)
+
+    async def delete_session(self, request: Request) -> Response:
+        async def delete(tenant: str) -> Response:
+            session_id = session_id_of(request.path_params["session_id"])
+            key = session_key(tenant, session_id)
+            async with self.sessions.lock(key):
+                self.kept.rewritten(key)
+                existed = await self.sessions.delete(key)
+                if not existed:
+                    raise self._unknown(session_id)
+            return JSONResponse({"id": session_id, "object": "contextledger.session", "deleted": True})
+
+        return await self._resource(request, "delete_session", delete)
+
+    async def _resource(
+        self, request: Request, endpoint: str, handle: Callable[[str], Awaitable[Response]]
+    ) -> Response:
+        try:
+            tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+            response = await handle(tenant)
+        except (ProxyError, HistoryError, FactsError) as error:
+            response = _error_response(error)
+        self.metrics.count(self.metrics.requests, endpoint, "session", str(response.status_code))
+        return response
+
+    async def _known(self, request: Request, tenant: str) -> tuple[str, str]:
+        session_id = session_id_of(request.path_params["session_id"])
+        key = session_key(tenant, session_id)
+        if not await self.sessions.exists(key):
+            raise self._unknown(session_id)
+        return key, session_id
+
+    @staticmethod
+    def _unknown(session_id: str) -> ProxyError:
+        return ProxyError(
+            f"no session {session_id!r} for this key; create it first with POST /v1/contextledger/sessions",
+            status=404,
+            error_type="not_found_error",
+            code="session_not_found",
+        )
+
+    # Reading the request ----------------------------------------------------------------------
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length")
+        too_big = ProxyError(
+            f"the request body is larger than the proxy's limit of {limit} bytes; send a shorter history, or use a "
+            "session so only the new messages travel",
+            status=413,
+            code="request_too_large",
+        )
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # Stateless mode ---------------------------------------------------------------------------
+
+    async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
+        # With no strategy the body goes as it came: reading every message would cost time for nothing.
+        if self.strategy is not None:
+            result = await compact_messages(
+                self.reader.read(payload["messages"]), strategy=self.strategy, tokenizer=self.tokenizer
+            )
+            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+            if result.changed:
+                messages = to_openai(result.messages)
+                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
+        headers = self.upstream.headers(request.headers)
+        if payload.get("stream") is True:
+            return await self._stream(headers, body, finish=None, release=None)
+        upstream = await self._call(headers, body)
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+        )
+
+    # Session mode -----------------------------------------------------------------------------
+
+    async def _session_turn(self, request: Request, payload: dict[str, Any]) -> Response:
+        tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+        session_id = session_id_of(request.headers[SESSION_HEADER])
+        key = session_key(tenant, session_id)
+        given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
+        turn_id = given_turn_id or uuid.uuid4().hex
+        incoming = self.reader.read(payload["messages"])
+        instructions = [message for message in incoming if message.role == "system"]
+        new_turn = [message for message in incoming if message.role != "system"]
+        if not new_turn:
+            raise bad_request(
+                "a session turn needs at least one new message besides system messages", "invalid_messages"
+            )
+        streaming = payload.get("stream") is True
+        lock = contextlib.AsyncExitStack()
+        await lock.enter_async_context(self.sessions.lock(key))
+        stack: contextlib.AsyncExitStack[bool | None] | None = lock
+        try:
+            if not await self.sessions.exists(key):
+                raise self._unknown(session_id)
+            if given_turn_id is not None:
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self._replay(done, new_turn, streaming)
+            kept = await self.kept.history(key)
+            stored = kept.messages
+            conversation = [*stored, *new_turn]
+            view = await self.kept.request_view(key, conversation)
+            before = kept.tokens + sum(self.tokenizer.count_messages(new_turn))
+            after = before if view is conversation else sum(self.tokenizer.count_messages(view))
+            store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
+            ticket: Ticket | None = None
+            head = list(instructions)
+            if store is not None:
+                block = await self.sessions.run_facts(store.to_prompt_block)
+                head.append(Message.system(block))
+                text = user_text(new_turn)
+                if text is not None:
+                    ticket = await self.sessions.run_facts(lambda: self._begin(store, text))
+            self.metrics.count(self.metrics.tokens_before, "session", amount=before)
+            self.metrics.count(self.metrics.tokens_after, "session", amount=after)
+            body = json.dumps({**payload, "messages": to_openai([*head, *view])}, ensure_ascii=False).encode("utf-8")
+            headers = self.upstream.headers(request.headers)
+
+            async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
+                turn = _Turn(key, turn_id, kept, new_turn, reply_message(message, reply))
+                return await self._store_turn(turn, store, ticket)
+
+            if streaming:
+                stack = None  # the stream releases the lock when it ends
+                return await self._stream(headers, body, finish=finish, release=lock.aclose)
+            upstream = await self._call(headers, body)
+            try:
+                reply = upstream.json()
+                message = reply["choices"][0]["message"]
+                assert isinstance(message, dict)
+            except (ValueError, KeyError, IndexError, TypeError, AssertionError):
+                raise ProxyError(
+                    "the upstream's reply is not a chat completion with a message; nothing was stored",
+                    status=502,
+                    error_type="upstream_error",
+                    code="upstream_invalid_response",
+                ) from None
+            meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
+            meta["finish_reason"] = reply["choices"][0].get("finish_reason")
+            if not await finish(message, meta):
+                # Another holder stored this turn id first (its lock lease had run out): its reply stands.
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self._replay(done, new_turn, streaming=False)
+            return Response(
+                upstream.content, status_code=200, media_type=upstream.headers.get("content-type", "application/json")
+            )
+        finally:
+            if stack is not None:
+                await stack.aclose()
+
+    def _replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
+        """The stored reply to a retried turn, without calling the upstream or touching the facts."""
+        if done.inputs != tuple(new_turn):
+            raise ProxyError(
+                f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
+                "turn, so give each new turn a new key",
+                status=422,
+                code="idempotency_key_reused",
+            )
+        self.metrics.count(self.metrics.turns, "replayed")
+        completion = stored_completion(done)
+        headers = {"x-contextledger-replayed": "true"}
+        if not streaming:
+            return JSONResponse(completion, headers=headers)
+        return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
+
+    def _begin(self, store: FactMemory, text: str) -> Ticket | None:
+        try:
+            return store.begin_turn(text)
+        except FactsError:  # a message over the bound: the turn goes on, the facts cannot change
+            self.metrics.count(self.metrics.facts, "rejected")
+            return None
+
+    async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
+        """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
+
+        ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
+        failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
+        is unknown and the retry that settles it (the same ``Idempotency-Key``).
+        """
+        try:
+            stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
+        except TurnOutcomeUnknownError:
+            self.kept.rewritten(turn.key)
+            self.metrics.count(self.metrics.turns, "unknown")
+            raise ProxyError(
+                f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
+                f"with the header Idempotency-Key: {turn.turn_id} to get the stored reply, or run it if it was not",
+                status=503,
+                error_type="server_error",
+                code="turn_outcome_unknown",
+            ) from None
+        except HistoryError as error:
+            self.metrics.count(self.metrics.turns, "failed")
+            raise ProxyError(
+                f"the turn could not be stored and nothing was stored ({error})",
+                status=503,
+                error_type="server_error",
+                code="store_unavailable",
+            ) from None
+        if not stored_now:
+            return False
+        self.metrics.count(self.metrics.turns, "stored")
+        added = [*turn.inputs, turn.reply]
+        self.kept.appended(turn.key, turn.before, added, sum(self.tokenizer.count_messages(added)))
+        if self.retain is not None:
+            everything = [*turn.before.messages, *added]
+            reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
+            if reduced != everything:
+                self.kept.rewritten(turn.key)
+                await self.sessions.history.replace(turn.key, reduced)
+        if store is not None and ticket is not None:
+            try:
+                # The rule writer reads the user's own text; the store's check and write may do I/O.
+                proposal = await self.writer.propose(ticket.user_text)
+                admission = await self.sessions.run_facts(lambda: store.apply(ticket, proposal.candidates))
+                self.metrics.count(self.metrics.facts, "admitted", amount=len(admission.admitted))
+            except FactsError as error:
+                problems = getattr(error, "problems", ()) or (str(error),)
+                self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+        return True
+
+    # Talking to the upstream ------------------------------------------------------------------
+
+    async def _call(self, headers: dict[str, str], body: bytes) -> httpx.Response:
+        started = time.perf_counter()
+        upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=False)
+        self.metrics.observe(
+            self.metrics.upstream_seconds,
+            time.perf_counter() - started,
+            "chat_completions",
+            "answered" if upstream.status_code < 400 else "error",
+        )
+        if upstream.status_code >= 400:
+            status, failure = upstream_failure(upstream.status_code, upstream.content)
+            raise ProxyError(
+                failure["error"].get("message") or "upstream error",
+                status=status,
+                error_type=failure["error"].get("type") or "upstream_error",
+                code=failure["error"].get("code"),
+            )
+        return upstream
+
+    async def _stream(
+        self,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        finish: _Finish | None,
+        release: Callable[[], Awaitable[None]] | None,
+    ) -> Response:
+        """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent."""
+        started = time.perf_counter()
+        try:
+            upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=True)
+            if upstream.status_code >= 400:
+                content = await upstream.aread()
+                await upstream.aclose()
+                status, failure = upstream_failure(upstream.status_code, content)
+                raise ProxyError(
+                    failure["error"].get("message") or "upstream error",
+                    status=status,
+                    error_type=failure["error"].get("type") or "upstream_error",
+                    code=failure["error"].get("code"),
+                )
+        except BaseException:
+            if release is not None:
+                await release()
+            raise
+
+        async def events() -> Any:
+            assembler = StreamAssembler()
+            failure: ProxyError | None = None
+            try:
+                async for data in upstream.aiter_bytes():
+                    for event in assembler.feed(data):
+                        yield event
+            except httpx.TimeoutException:
+                failure = timeout_error()
+            except httpx.HTTPError as error:
+                failure = _broken(f"the upstream's stream broke ({type(error).__name__})")
+            outcome = "answered"
+            if failure is None and assembler.error is not None:
+                outcome = "error"  # the upstream's own error event has been passed on as it came
+            elif failure is None and not assembler.complete:
+                failure = _broken("the upstream's stream ended before it said it was done")
+            if failure is None and outcome == "answered" and finish is not None:
+                meta = {
+                    "finish_reason": assembler.finish_reason,
+                    "id": assembler.response_id,
+                    "model": assembler.model,
+                    "created": assembler.created,
+                    "usage": assembler.usage,
+                }
+                try:
+                    await finish(assembler.message(), meta)
+                except ProxyError as error:
+                    failure = error
+                except ContextLedgerError as error:
+                    failure = ProxyError(
+                        f"the turn could not be stored: {error}",
+                        status=503,
+                        error_type="server_error",
+                        code="store_unavailable",
+                    )
+            if failure is not None:
+                outcome = "broken"
+                if finish is not None:
+                    self.metrics.count(self.metrics.turns, "failed")
+                yield sse_event(error_body(str(failure), failure.error_type, failure.code))
+            elif outcome == "answered":
+                yield DONE_EVENT
+            self.metrics.observe(
+                self.metrics.upstream_seconds, time.perf_counter() - started, "chat_completions", outcome
+            )
+
+        async def cleanup() -> None:
+            await upstream.aclose()
+            if release is not None:
+                await release()
+
+        return _CleanupStream(events(), cleanup)
+
+
+def _broken(reason: str) -> ProxyError:
+    return ProxyError(
+        f"{reason}; nothing was stored and no fact was admitted",
+        status=502,
+        error_type="upstream_error",
+        code="upstream_stream_broken",
+    )
+
+
+def create_app(config: ServeConfig) -> Starlette:
+    """The ASGI application for ``config``; its ``state.proxy`` is the :class:`Proxy` behind it."""
+    proxy = Proxy(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        try:
+            yield
+        finally:
+            await proxy.close()
+
+    sessions = "/v1/contextledger/sessions"
+
+    async def internal_error(request: Request, error: Exception) -> Response:
+        # Logged by the server with its traceback; the client gets OpenAI's shape, not a text page.
+        body = error_body(
+            "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
+            "Idempotency-Key is stored at most once",
+            "server_error",
+        )
+        return JSONResponse(body, status_code=500)
+
+    app = Starlette(
+        exception_handlers={Exception: internal_error},
+        routes=[
+            Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+            Route("/v1/models", proxy.models, methods=["GET"]),
+            Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/metrics", proxy.metrics_text, methods=["GET"]),
+            Route(sessions, proxy.create_session, methods=["POST"]),
+            Route(sessions + "/{session_id}", proxy.session_info, methods=["GET"]),
+            Route(sessions + "/{session_id}", proxy.delete_session, methods=["DELETE"]),
+            Route(sessions + "/{session_id}/messages", proxy.session_messages, methods=["GET"]),
+            Route(sessions + "/{session_id}/facts", proxy.session_facts, methods=["GET"]),
+            Route(sessions + "/{session_id}/forget", proxy.session_forget, methods=["POST"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.proxy = proxy
+    return app

@@ -1,0 +1,114 @@
+"""``contextledger serve``: the sub-command, registered by the command line with one call.
+
+Nothing here imports the ``serve`` extra: the command line starts without it, and only running
+the command needs starlette, uvicorn and httpx (a missing one is reported with its install line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from contextledger._extras import require_extra
+from contextledger.serve._config import (
+    UPSTREAM_KEY_VARIABLE,
+    ServeConfig,
+    load_config_file,
+    merge,
+    strategy_flags,
+)
+
+__all__ = ["add_serve_command", "config_from_args"]
+
+_TOKENIZERS = ["estimate", "cl100k_base", "o200k_base"]
+
+
+def add_serve_command(commands: Any) -> None:
+    """Add ``serve`` to the command line's sub-parsers."""
+    serve = commands.add_parser(
+        "serve",
+        help="an OpenAI-compatible proxy that compacts and keeps facts for any client",
+        description=(
+            "Serve OpenAI's chat-completions API in front of any compatible upstream. Without a session header the "
+            "whole history a client sends is compacted and forwarded, and nothing is stored. With "
+            "X-Contextledger-Session the proxy keeps the history and the controlled facts. The upstream key is "
+            f"the client's own Authorization, or ${UPSTREAM_KEY_VARIABLE} when set."
+        ),
+    )
+    serve.add_argument("--upstream", metavar="URL", help="base URL of the upstream API, e.g. http://127.0.0.1:8000/v1")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    serve.add_argument(
+        "--store",
+        metavar="sqlite:PATH|redis://…",
+        help="where sessions live (default sqlite:contextledger-serve.db); Redis to share them",
+    )
+    serve.add_argument("--strategy", metavar="NAME", help="compacts what is sent, as for `contextledger compact`")
+    serve.add_argument("--param", action="append", metavar="KEY=VALUE", help="a --strategy argument")
+    serve.add_argument("--budget", type=int, metavar="N", help="fit what is sent in N tokens")
+    serve.add_argument("--tokenizer", choices=_TOKENIZERS, help="how tokens are counted (default: estimate)")
+    serve.add_argument("--retain-strategy", metavar="NAME", help="compacts what a session keeps after each turn")
+    serve.add_argument("--retain-param", action="append", metavar="KEY=VALUE", help="a --retain-strategy argument")
+    serve.add_argument("--retain-budget", type=int, metavar="N", help="keep a session's history within N tokens")
+    serve.add_argument(
+        "--facts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="controlled facts in session mode (default: on)",
+    )
+    serve.add_argument(
+        "--trust-tenant-header",
+        action="store_true",
+        default=None,
+        help="take the tenant from X-Contextledger-Tenant (only behind a gateway that authenticates)",
+    )
+    serve.add_argument("--max-body-bytes", type=int, metavar="N", help="largest request body (default 4 MiB)")
+    serve.add_argument("--upstream-timeout", type=float, metavar="SECONDS", help="default 300")
+    serve.add_argument(
+        "--lock-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a turn waits for the one before it in its session before 409 (default 30)",
+    )
+    serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
+    serve.set_defaults(run=_serve)
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    """The configuration the flags and the config file describe (flags win)."""
+    from contextledger.exceptions import ConfigurationError  # noqa: PLC0415
+
+    settings = load_config_file(args.config) if args.config else {}
+    flags: dict[str, Any] = {
+        "upstream": args.upstream,
+        "host": args.host,
+        "port": args.port,
+        "store": args.store,
+        "facts": args.facts,
+        "trust_tenant_header": args.trust_tenant_header,
+        "max_body_bytes": args.max_body_bytes,
+        "upstream_timeout": args.upstream_timeout,
+        "lock_timeout": args.lock_timeout,
+        "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
+        "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
+    }
+    merged = merge(settings, flags)
+    if "upstream" not in merged:
+        raise ConfigurationError('serve needs --upstream URL (or "upstream" in the config file)')
+    return ServeConfig(**merged).with_environment()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    uvicorn = require_extra("uvicorn", extra="serve", feature="contextledger serve")
+    from contextledger.serve._app import create_app  # noqa: PLC0415
+
+    app = create_app(config)
+    print(
+        f"contextledger serve: http://{config.host}:{config.port}/v1 -> {config.upstream_base} "
+        f"(store {config.store.split('@')[-1] if config.uses_redis else config.store})",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=config.host, port=config.port, log_level="info")
+    return 0

@@ -1,0 +1,179 @@
+"""What a proxy is configured with, from flags, a config file, or Python.
+
+Strategies are written as for ``contextledger compact`` (a name, ``KEY=VALUE`` parameters, or a
+token budget) and built by the same code, so a strategy that works on a transcript file works
+in the proxy.  Everything is checked when the configuration is made, so a mistake stops the
+command before it listens, never on the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from contextledger.compaction import CompactionStrategy
+from contextledger.exceptions import ConfigurationError
+
+__all__ = ["UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
+
+UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
+"""The environment variable holding a configured upstream key: never a flag, which ``ps`` would show."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategySpec:
+    """A strategy as ``contextledger compact`` takes it: ``name`` with ``params``, and/or ``budget``."""
+
+    name: str | None = None
+    params: tuple[str, ...] = ()
+    budget: int | None = None
+    tokenizer: str = "estimate"
+
+    @property
+    def empty(self) -> bool:
+        return self.name is None and self.budget is None and not self.params
+
+    def build(self) -> CompactionStrategy | None:
+        """The strategy, or ``None`` when nothing was configured (messages are then sent as they are)."""
+        if self.empty:
+            return None
+        # The command line owns the syntax; imported here because it imports this package.
+        from contextledger.cli import UsageError, _build_strategy  # noqa: PLC0415
+        from contextledger.tokenizers import get_tokenizer  # noqa: PLC0415
+
+        try:
+            return _build_strategy(self.name, self.params, self.budget, get_tokenizer(self.tokenizer))
+        except UsageError as error:
+            raise ConfigurationError(str(error)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """Everything ``contextledger serve`` needs; see ``contextledger serve --help`` for each field.
+
+    ``strategy`` compacts what is sent (the whole request in stateless mode, the request view in
+    session mode); ``retain`` compacts what a session keeps after each turn.  ``store`` is
+    ``sqlite:PATH`` or a ``redis://`` URL.  ``upstream_key``, when set, replaces the client's
+    ``Authorization`` towards the upstream (the client's key still names its tenant).
+    """
+
+    upstream: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    store: str = "sqlite:contextledger-serve.db"
+    strategy: StrategySpec = field(default_factory=StrategySpec)
+    retain: StrategySpec = field(default_factory=StrategySpec)
+    facts: bool = True
+    trust_tenant_header: bool = False
+    upstream_key: str | None = field(default=None, repr=False)
+    max_body_bytes: int = 4 * 1024 * 1024
+    upstream_timeout: float = 300.0
+    lock_timeout: float = 30.0
+    namespace: str = "contextledger-serve"
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"upstream must be the base URL of an OpenAI-compatible API such as http://127.0.0.1:8000/v1, "
+                f"got {self.upstream!r}"
+            )
+        if not self.store.startswith(("sqlite:", "redis://", "rediss://", "unix://")) or self.store == "sqlite:":
+            raise ConfigurationError(f"store must be sqlite:PATH or a redis:// URL, got {self.store!r}")
+        for name in ("max_body_bytes", "port"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
+                raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
+        for name in ("upstream_timeout", "lock_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
+        self.strategy.build()  # a bad strategy stops here, before anything listens
+        self.retain.build()
+
+    @property
+    def upstream_base(self) -> str:
+        return self.upstream.rstrip("/")
+
+    @property
+    def uses_redis(self) -> bool:
+        return not self.store.startswith("sqlite:")
+
+    def with_environment(self, environ: Mapping[str, str] = os.environ) -> ServeConfig:
+        """This configuration with the upstream key from the environment, if one is set there."""
+        key = environ.get(UPSTREAM_KEY_VARIABLE)
+        return replace(self, upstream_key=key) if key else self
+
+
+_STRATEGY_KEYS = {"strategy": "name", "param": "params", "budget": "budget", "tokenizer": "tokenizer"}
+
+
+def _spec(data: Mapping[str, Any], prefix: str, path: str) -> StrategySpec:
+    values: dict[str, Any] = {}
+    for key, attribute in _STRATEGY_KEYS.items():
+        if prefix + key in data:
+            value = data[prefix + key]
+            if attribute == "params":
+                if isinstance(value, str):
+                    value = [value]
+                if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                    raise ConfigurationError(f"{path}: {prefix + key} must be a list of KEY=VALUE strings")
+                value = tuple(value)
+            values[attribute] = value
+    return StrategySpec(**values)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """The settings in a JSON or TOML file (by extension), keyed like ``ServeConfig`` and the flags.
+
+    Strategy keys are ``strategy``, ``param`` (a list), ``budget``, ``tokenizer``, and the same with
+    a ``retain_`` prefix for the retained history.  An unknown key is an error, not ignored.
+    """
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise ConfigurationError(f"cannot read config file {path}: {error.strerror or error}") from None
+    try:
+        if path.endswith(".toml"):
+            try:
+                import tomllib  # noqa: PLC0415
+            except ModuleNotFoundError:  # Python 3.10
+                raise ConfigurationError(f"{path}: TOML config files need Python 3.11 or later; use JSON") from None
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConfigurationError(
+            f"{path} is not valid {'TOML' if path.endswith('.toml') else 'JSON'}: {error}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{path} must hold a table of settings, got {type(data).__name__}")
+    simple = {f.name for f in fields(ServeConfig)} - {"strategy", "retain", "upstream_key"}
+    known = simple | set(_STRATEGY_KEYS) | {"retain_" + key for key in _STRATEGY_KEYS}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigurationError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    settings: dict[str, Any] = {key: data[key] for key in simple if key in data}
+    if any(key in data for key in _STRATEGY_KEYS):
+        settings["strategy"] = _spec(data, "", path)
+    if any("retain_" + key in data for key in _STRATEGY_KEYS):
+        settings["retain"] = _spec(data, "retain_", path)
+    return settings
+
+
+def merge(file_settings: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Flags given on the command line win over the file; both are keyed like ``ServeConfig``."""
+    return {**file_settings, **{key: value for key, value in flags.items() if value is not None}}
+
+
+def strategy_flags(
+    name: str | None, params: Sequence[str] | None, budget: int | None, tokenizer: str | None
+) -> StrategySpec | None:
+    if name is None and not params and budget is None and tokenizer is None:
+        return None
+    return StrategySpec(name, tuple(params or ()), budget, tokenizer or "estimate")

@@ -1,0 +1,131 @@
+"""Server-sent events from the upstream: split into events, and the reply assembled from them.
+
+The proxy forwards each event as soon as it is complete, and reads it on the way to build the
+assistant message the session stores (text deltas joined, tool-call deltas joined per index).
+A stream counts as finished only when the upstream said so (``data: [DONE]``, or a choice with a
+``finish_reason`` before a clean end); anything else is a broken stream, and a broken stream
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DONE_EVENT", "StreamAssembler", "sse_event"]
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def sse_event(body: dict[str, Any]) -> bytes:
+    """One server-sent event carrying ``body`` as JSON (an error body makes the official SDKs raise)."""
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+@dataclass
+class _ToolCall:
+    id: str = ""
+    type: str = "function"
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class StreamAssembler:
+    """Feed it the upstream's bytes; it returns whole events to forward and keeps the reply."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.done = False
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.error: dict[str, Any] | None = None
+        self.unreadable = False
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self.created: int | None = None
+        self.usage: dict[str, Any] | None = None
+        self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._tool_calls: dict[int, _ToolCall] = {}
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The complete events in ``data`` (with what was left over before), ``[DONE]`` held back."""
+        # Joined before normalising, so a CR LF split across two reads is still one line break.
+        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        events: list[bytes] = []
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                return events
+            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+            if self._read(event):
+                events.append(event)
+
+    def _read(self, event: bytes) -> bool:
+        """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself."""
+        payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
+        if not payload:
+            return True  # a comment or keep-alive
+        if payload == b"[DONE]":
+            self.done = True
+            return False
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            self.unreadable = True
+            return True
+        if not isinstance(chunk, dict):
+            self.unreadable = True
+            return True
+        if "error" in chunk:
+            self.error = chunk
+            return True
+        self.response_id = chunk.get("id", self.response_id)
+        self.model = chunk.get("model", self.model)
+        self.created = chunk.get("created", self.created)
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # the session keeps the first choice, as it does without streaming
+            if choice.get("finish_reason"):
+                self.finished = True
+                self.finish_reason = str(choice["finish_reason"])
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                self._refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                if not isinstance(call, dict):
+                    continue
+                slot = self._tool_calls.setdefault(int(call.get("index", 0)), _ToolCall())
+                slot.id = call.get("id") or slot.id
+                slot.type = call.get("type") or slot.type
+                function = call.get("function") or {}
+                slot.name = function.get("name") or slot.name
+                if isinstance(function.get("arguments"), str):
+                    slot.arguments.append(function["arguments"])
+        return True
+
+    @property
+    def complete(self) -> bool:
+        """Whether the upstream ended the stream properly, with nothing unreadable or erroneous in it."""
+        return (self.done or self.finished) and self.error is None and not self.unreadable and not self._buffer.strip()
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message the stream spelled out, as an OpenAI message dict."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) if self._text else None}
+        if self._refusal:
+            message["refusal"] = "".join(self._refusal)
+        if self._tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": call.type,
+                    "function": {"name": call.name, "arguments": "".join(call.arguments)},
+                }
+                for _, call in sorted(self._tool_calls.items())
+            ]
+        return message

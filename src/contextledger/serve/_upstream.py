@@ -1,0 +1,96 @@
+"""The one HTTP client from the proxy to the upstream, and how its failures reach the caller.
+
+An upstream error (any status of 400 or more) is passed through with its status and, when it
+is already in OpenAI's error shape, its body; a timeout becomes 504 and an unreachable upstream
+502, both in that shape.  None of them is ever stored.  Only a few headers travel upstream: the
+key, the content type, and the ``OpenAI-*`` headers a client may rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from contextledger.exceptions import ProxyError
+
+__all__ = ["Upstream", "error_body", "upstream_failure"]
+
+_FORWARDED_PREFIXES = ("openai-",)
+
+
+def error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
+    """The status and OpenAI-shaped body to answer with when the upstream answered ``status``."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return status, body
+    excerpt = content[:300].decode("utf-8", "replace")
+    return status, error_body(
+        f"the upstream answered HTTP {status}: {excerpt!r}; nothing was stored", "upstream_error", "upstream_error"
+    )
+
+
+class Upstream:
+    """A pooled ``httpx`` client for one upstream base URL."""
+
+    def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._upstream_key = upstream_key
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # TCP_NODELAY: the request goes out as headers then body, and without it the body waits for
+        # the upstream to acknowledge the headers (Nagle against delayed ACKs), several ms a call.
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout), transport=transport)
+
+    def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
+        """What the upstream gets: the configured key or the client's own, and ``OpenAI-*`` headers."""
+        headers = {"content-type": "application/json", "accept": incoming.get("accept", "application/json")}
+        if self._upstream_key is not None:
+            headers["authorization"] = f"Bearer {self._upstream_key}"
+        elif "authorization" in incoming:
+            headers["authorization"] = incoming["authorization"]
+        for name, value in incoming.items():
+            if name.lower().startswith(_FORWARDED_PREFIXES):
+                headers[name] = value
+        return headers
+
+    async def send(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, *, stream: bool
+    ) -> httpx.Response:
+        """The upstream's response (headers only when ``stream``); :class:`ProxyError` if there is none."""
+        request = self.client.build_request(method, self.base_url + path, headers=dict(headers), content=body)
+        try:
+            return await self.client.send(request, stream=stream)
+        except httpx.TimeoutException:
+            raise timeout_error() from None
+        except httpx.HTTPError as error:
+            raise ProxyError(
+                f"the upstream at {self.base_url} could not be reached ({type(error).__name__}); nothing was stored",
+                status=502,
+                error_type="upstream_error",
+                code="upstream_unreachable",
+            ) from None
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def timeout_error() -> ProxyError:
+    return ProxyError(
+        "the upstream did not answer in time; nothing was stored, so the request can be retried",
+        status=504,
+        error_type="upstream_error",
+        code="upstream_timeout",
+    )

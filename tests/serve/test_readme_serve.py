@@ -1,0 +1,62 @@
+"""The README's serve section works as written: its command parses, its Python client and its
+curl lines run against a real proxy (only the address is changed to the test's)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.serve.conftest import StartProxy
+
+from contextledger.cli import _parser
+from contextledger.serve._command import config_from_args
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+KEY = "sk-readme-reader-1"
+
+
+def section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## Any client, any language: `contextledger serve`")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section(), flags=re.DOTALL)
+
+
+def test_the_command_shown_parses() -> None:
+    command = shlex.split(blocks("sh")[0])
+    assert command[:2] == ["contextledger", "serve"]
+    config = config_from_args(_parser().parse_args(command[1:]))
+    assert config.upstream == "https://api.openai.com/v1"
+    assert config.strategy.build() is not None
+
+
+def test_the_python_client_example_runs(
+    start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (code,) = blocks("py")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with start_proxy() as proxy:
+        exec(compile(code.replace("http://127.0.0.1:8080/v1", proxy.base_url), "README.md", "exec"), {})
+        assert proxy.facts("ticket-42", KEY) == {"module": "Billing", "database": "SQL Server 2022"}
+    assert capsys.readouterr().out == "echo: Which database do we use?\n"
+
+
+def test_the_curl_lines_run(start_proxy: StartProxy) -> None:
+    script = blocks("sh")[1]
+    with start_proxy() as proxy:
+        done = subprocess.run(
+            ["bash", "-euc", script.replace("http://127.0.0.1:8080", proxy.root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"OPENAI_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
+            check=True,
+        )
+        assert proxy.facts("ticket-7", KEY) == {"database": "PostgreSQL"}  # after forget module
+    assert '"forgotten":[{"key":"module","value":"Reporting"}]' in done.stdout
