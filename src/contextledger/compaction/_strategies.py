@@ -272,11 +272,13 @@ class CompactionStrategy(ABC):
         groups are excluded in one batch; any other target is re-evaluated on
         the index after every step.
         """
+        # A unit with a member outside the candidates (a protected newest result) is kept whole.
+        candidates = index.whole_units(candidates)
         threshold = _threshold_of(self.target, self.trigger)
         doomed: list[int] = []
         if _stops_never(self.target, self.trigger):
             doomed = index._exclude(candidates, reason, fresh=True)
-        elif threshold is not None:
+        elif threshold is not None and index._table.unit.keys().isdisjoint(candidates):
             metric, limit = threshold
             doomed = index._exclude(_oldest_until(index, candidates, metric, limit), reason, fresh=True)
         else:
@@ -444,7 +446,7 @@ class SlidingWindowStrategy(CompactionStrategy):
         newest = _newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
-        excluded = index._exclude(doomed, "sliding_window", fresh=True)
+        excluded = index._exclude(index.whole_units(doomed), "sliding_window", fresh=True)
         return self._log(index, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
@@ -480,7 +482,7 @@ class SlidingWindowStrategy(CompactionStrategy):
                 groups = turns[turn]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
-                excluded.extend(index._exclude(groups, reason, fresh=True))
+                excluded.extend(index._exclude(index.whole_units(groups), reason, fresh=True))
             return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
         # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
         # A turn's groups are all of its included groups (no system group has a turn), so dropping
@@ -505,6 +507,7 @@ class SlidingWindowStrategy(CompactionStrategy):
                 remaining -= len(groups)
             else:
                 remaining -= 1
+        doomed = index.whole_units(doomed)
         return self._log(index, "excluded", index._exclude(doomed, reason, fresh=True), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
@@ -722,7 +725,11 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         candidates = [
             g
             for g in index._live.values()
-            if kind_of[g] is TOOL_CALL and g not in protected and g not in orphans and g not in waiting
+            if kind_of[g] is TOOL_CALL
+            and g not in protected
+            and g not in orphans
+            and g not in waiting
+            and g not in table.unit  # a call whose results sit apart is left whole, never collapsed
         ]
         threshold = _threshold_of(self.target, self.trigger)
         originals: list[int] = []
@@ -928,9 +935,10 @@ class SummarizationStrategy(CompactionStrategy):
                 retained += sizes[group]
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
-        for group in _live_ids(index):
-            if kind_of[group] is SYSTEM or group in kept:
-                continue
+        candidates = [g for g in _live_ids(index) if kind_of[g] is not SYSTEM and g not in kept]
+        for group in candidates:
+            if group in index._table.unit:
+                break  # a call whose results sit apart: summarising it would move them; stop before it
             if self.target_count is None and self.target_met(index):
                 break
             if budget is not None:
@@ -938,8 +946,7 @@ class SummarizationStrategy(CompactionStrategy):
                 if spent + cost > budget:
                     return chosen, True
                 spent += cost
-            index._exclude([group], "summarized")
-            chosen.append(group)
+            chosen.extend(index._exclude([group], "summarized"))
         return chosen, False
 
     def _restore(self, index: MessageIndex, groups: list[int]) -> None:
