@@ -590,6 +590,11 @@ def check_summarization(
         return
     chosen = [g for g in live if after(g).excluded]
     assert chosen
+    # Groups too large to be summarised on their own are left as they are, and the ones after
+    # them are summarised (SPEC §11): the choice starts after them.
+    skipped = [id(g) for g in available].index(id(chosen[0]))
+    assert all(too_big([g]) for g in available[:skipped]), "a group that fitted was skipped"
+    available = available[skipped:]
     assert all(after(g).exclusion_reason == "summarized" for g in chosen)
     assert [id(g) for g in chosen] == [id(g) for g in available[: len(chosen)]], "not the oldest groups"
     assert justified_stop(len(chosen)), "stopped early: the next group fitted and the target was not met"

@@ -831,6 +831,16 @@ def _transcript(groups: Iterable[Sequence[Message]]) -> str:
     return "\n".join(lines)
 
 
+class _Unset:
+    """The type of a keyword argument left out (to tell it from an explicit None)."""
+
+
+_UNSET = _Unset()
+
+FAILURES_BEFORE_ERROR = 3
+"""Summariser failures in a row after which :class:`SummarizationStrategy` logs once at ERROR."""
+
+
 class SummarizationStrategy(CompactionStrategy):
     """Replace older groups with one ``[Summary]`` message written by a separate chat model.
 
@@ -844,8 +854,11 @@ class SummarizationStrategy(CompactionStrategy):
     had excluded is restored, nothing is inserted, the failure is logged and
     recorded as an event (and raised as :class:`SummarizationError` with
     ``on_error="raise"``).  Cancellation restores and propagates.  Input is
-    bounded by ``max_input_tokens``: older groups that do not fit wait for a
-    later round.
+    bounded by ``max_input_tokens`` (MAF spells it ``max_summary_input_tokens``):
+    older groups that do not fit wait for a later round, and a group too large to
+    fit on its own is left as it is while the groups after it are summarised, so
+    one huge message never stalls summarisation.  After
+    :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
     """
 
     name = "summarization"
@@ -863,7 +876,9 @@ class SummarizationStrategy(CompactionStrategy):
         threshold: int | None = None,
         prompt: str | None = None,
         summarization_prompt: str | None = None,
-        max_input_tokens: int | None = 16_000,
+        max_input_tokens: int | _Unset | None = _UNSET,
+        max_summary_input_tokens: int | _Unset | None = _UNSET,
+        tokenizer: Tokenizer | None = None,
         on_error: Literal["report", "raise"] = "report",
     ) -> None:
         if client is not None and chat_client is not None:
@@ -898,12 +913,20 @@ class SummarizationStrategy(CompactionStrategy):
             self.threshold = 2 if threshold is None else _count(threshold, "threshold")
             trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
             self.minimum_preserved = 1
+        if not isinstance(max_input_tokens, _Unset) and not isinstance(max_summary_input_tokens, _Unset):
+            raise ConfigurationError(
+                "SummarizationStrategy: max_input_tokens and max_summary_input_tokens are the same setting; give one"
+            )
+        budget = max_input_tokens if not isinstance(max_input_tokens, _Unset) else max_summary_input_tokens
+        if isinstance(budget, _Unset):
+            budget = 16_000
         super().__init__(trigger, target)
         self.client = client
         self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
-        self.max_input_tokens = (
-            None if max_input_tokens is None else _count(max_input_tokens, "max_input_tokens", minimum=1)
-        )
+        self.max_input_tokens = None if budget is None else _count(budget, "max_input_tokens", minimum=1)
+        # Counts the summariser's input (and, like every strategy's tokenizer, the index).
+        self.tokenizer = tokenizer
+        self._failures = 0  # in a row
         if on_error not in ("report", "raise"):
             raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
         self.on_error = on_error
@@ -919,6 +942,7 @@ class SummarizationStrategy(CompactionStrategy):
         """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
         budget (rather than the floor or the target) is what stopped the choice."""
         chosen: list[int] = []
+        over = False
         budget = self.max_input_tokens
         tokenizer = index.tokenizer
         kind_of, sizes = index._table.kind, index._table.size
@@ -944,10 +968,13 @@ class SummarizationStrategy(CompactionStrategy):
             if budget is not None:
                 cost = tokenizer.count_text(_transcript([index._table.messages(group)]) + "\n")
                 if spent + cost > budget:
-                    return chosen, True
+                    if chosen:
+                        return chosen, True
+                    over = True  # too large on its own: left as it is, the groups after it go on
+                    continue
                 spent += cost
             chosen.extend(index._exclude([group], "summarized"))
-        return chosen, False
+        return chosen, over and not chosen
 
     def _restore(self, index: MessageIndex, groups: list[int]) -> None:
         index._include(groups)
@@ -956,6 +983,12 @@ class SummarizationStrategy(CompactionStrategy):
         self._restore(index, groups)
         index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
         logger.warning("summarization skipped: %s; the history is unchanged", why)
+        self._failures += 1
+        if self._failures == FAILURES_BEFORE_ERROR:  # once per run of failures, as MAF does
+            logger.error(
+                "summarization has failed %d times in a row; the history is no longer being summarised",
+                self._failures,
+            )
         if self.on_error == "raise":
             raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
         return False
@@ -973,9 +1006,9 @@ class SummarizationStrategy(CompactionStrategy):
                 groups, over_budget = [], True
         if not groups:
             if over_budget:
-                why = "the oldest group alone exceeds max_input_tokens; nothing was replaced"
+                why = "every group that could be summarised exceeds max_input_tokens on its own; nothing was replaced"
                 index.events.append(CompactionEvent(self.name, "failed", detail=why))
-                logger.warning("summarization skipped: the oldest group alone exceeds max_input_tokens")
+                logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
             return False
         try:
             response = await self.client.get_response(request)
@@ -991,6 +1024,7 @@ class SummarizationStrategy(CompactionStrategy):
         if not text.startswith(SUMMARY_PREFIX.strip()):
             text = SUMMARY_PREFIX + text
         self.last_usage = getattr(response, "usage", None)
+        self._failures = 0
         summary = Message(
             "assistant",
             (TextContent(text),),
