@@ -38,12 +38,8 @@ from contextledger.compaction._index import (
     gc_paused,
 )
 from contextledger.compaction.triggers import (
+    Threshold,
     Trigger,
-    _GroupsExceed,
-    _MessagesExceed,
-    _TokensBelow,
-    _TokensExceed,
-    _TurnsExceed,
     always,
     messages_exceed,
     never,
@@ -107,15 +103,8 @@ class _Not:
         return f"not {self.trigger!r}"
 
 
-@dataclass(frozen=True, slots=True)
-class _NonSystemMessagesExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_non_system_messages > self.limit
-
-    def __repr__(self) -> str:
-        return f"non_system_messages_exceed({self.limit})"
+# The thresholds a strategy can turn into arithmetic: excluding a group moves these by its own size.
+_GROUP_METRICS = frozenset({"included_tokens", "included_messages", "included_groups"})
 
 
 def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = False) -> tuple[str, int] | None:
@@ -127,18 +116,14 @@ def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = Fal
         check: object = trigger
     elif isinstance(target, _Not):
         check = target.trigger
-    elif isinstance(target, _TokensBelow):
+    elif isinstance(target, Threshold) and target.below and target.metric == "included_tokens":
         return ("included_tokens", target.limit - 1)
     else:
         return None
-    if isinstance(check, _TokensExceed):
-        return ("included_tokens", check.limit)
-    if isinstance(check, _MessagesExceed):
-        return ("included_messages", check.limit)
-    if isinstance(check, _GroupsExceed):
-        return ("included_groups", check.limit)
-    if turns and isinstance(check, _TurnsExceed):
-        return ("included_turns", check.limit)
+    if not isinstance(check, Threshold) or check.below:
+        return None
+    if check.metric in _GROUP_METRICS or (turns and check.metric == "included_turns"):
+        return (check.metric, check.limit)
     return None
 
 
@@ -950,7 +935,9 @@ class SummarizationStrategy(CompactionStrategy):
                 raise ConfigurationError("SummarizationStrategy: target= and minimum_preserved= need a trigger=")
             self.target_count = 4 if target_count is None else _count(target_count, "target_count", minimum=1)
             self.threshold = 2 if threshold is None else _count(threshold, "threshold")
-            trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
+            trigger = Threshold(
+                "included_non_system_messages", self.target_count + self.threshold, "non_system_messages_exceed"
+            )
             self.minimum_preserved = 1
         if not isinstance(max_input_tokens, _Unset) and not isinstance(max_summary_input_tokens, _Unset):
             raise ConfigurationError(
