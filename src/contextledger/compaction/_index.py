@@ -899,6 +899,18 @@ class MessageIndex:
             if not belongs:
                 orphans.add(group)
 
+        def answer_group(count: int, position: int, answers: list[str], turn: int) -> None:
+            """A message answering earlier calls (not the open one): its own tool group, one
+            unit with theirs (SPEC §11); flagged orphan if some id answers no waiting call."""
+            group = len(kinds)
+            kinds.append(_TOOL_CALL)
+            turns.append(turn)
+            tokens.append(count)
+            firsts.append(position)
+            sizes.append(1)
+            if not self._link_answers(group, answers):
+                orphans.add(group)
+
         for message, count in zip(new, counts):
             position += 1
             contents = message.contents
@@ -961,15 +973,8 @@ class MessageIndex:
                         continue
                     open_tool = None
                     provisional = []
-                    group = len(kinds)
-                    add_kind(_TOOL_CALL)
-                    add_turn(turn)
-                    add_tokens(count)
-                    add_first(position)
-                    add_size(1)
+                    answer_group(count, position, answers, turn)
                     tool_groups += 1
-                    if not self._link_answers(group, answers):
-                        orphans.add(group)
                     continue
                 group = len(kinds)
                 add_first(position)
@@ -1027,15 +1032,8 @@ class MessageIndex:
                     # user reply): its own group, one unit with its call (SPEC §11).
                     open_tool = None
                     provisional = []
-                    group = len(kinds)
-                    add_kind(_TOOL_CALL)
-                    add_turn(turn)
-                    add_tokens(count)
-                    add_first(position)
-                    add_size(1)
+                    answer_group(count, position, answers, turn)
                     tool_groups += 1
-                    if not self._link_answers(group, answers):
-                        orphans.add(group)
                     continue
                 # A result nobody asked for, while a call still waits for its own, stays inside the
                 # open group (flagged), so that call and its results are never split apart.
