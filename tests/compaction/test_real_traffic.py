@@ -14,6 +14,7 @@ from contextledger import (
     ConfigurationError,
     FunctionCallContent,
     HostedCallContent,
+    HostedResultContent,
     Message,
     ReasoningContent,
     TextContent,
@@ -24,6 +25,7 @@ from contextledger.compaction import (
     ContextWindowCompactionStrategy,
     SlidingWindowStrategy,
     SummarizationStrategy,
+    ToolResultCompactionStrategy,
     apply_compaction_sync,
 )
 
@@ -183,3 +185,20 @@ def test_context_window_takes_its_sizes_by_position_or_by_name() -> None:
     by_position = ContextWindowCompactionStrategy(2_000, 500)
     assert by_name.input_budget_tokens == by_position.input_budget_tokens == 1_500
     assert apply_compaction_sync(messages, strategy=by_name) == apply_compaction_sync(messages, strategy=by_position)
+
+
+def test_a_collapsed_hosted_call_shows_its_name_and_output() -> None:
+    mcp = Message(
+        "assistant",
+        (HostedCallContent("mcp_1", "mcp", "search", "{}"), HostedResultContent("mcp_1", "mcp", "found 10 cats")),
+    )
+    messages = [
+        Message.user("hello"),
+        mcp,
+        Message.assistant("I found cats."),
+        Message.assistant(calls=[FunctionCallContent("c1", "f")]),
+        Message.tool("c1", "new result"),
+    ]
+    sent = apply_compaction_sync(messages, strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1))
+    assert [m.text for m in sent[:3]] == ["hello", "[Tool results: search: found 10 cats]", "I found cats."]
+    assert sent[3:] == messages[3:]

@@ -51,6 +51,8 @@ from contextledger.messages import (
     SUMMARY_SOURCE_PROPERTY,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     TextContent,
     assistant_text_message,
@@ -591,14 +593,17 @@ def _any_tool_results(messages: Sequence[Message], max_result_chars: int, max_ch
         for c in message.contents:
             if isinstance(c, FunctionCallContent):
                 names[c.call_id] = c.name
+            elif isinstance(c, HostedCallContent):
+                names[c.call_id] = c.name or c.tool  # an MCP tool's name, else the hosted tool
     items: list[str] = []
     answered: set[str] = set()
     for message in messages:
         for c in message.contents:
-            if isinstance(c, FunctionResultContent):
+            if isinstance(c, (FunctionResultContent, HostedResultContent)):
                 answered.add(c.call_id)
                 name = names.get(c.call_id, "tool")
-                items.append(f"{name}: {_preview(c.result, max_result_chars) or '(empty)'}")
+                output = c.result if isinstance(c, FunctionResultContent) else c.output
+                items.append(f"{name}: {_preview(output, max_result_chars) or '(empty)'}")
     for call_id, name in names.items():
         if call_id not in answered:
             items.append(f"{name}: (no result)")
