@@ -37,10 +37,10 @@ try:  # checked first, so a missing extra says what to install before any submod
 except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError(feature="contextledger.integrations.maf", extra="maf", module="agent_framework") from error
 
-from contextledger.compaction import CharacterEstimatorTokenizer
 from contextledger.integrations.maf._clients import (
     AgentFrameworkChatClient,
     AgentFrameworkTokenizer,
+    CharacterEstimatorTokenizer,
     ContextLedgerChatClient,
 )
 from contextledger.integrations.maf._compaction import (
