@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import agent_framework as maf
 from agent_framework import (
     GROUP_ANNOTATION_KEY,
+    GROUP_ID_KEY,
     SUMMARIZED_BY_SUMMARY_ID_KEY,
     SUMMARY_OF_GROUP_IDS_KEY,
     SUMMARY_OF_MESSAGE_IDS_KEY,
@@ -20,7 +21,7 @@ from contextledger.compaction import CompactionResult, compact_messages
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.integrations.maf._clients import _as_chat_client, _as_tokenizer
 from contextledger.integrations.maf._messages import _EXCLUDE_REASON, _EXCLUDED, from_maf_message, to_maf_message
-from contextledger.messages import FunctionCallContent, Message
+from contextledger.messages import FunctionCallContent, HostedCallContent, Message
 from contextledger.tokenizers import Tokenizer
 
 
@@ -45,10 +46,11 @@ class _Converted:
     """MAF's still-included messages as the engine sees them, and how to map its answer back.
 
     ``positions[number]`` is where ``ours[number]`` sits in MAF's list.  A call
-    whose every result MAF has already excluded is left out of its converted
-    message (``hidden[number]`` lists those results' positions): the engine then
-    sees the rest of the tool group complete, so it can still collapse or drop it
-    whole, and the hidden results follow their call into any summary.
+    (function or hosted) whose every later result MAF has already excluded is
+    left out of its converted message (``hidden[number]`` lists those results'
+    positions): the engine then sees the rest of the tool group complete, so it
+    can still collapse or drop it whole, and the hidden results follow their call
+    into any summary.  A call with no result yet (an approval pending) is kept.
     """
 
     def __init__(self, messages: Sequence[maf.Message]) -> None:
@@ -61,18 +63,16 @@ class _Converted:
             if excluded[position]:
                 continue
             converted = from_maf_message(message, position=position)
-            gone = [
-                content.call_id
+            later = {
+                content.call_id: [where for where in answered_by.get(content.call_id, ()) if where > position]
                 for content in converted.contents
-                if isinstance(content, FunctionCallContent)
-                and answered_by.get(content.call_id)
-                and all(excluded[where] for where in answered_by[content.call_id] if where > position)
-                and any(where > position for where in answered_by[content.call_id])
-            ]
+                if isinstance(content, _CALLS)
+            }
+            gone = {call_id for call_id, results in later.items() if results and all(excluded[w] for w in results)}
             kept = tuple(
                 content
                 for content in converted.contents
-                if not (isinstance(content, FunctionCallContent) and content.call_id in gone)
+                if not (isinstance(content, _CALLS) and content.call_id in gone)
             )
             if gone and kept:
                 converted = Message(
@@ -83,20 +83,23 @@ class _Converted:
                     additional_properties=converted.additional_properties,
                     extra=converted.extra,
                 )
-                self.hidden[len(self.ours)] = sorted(
-                    {where for call_id in gone for where in answered_by[call_id] if where > position}
-                )
+                self.hidden[len(self.ours)] = sorted({where for call_id in gone for where in later[call_id]})
             self.positions.append(position)
             self.ours.append(converted)
 
 
+_CALLS: Final = (FunctionCallContent, HostedCallContent)
+
+
 def _results_by_call(messages: Sequence[maf.Message]) -> dict[str, list[int]]:
-    """Positions of the messages holding a function result, by the call_id they answer."""
+    """Positions of the messages holding a result (function or hosted), by the call id they answer."""
     found: dict[str, list[int]] = {}
     for position, message in enumerate(messages):
         for content in message.contents:
-            if content.type == "function_result" and isinstance(content.call_id, str):
-                found.setdefault(content.call_id, []).append(position)
+            if content.type == "function_result" or content.type.endswith("_tool_result"):
+                call_id = content.image_id if content.type == "image_generation_tool_result" else content.call_id
+                if isinstance(call_id, str):
+                    found.setdefault(call_id, []).append(position)
     return found
 
 
@@ -257,7 +260,7 @@ def _link_summaries(
         for original in originals:
             annotation = original.additional_properties.setdefault(GROUP_ANNOTATION_KEY, {})
             annotation[SUMMARIZED_BY_SUMMARY_ID_KEY] = summary.message_id
-            group_id = annotation.get("id")
+            group_id = annotation.get(GROUP_ID_KEY)
             if isinstance(group_id, str) and group_id not in group_ids:
                 group_ids.append(group_id)
         links = summary.additional_properties.setdefault(GROUP_ANNOTATION_KEY, {})

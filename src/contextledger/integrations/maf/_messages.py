@@ -122,11 +122,11 @@ def from_maf_message(message: maf.Message, *, position: int | None = None) -> Me
     outputs (MCP, code interpreter, search, image generation, shell, computer
     use) and function approvals become typed contents (see ``_hosted``); MAF
     content kinds contextledger has no type for (data, uri, errors...) are
-    carried as :class:`OpaqueContent` holding MAF's own serialisation.  The MAF-only fields of typed contents are kept under
-    :data:`MAF_CONTENTS_PROPERTY`.  ``raw_representation`` (a provider's SDK
-    object) is not carried, as MAF itself does not serialise it, and a content's
-    ``exception`` diagnostics come back redacted the way MAF's serialisation
-    redacts them.
+    carried as :class:`OpaqueContent` holding MAF's own serialisation.  The
+    MAF-only fields of typed contents are kept under :data:`MAF_CONTENTS_PROPERTY`.
+    ``raw_representation`` (a provider's SDK object) is not carried, as MAF
+    itself does not serialise it, and a content's ``exception`` diagnostics come
+    back redacted the way MAF's serialisation redacts them.
     """
     where = "message" if position is None else f"message {position}"
     if not isinstance(message, maf.Message):
