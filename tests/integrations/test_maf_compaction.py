@@ -17,6 +17,8 @@ from typing import Any
 import agent_framework as maf
 import pytest
 from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contextledger import compaction
 from contextledger.clients import ScriptedChatClient
@@ -519,3 +521,72 @@ def test_sliding_window_takes_preserve_system_false_but_never_drops_a_system_mes
     assert all(not m.additional_properties for m in with_system), "state left as it was"
     with pytest.raises(ConfigurationError, match="preserve_system must be True or False"):
         SlidingWindowStrategy(keep_last_groups=1, preserve_system="no")
+
+
+# --- The adapter's mapping keeps every call with its results ----------------------------------
+
+
+@st.composite
+def maf_histories(draw: st.DrawFn) -> list[maf.Message]:
+    """Turns of user text, tool rounds (one or two calls, their results) and replies; some messages
+    already excluded by MAF, as an earlier strategy or the host may have left them."""
+    messages: list[maf.Message] = [maf.Message("system", ["rules"])]
+    calls = 0
+    for turn in range(draw(st.integers(1, 5))):
+        messages.append(maf.Message("user", [f"question {turn} " + "q" * draw(st.integers(0, 300))]))
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f"c{calls + n}" for n in range(draw(st.integers(1, 2)))]
+            calls += len(ids)
+            messages.append(maf.Message("assistant", [_call(call_id) for call_id in ids]))
+            messages.extend(_result(call_id, "r" * draw(st.integers(1, 400))) for call_id in ids)
+        messages.append(maf.Message("assistant", [f"answer {turn}"]))
+    for message in messages[1:]:
+        if draw(st.integers(0, 9)) == 0:
+            message.additional_properties["_excluded"] = True
+    return messages
+
+
+def _unanswered_and_orphans(messages: list[maf.Message]) -> tuple[set[str | None], set[str | None]]:
+    """Calls sent without one of their results, and results sent without their call."""
+    sent = [message for message in messages if not message.additional_properties.get("_excluded")]
+    called = {c.call_id for m in sent for c in m.contents if c.type == "function_call"}
+    answered = {c.call_id for m in sent for c in m.contents if c.type == "function_result"}
+    every = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    return {call for call in called if call in every and call not in answered}, answered - called
+
+
+ADAPTER_STRATEGIES: dict[str, Callable[[], AgentFrameworkStrategy]] = {
+    "truncation": lambda: TruncationStrategy(max_n=300, compact_to=200, tokenizer=CharacterEstimatorTokenizer()),
+    "window": lambda: SlidingWindowStrategy(keep_last_groups=3),
+    "tool results": lambda: ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+    "selective": lambda: SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=0),
+    "budget": lambda: TokenBudgetComposedStrategy(
+        token_budget=250,
+        tokenizer=CharacterEstimatorTokenizer(),
+        strategies=[ToolResultCompactionStrategy(keep_last_tool_call_groups=0)],
+    ),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(maf_histories(), st.sampled_from(sorted(ADAPTER_STRATEGIES)), st.booleans())
+def test_what_maf_sends_after_any_strategy_never_splits_a_call_from_its_results(
+    messages: list[maf.Message], name: str, annotated_by_maf: bool
+) -> None:
+    """On lists MAF has annotated (as its chat client does before a strategy) or not."""
+    if annotated_by_maf:
+        maf.annotate_message_groups(messages)
+    unanswered_before, orphans_before = _unanswered_and_orphans(messages)
+    excluded_before = [message for message in messages if message.additional_properties.get("_excluded")]
+
+    asyncio.run(ADAPTER_STRATEGIES[name]()(messages))
+
+    unanswered, orphans = _unanswered_and_orphans(messages)
+    assert unanswered <= unanswered_before, f"{name} sent calls without their results: {unanswered}"
+    assert orphans <= orphans_before, f"{name} sent results without their call: {orphans}"
+    assert all(message.additional_properties["_excluded"] for message in excluded_before), "MAF's exclusions undone"
+    assert messages[0].additional_properties.get("_excluded") is not True, "the system message was dropped"
+    summaries = [
+        message for message in messages if "_summary_of_message_ids" in message.additional_properties.get("_group", {})
+    ]
+    assert len({summary.message_id for summary in summaries}) == len(summaries)

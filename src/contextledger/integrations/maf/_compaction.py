@@ -208,16 +208,32 @@ class AgentFrameworkStrategy:
         for new in trailing:
             written[id(new)] = _written(new)
             rebuilt.append(written[id(new)])
-        _link_summaries(result, written, converted, messages)
         annotated = any(GROUP_ANNOTATION_KEY in message.additional_properties for message in messages)
+        _link_summaries(result, written, converted, messages)
         messages[:] = rebuilt
         if annotated and written:
-            # MAF's own strategies re-annotate after inserting; its bookkeeping then covers the summaries too.
-            maf.annotate_message_groups(messages)
+            _annotate_as_maf_does(messages, first=min(map(rebuilt.index, written.values())))
         return True
 
     def _check(self, messages: list[maf.Message]) -> None:
         """Arguments the engine accepted for MAF's sake but can only honour on some lists."""
+
+
+def _annotate_as_maf_does(messages: list[maf.Message], *, first: int) -> None:
+    """Give inserted summaries MAF's group annotations, as MAF's own strategies do after inserting
+    (re-annotating from the first insertion), without letting that bookkeeping change what is sent:
+    MAF's annotator re-includes a call it sees answered, so each message's inclusion is put back as
+    the projection decided it."""
+    decided = [message.additional_properties.get(_EXCLUDED, _UNSET) for message in messages]
+    maf.annotate_message_groups(messages, from_index=first)
+    for message, excluded in zip(messages, decided):
+        if excluded is _UNSET:
+            message.additional_properties.pop(_EXCLUDED, None)
+        else:
+            message.additional_properties[_EXCLUDED] = excluded
+
+
+_UNSET: Final = object()
 
 
 def _written(summary: Message) -> maf.Message:
