@@ -10,6 +10,7 @@ from contextledger.compaction._apply import (
     apply_compaction_sync,
     compact_messages,
 )
+from contextledger.compaction._context_window import ContextWindowCompactionStrategy
 from contextledger.compaction._index import CompactionEvent, GroupKind, MessageGroup, MessageIndex
 from contextledger.compaction._strategies import (
     DEFAULT_SUMMARIZATION_PROMPT,
@@ -44,6 +45,7 @@ __all__ = [
     "CompactionEvent",
     "CompactionResult",
     "CompactionStrategy",
+    "ContextWindowCompactionStrategy",
     "GroupKind",
     "MessageGroup",
     "MessageIndex",
