@@ -29,6 +29,7 @@ from contextledger.integrations.maf import (
     AgentFrameworkTokenizer,
     CharacterEstimatorTokenizer,
     ContextLedgerChatClient,
+    ContextWindowCompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
     SummarizationStrategy,
@@ -504,9 +505,31 @@ def test_mafs_summarisation_spellings_are_accepted() -> None:
     spelled = SummarizationStrategy(client=client, max_summary_input_tokens=1_000, tokenizer=MafTokenizer())
     assert isinstance(spelled.strategy, compaction.SummarizationStrategy)
     assert spelled.strategy.max_input_tokens == 1_000
-    assert isinstance(spelled.counting_tokenizer, AgentFrameworkTokenizer)
+    assert isinstance(spelled.strategy.tokenizer, AgentFrameworkTokenizer)
     with pytest.raises(ConfigurationError, match="same setting"):
         SummarizationStrategy(client=client, max_summary_input_tokens=1_000, max_input_tokens=2_000)
+
+
+def test_the_context_window_policy_runs_under_mafs_name_and_arguments() -> None:
+    """MAF's harness default, spelled as MAF spells it: an old tool round over half the input budget is
+    collapsed to its one-line summary, the newest kept verbatim, nothing truncated."""
+    messages = [maf.Message("system", ["rules"])]
+    for number in range(3):
+        messages.append(maf.Message("user", [f"u{number}"]))
+        messages.append(maf.Message("assistant", [_call(f"c{number}")]))
+        messages.append(_result(f"c{number}", "x" * 2_000))
+    strategy = ContextWindowCompactionStrategy(
+        max_context_window_tokens=2_000, max_output_tokens=200, keep_last_tool_call_groups=1
+    )
+
+    assert asyncio.run(strategy(messages)) is True
+
+    sent = [message for message in messages if not message.additional_properties.get("_excluded")]
+    assert [message.text for message in sent if message.role == "user"] == ["u0", "u1", "u2"]
+    assert [message.contents[0].call_id for message in sent if message.role == "tool"] == ["c2"]
+    assert sum(1 for message in sent if (message.text or "").startswith("[Tool results: get_weather:")) == 2
+    with pytest.raises(ConfigurationError, match="max_output_tokens"):
+        ContextWindowCompactionStrategy(max_context_window_tokens=1_000, max_output_tokens=1_000)
 
 
 def test_sliding_window_takes_preserve_system_false_but_never_drops_a_system_message() -> None:

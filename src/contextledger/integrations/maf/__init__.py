@@ -49,6 +49,7 @@ from contextledger.integrations.maf._clients import (
 )
 from contextledger.integrations.maf._compaction import (
     AgentFrameworkStrategy,
+    ContextWindowCompactionStrategy,
     PipelineStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
@@ -78,6 +79,7 @@ __all__ = [
     "CharacterEstimatorTokenizer",
     "ContextLedgerChatClient",
     "ContextLedgerHistoryProvider",
+    "ContextWindowCompactionStrategy",
     "FactsContextProvider",
     "PipelineStrategy",
     "SelectiveToolCallCompactionStrategy",

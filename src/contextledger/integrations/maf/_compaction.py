@@ -448,17 +448,14 @@ class SummarizationStrategy(_SameName):
     def _positional(args: tuple[Any, ...]) -> tuple[Any, ...]:
         return (_as_chat_client(args[0]), *args[1:]) if args else args
 
-    def _spellings(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], object]:
-        """MAF's ``max_summary_input_tokens`` is the engine's ``max_input_tokens``; MAF's ``tokenizer``
-        counts that budget (and everything else this strategy measures)."""
-        if "max_summary_input_tokens" in kwargs:
-            if "max_input_tokens" in kwargs:
-                raise ConfigurationError(
-                    "SummarizationStrategy: max_summary_input_tokens and max_input_tokens are the same setting; "
-                    "give one"
-                )
-            kwargs["max_input_tokens"] = kwargs.pop("max_summary_input_tokens")
-        return kwargs, kwargs.pop("tokenizer", None)
+
+class ContextWindowCompactionStrategy(_SameName):
+    """contextledger's context-window policy under MAF's name: ``ContextWindowCompactionStrategy(
+    max_context_window_tokens=128_000, max_output_tokens=16_384, keep_last_tool_call_groups=4,
+    tool_eviction_threshold=0.5, truncation_threshold=0.8)``; tool results collapse first, then the
+    oldest groups go."""
+
+    engine = compaction.ContextWindowCompactionStrategy
 
 
 class TokenBudgetComposedStrategy(_SameName):
