@@ -268,6 +268,15 @@ def test_hosted_contents_become_mafs_own_types() -> None:
     assert (shell_call.type, shell_call.commands) == ("shell_tool_call", ["ls", "pwd"])
 
 
+def test_a_hosted_call_maf_gave_no_id_is_carried_as_it_came() -> None:
+    """MAF allows a hosted call without an id; with nothing to pair by it stays opaque, unchanged."""
+    call = maf.Content.from_code_interpreter_tool_call(inputs=[maf.Content.from_text("print(1)")])
+    message = maf.Message("assistant", [call])
+    (converted,) = from_maf_messages([message])
+    assert isinstance(converted.contents[0], OpaqueContent)
+    assert to_maf_message(converted).to_dict() == message.to_dict()
+
+
 def test_a_hosted_tool_maf_has_no_type_for_is_refused_by_name() -> None:
     with pytest.raises(InvalidMessageError, match="hosted tool 'teleport' has no Agent Framework content type"):
         to_maf_messages([Message("assistant", (HostedCallContent("t1", "teleport"),))])

@@ -141,11 +141,12 @@ def _field_of(kind: _Kind, field: str, text: str) -> Any:
     return text
 
 
-def hosted_from_maf(data: Mapping[str, Any], where: str) -> Content:
-    """A hosted call, result or approval of MAF's (as ``Content.to_dict()``) as contextledger's content."""
+def hosted_from_maf(data: Mapping[str, Any]) -> Content | None:
+    """A hosted call, result or approval of MAF's (as ``Content.to_dict()``) as contextledger's content;
+    None when it carries no id to pair by (MAF allows that), so the caller carries it opaquely."""
     kind_name = data["type"]
     if kind_name in ("function_approval_request", "function_approval_response"):
-        return _approval_from_maf(data, where)
+        return _approval_from_maf(data)
     kind = _KINDS[kind_name]
     rest = {key: value for key, value in data.items() if key not in ("type", "additional_properties")}
     properties = data.get("additional_properties") or {}
@@ -154,9 +155,7 @@ def hosted_from_maf(data: Mapping[str, Any], where: str) -> Content:
         rest.update(stashed)
     call_id = rest.pop(kind.id_field, None)
     if not isinstance(call_id, str) or not call_id:
-        raise InvalidMessageError(
-            f"{where}: {kind_name} has no {kind.id_field}; a hosted call and its output are paired by that id"
-        )
+        return None
     tool = kind.tool
     if tool is None:  # search: the tool is the content's tool_name
         tool_name = rest.pop("tool_name", None)
@@ -188,10 +187,10 @@ def hosted_from_maf(data: Mapping[str, Any], where: str) -> Content:
     return HostedResultContent(call_id, tool, output=text, data=rest)
 
 
-def _approval_from_maf(data: Mapping[str, Any], where: str) -> Content:
+def _approval_from_maf(data: Mapping[str, Any]) -> Content | None:
     request_id = data.get("id")
     if not isinstance(request_id, str) or not request_id:
-        raise InvalidMessageError(f"{where}: {data['type']} has no id; a request and its response are paired by it")
+        return None
     rest = {
         key: value
         for key, value in data.items()
@@ -199,29 +198,27 @@ def _approval_from_maf(data: Mapping[str, Any], where: str) -> Content:
         and _DEFAULTS.get(key, _ABSENT) != value
     }
     call_data = data.get("function_call")
-    call = _call_from_maf(call_data, where) if isinstance(call_data, Mapping) else None
-    if data["type"] == "function_approval_request":
-        if call is None:
-            raise InvalidMessageError(f"{where}: function_approval_request {request_id!r} names no call to approve")
-        return ApprovalRequestContent(request_id, call, data=rest)
+    call = _call_from_maf(call_data) if isinstance(call_data, Mapping) else None
     approved = data.get("approved")
-    if not isinstance(approved, bool):
-        raise InvalidMessageError(f"{where}: function_approval_response {request_id!r} has approved={approved!r}")
+    if data["type"] == "function_approval_request":
+        return None if call is None else ApprovalRequestContent(request_id, call, data=rest)
+    if not isinstance(approved, bool) or (call_data is not None and call is None):
+        return None
     return ApprovalResponseContent(request_id, approved, call, data=rest)
 
 
-def _call_from_maf(data: Mapping[str, Any], where: str) -> FunctionCallContent | HostedCallContent:
+def _call_from_maf(data: Mapping[str, Any]) -> FunctionCallContent | HostedCallContent | None:
+    """The call an approval holds; None when it is no call contextledger can pair (no id)."""
     if data.get("type") == "function_call":
         call_id, name, arguments = data.get("call_id"), data.get("name"), data.get("arguments")
         if not isinstance(call_id, str) or not call_id:
-            raise InvalidMessageError(f"{where}: the call inside an approval has no call_id")
+            return None
         text = arguments if isinstance(arguments, str) else "{}" if arguments is None else json.dumps(arguments)
         return FunctionCallContent(call_id, name if isinstance(name, str) else "", text)
     if data.get("type") in _KINDS and _KINDS[data["type"]].is_call:
-        converted = hosted_from_maf(data, where)
-        assert isinstance(converted, HostedCallContent)
-        return converted
-    raise InvalidMessageError(f"{where}: an approval holds a {data.get('type')!r}, not a call")
+        converted = hosted_from_maf(data)
+        return converted if isinstance(converted, HostedCallContent) else None
+    return None
 
 
 def hosted_to_maf(content: Content, where: str) -> maf.Content:

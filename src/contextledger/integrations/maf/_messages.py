@@ -71,7 +71,9 @@ def _typed_content(content: maf.Content, where: str) -> Content:
         text = result if isinstance(result, str) else "" if result is None else _json_text(result)
         return FunctionResultContent(content.call_id, text)
     if kind in HOSTED_TYPES:
-        return hosted_from_maf(content.to_dict(), where)
+        hosted = hosted_from_maf(content.to_dict())
+        if hosted is not None:
+            return hosted
     return OpaqueContent(content.to_dict())
 
 
