@@ -22,16 +22,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from contextledger.compaction import triggers as trigger_module
-from contextledger.compaction._apply import CompactionResult, compact_messages
-from contextledger.compaction._strategies import (
+from contextledger.compaction import (
+    CompactionResult,
     CompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
+    compact_messages,
 )
+from contextledger.compaction import triggers as trigger_module
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
 from contextledger.messages import read_jsonl, validate, write_jsonl
 from contextledger.tokenizers import Tokenizer, get_tokenizer

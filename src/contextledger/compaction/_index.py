@@ -1173,20 +1173,23 @@ class MessageIndex:
                 self._count(group, 1)
         self._relive()
 
-    def whole_units(self, groups: list[int]) -> list[int]:
-        """``groups`` without those in a unit with a group that stays included: when a boundary
-        falls inside a unit, the unit is kept whole (a kept result keeps its call)."""
+    def whole_units(self, groups: list[int], keep: set[int] | None = None) -> list[int]:
+        """``groups`` without those in a unit with a group that must stay: when a boundary falls
+        inside a unit, the unit is kept whole (a kept result keeps its call).  What must stay is
+        ``keep``, or by default every included group not in ``groups``."""
         table = self._table
         unit = table.unit
         if not unit or unit.keys().isdisjoint(groups):
             return groups
-        chosen = set(groups)
         reasons = table.reason
-        return [
-            group
-            for group in groups
-            if group not in unit or all(member in chosen or reasons[member] is not None for member in unit[group])
-        ]
+        if keep is None:
+            chosen = set(groups)
+            return [
+                group
+                for group in groups
+                if group not in unit or all(member in chosen or reasons[member] is not None for member in unit[group])
+            ]
+        return [group for group in groups if group not in unit or keep.isdisjoint(unit[group])]
 
     def _relive(self) -> None:
         """Rebuild the ordered set of included groups from the full order (O(n); only on restores)."""

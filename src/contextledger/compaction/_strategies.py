@@ -38,12 +38,8 @@ from contextledger.compaction._index import (
     gc_paused,
 )
 from contextledger.compaction.triggers import (
+    Threshold,
     Trigger,
-    _GroupsExceed,
-    _MessagesExceed,
-    _TokensBelow,
-    _TokensExceed,
-    _TurnsExceed,
     always,
     messages_exceed,
     never,
@@ -107,15 +103,8 @@ class _Not:
         return f"not {self.trigger!r}"
 
 
-@dataclass(frozen=True, slots=True)
-class _NonSystemMessagesExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_non_system_messages > self.limit
-
-    def __repr__(self) -> str:
-        return f"non_system_messages_exceed({self.limit})"
+# The thresholds a strategy can turn into arithmetic: excluding a group moves these by its own size.
+_GROUP_METRICS = frozenset({"included_tokens", "included_messages", "included_groups"})
 
 
 def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = False) -> tuple[str, int] | None:
@@ -127,18 +116,14 @@ def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = Fal
         check: object = trigger
     elif isinstance(target, _Not):
         check = target.trigger
-    elif isinstance(target, _TokensBelow):
+    elif isinstance(target, Threshold) and target.below and target.metric == "included_tokens":
         return ("included_tokens", target.limit - 1)
     else:
         return None
-    if isinstance(check, _TokensExceed):
-        return ("included_tokens", check.limit)
-    if isinstance(check, _MessagesExceed):
-        return ("included_messages", check.limit)
-    if isinstance(check, _GroupsExceed):
-        return ("included_groups", check.limit)
-    if turns and isinstance(check, _TurnsExceed):
-        return ("included_turns", check.limit)
+    if not isinstance(check, Threshold) or check.below:
+        return None
+    if check.metric in _GROUP_METRICS or (turns and check.metric == "included_turns"):
+        return (check.metric, check.limit)
     return None
 
 
@@ -264,7 +249,9 @@ class CompactionStrategy(ABC):
         )
         return True
 
-    def _exclude_oldest(self, index: MessageIndex, candidates: list[int], reason: str) -> bool:
+    def _exclude_oldest(
+        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None
+    ) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
         When the target is a plain threshold on tokens, messages or groups (the
@@ -272,8 +259,9 @@ class CompactionStrategy(ABC):
         groups are excluded in one batch; any other target is re-evaluated on
         the index after every step.
         """
-        # A unit with a member outside the candidates (a protected newest result) is kept whole.
-        candidates = index.whole_units(candidates)
+        # A unit with a member that must stay (by default: any included group that is not a
+        # candidate, such as a protected newest result) is kept whole; the others go whole.
+        candidates = index.whole_units(candidates, keep)
         threshold = _threshold_of(self.target, self.trigger)
         doomed: list[int] = []
         if _stops_never(self.target, self.trigger):
@@ -374,6 +362,41 @@ class TruncationStrategy(CompactionStrategy):
 # Sliding window --------------------------------------------------------------------------------
 
 
+def _turn_steps(index: MessageIndex, turns: dict[int, list[int]], candidates: list[int]) -> list[tuple[int, list[int]]]:
+    """The steps a turn window takes through the ``candidates`` turns (the oldest, in order): one
+    turn each, except that the turns a unit spans (a call in one turn, its approval answer or
+    result in a later one: SPEC §11) form one step.  A step joined to a turn that may not go
+    (turn 0, a preserved turn) is no step, and the window stops there: the unit is kept whole.
+    Each step is (how many turns, their groups)."""
+    table = index._table
+    joined: set[int] = set()  # turns that go with the turn before them
+    seen: set[int] = set()
+    for groups in turns.values():
+        for group in groups:
+            members = table.unit.get(group)
+            if members is None or id(members) in seen:
+                continue
+            seen.add(id(members))
+            spanned = [table.turn[m] or 0 for m in members if table.reason[m] is None]
+            if not spanned:
+                continue
+            joined.update(range(min(spanned) + 1, max(spanned) + 1))
+    if not joined:
+        return [(1, turns[turn]) for turn in candidates]
+    steps: list[tuple[list[int], list[int]]] = []
+    for turn in candidates:
+        if turn not in joined:
+            steps.append(([turn], list(turns[turn])))
+        elif steps:
+            steps[-1][0].append(turn)
+            steps[-1][1].extend(turns[turn])
+        else:
+            break  # joined to turn 0
+    if steps and steps[-1][0][-1] + 1 in joined:
+        steps.pop()  # joined to a turn the window keeps
+    return [(len(step_turns), groups) for step_turns, groups in steps]
+
+
 class SlidingWindowStrategy(CompactionStrategy):
     """Keep only the most recent part of the conversation.
 
@@ -470,31 +493,30 @@ class SlidingWindowStrategy(CompactionStrategy):
         newest = _newest_non_system(index)
         if newest is not None and candidates and candidates[-1] == turn_of[newest]:
             candidates.pop()  # the latest exchange is always sent, whatever the floor
+        steps = _turn_steps(index, turns, candidates)
         reason = "sliding_window"
         left = index.included_non_system_groups
         threshold = _threshold_of(self.target, self.trigger, turns=True)
         if threshold is None:
-            # Any other target: exclude a turn at a time and ask the index after each.
+            # Any other target: exclude a step at a time and ask the index after each.
             excluded: list[int] = []
-            for turn in candidates:
+            for _, groups in steps:
                 if self.target_met(index):
                     break
-                groups = turns[turn]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
-                excluded.extend(index._exclude(index.whole_units(groups), reason, fresh=True))
+                excluded.extend(index._exclude(groups, reason, fresh=True))
             return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
         # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
-        # A turn's groups are all of its included groups (no system group has a turn), so dropping
-        # it takes exactly one turn off the count.
+        # A step's groups are all of its turns' included groups (no system group has a turn), so
+        # dropping it takes exactly its turns off the count.
         metric, limit = threshold
         remaining = getattr(index, metric)
         doomed: list[int] = []
         tokens, sizes = index._table.tokens, index._table.size
-        for turn in candidates:
+        for step_turns, groups in steps:
             if remaining <= limit:
                 break
-            groups = turns[turn]
             if len(groups) >= left:
                 break  # excluding this turn would leave nothing but system messages
             left -= len(groups)
@@ -506,8 +528,7 @@ class SlidingWindowStrategy(CompactionStrategy):
             elif metric == "included_groups":
                 remaining -= len(groups)
             else:
-                remaining -= 1
-        doomed = index.whole_units(doomed)
+                remaining -= step_turns
         return self._log(index, "excluded", index._exclude(doomed, reason, fresh=True), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
@@ -797,7 +818,10 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
         protected = self._protected(index)
         kind_of = index._table.kind
         candidates = [g for g in index._live.values() if kind_of[g] is TOOL_CALL and g not in protected and g != newest]
-        return self._exclude_oldest(index, candidates, "tool_call_removed")
+        # A tool group goes with its whole unit (an approval's user answer too), unless the unit
+        # holds a protected group.
+        keep = protected if newest is None else {*protected, newest}
+        return self._exclude_oldest(index, candidates, "tool_call_removed", keep)
 
 
 # Summarisation ---------------------------------------------------------------------------------
@@ -911,7 +935,9 @@ class SummarizationStrategy(CompactionStrategy):
                 raise ConfigurationError("SummarizationStrategy: target= and minimum_preserved= need a trigger=")
             self.target_count = 4 if target_count is None else _count(target_count, "target_count", minimum=1)
             self.threshold = 2 if threshold is None else _count(threshold, "threshold")
-            trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
+            trigger = Threshold(
+                "included_non_system_messages", self.target_count + self.threshold, "non_system_messages_exceed"
+            )
             self.minimum_preserved = 1
         if not isinstance(max_input_tokens, _Unset) and not isinstance(max_summary_input_tokens, _Unset):
             raise ConfigurationError(
