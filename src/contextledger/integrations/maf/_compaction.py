@@ -17,7 +17,7 @@ from agent_framework import (
 )
 
 from contextledger import compaction
-from contextledger.compaction import CompactionResult, compact_messages
+from contextledger.compaction import CompactionResult, compact_with_report
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.integrations.maf._clients import _as_chat_client, _as_tokenizer
 from contextledger.integrations.maf._messages import _EXCLUDE_REASON, _EXCLUDED, from_maf_message, to_maf_message
@@ -114,7 +114,7 @@ async def _compact(
     maps it back to MAF's list.
     """
     converted = _Converted(messages)
-    result = await compact_messages(converted.ours, strategy=strategy, tokenizer=tokenizer)
+    result = await compact_with_report(converted.ours, strategy=strategy, tokenizer=tokenizer)
     projection = result.messages
     if len(projection) == len(converted.ours) and all(a is b for a, b in zip(projection, converted.ours)):
         return None
