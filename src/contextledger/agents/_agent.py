@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contextledger._tracing import traced_agent_run
 from contextledger.agents._compaction import _ProvidedClient
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY, ContextProvider, RunContext, current_run
 from contextledger.agents._session import Session
@@ -200,6 +201,7 @@ class Agent:
     def create_session(self, session_id: str | None = None) -> Session:
         return Session(session_id)
 
+    @traced_agent_run
     async def run(
         self, messages: str | Message | Sequence[Message], *, session: Session | None = None
     ) -> AgentResponse:
