@@ -110,7 +110,7 @@ def _plain(value: Any) -> Any:
 # Messages ------------------------------------------------------------------------------------
 
 
-def _block_content(block: Any, position: int, where: str) -> Content:
+def _block_content(block: Any, position: int, where: str, reasoning: bool = True) -> Content:
     if isinstance(block, str):
         return TextContent(block)
     if not isinstance(block, Mapping):
@@ -118,7 +118,12 @@ def _block_content(block: Any, position: int, where: str) -> Content:
     keys = set(block)
     if keys == {"type", "text"} and block["type"] == "text" and isinstance(block["text"], str):
         return TextContent(block["text"])
-    if keys == {"type", "reasoning"} and block["type"] == "reasoning" and isinstance(block["reasoning"], str):
+    if (
+        reasoning
+        and keys == {"type", "reasoning"}
+        and block["type"] == "reasoning"
+        and isinstance(block["reasoning"], str)
+    ):
         return ReasoningContent(block["reasoning"])
     return OpaqueContent(block)
 
@@ -128,8 +133,8 @@ def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool
     if not as_list and not strings:
         if not parts:
             return ""
-        if len(parts) == 1 and isinstance(parts[0], TextContent):
-            return parts[0].text
+        if len(parts) == 1 and isinstance(parts[0], TextContent) and parts[0].text:
+            return parts[0].text  # an empty text stays a block: "" is how LangChain says "no content"
     blocks: list[str | dict[str, Any]] = []
     for position, part in enumerate(parts):
         if isinstance(part, TextContent):
@@ -143,13 +148,13 @@ def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool
     return blocks
 
 
-def _content_in(content: Any, where: str, kept: dict[str, Any]) -> list[Content]:
+def _content_in(content: Any, where: str, kept: dict[str, Any], reasoning: bool = True) -> list[Content]:
     """Parts of a LangChain ``content``; records in ``kept`` what the parts alone would not give back."""
     if isinstance(content, str):
         return [TextContent(content)] if content else []
     if not isinstance(content, list):
         raise InvalidMessageError(f"{where}: content must be a string or a list, got {type(content).__name__}")
-    parts = [_block_content(block, position, where) for position, block in enumerate(content)]
+    parts = [_block_content(block, position, where, reasoning) for position, block in enumerate(content)]
     strings = [position for position, block in enumerate(content) if isinstance(block, str)]
     if strings:
         kept["string_blocks"] = strings
@@ -185,15 +190,12 @@ def from_langchain_message(message: BaseMessage, *, position: int | None = None)
         if isinstance(message.content, str):
             contents = [FunctionResultContent(message.tool_call_id, message.content)]
         else:
-            parts = _content_in(message.content, where, kept)
+            parts = _content_in(message.content, where, kept, reasoning=False)
             kept.pop("content_list", None)
             blocks = tuple(
-                {"type": "text", "text": part.text} if isinstance(part, TextContent) else _plain(part.data)
+                {"type": "text", "text": part.text} if isinstance(part, TextContent) else _plain(part.data)  # type: ignore[union-attr]
                 for part in parts
-                if isinstance(part, (TextContent, OpaqueContent))
             )
-            if len(blocks) != len(parts):
-                raise InvalidMessageError(f"{where}: a tool result cannot hold reasoning blocks")
             text = "".join(part.text for part in parts if isinstance(part, TextContent))
             contents = [FunctionResultContent(message.tool_call_id, text, blocks)]
         if message.status != "success":
@@ -270,7 +272,7 @@ def to_langchain_message(message: Message) -> BaseMessage:
             ]
         extra_fields: dict[str, Any] = {}
         if "artifact" in kept:
-            extra_fields["artifact"] = kept["artifact"]
+            extra_fields["artifact"] = _plain(kept["artifact"])
         return ToolMessage(
             content=content,
             tool_call_id=result.call_id,
