@@ -52,17 +52,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 
 from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
-from contextledger.facts import (  # noqa: E402
-    ALLOWED_KEYS,
-    FactMemory,
-    FactsTurn,
-    FactWriter,
-    Forgotten,
-    RuleWriter,
-    extract,
-    parse_assertions,
-    scrub_history,
-)
+from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, RuleWriter, extract  # noqa: E402
+from contextledger.integrations._forget import forget_in_histories  # noqa: E402
 from contextledger.messages import (  # noqa: E402
     Content,
     FunctionCallContent,
@@ -559,19 +550,13 @@ class FactsMiddleware(AgentMiddleware):
         value dropped) through ``graph.aupdate_state``.  The store is forgotten first, so no
         extraction in flight can bring a fact back even if a graph then fails.
         """
-        name = key.strip().lower() if isinstance(key, str) else None
-        keys = ALLOWED_KEYS if name is None else frozenset({name})
         loaded = []
         for graph, config in graphs:
             snapshot = await graph.aget_state(config)
-            loaded.append((graph, config, from_langchain(list(snapshot.values.get("messages", [])))))
-        forgotten = self.store.forget(key)
-        values = {fact.value for fact in forgotten}
-        for _, _, messages in loaded:
-            values |= _declared_values(messages, keys)
-        for graph, config, messages in loaded:
-            scrubbed = scrub_history(messages, keys, values)
-            if len(scrubbed) != len(messages) or any(a is not b for a, b in zip(scrubbed, messages)):
+            loaded.append(from_langchain(list(snapshot.values.get("messages", []))))
+        forgotten, rewritten = forget_in_histories(self.store, key, loaded)
+        for (graph, config), scrubbed in zip(graphs, rewritten):
+            if scrubbed is not None:
                 update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *to_langchain(scrubbed)]
                 await graph.aupdate_state(config, {"messages": update})
         return forgotten
@@ -579,17 +564,3 @@ class FactsMiddleware(AgentMiddleware):
     def forget(self, key: str | None = None, *, graphs: Sequence[tuple[Any, Any]] = ()) -> Forgotten:
         """:meth:`aforget` for synchronous code."""
         return _run_sync(self.aforget(key, graphs=graphs))
-
-
-def _declared_values(messages: Sequence[Message], keys: frozenset[str]) -> set[str]:
-    """Every value a user message declared for one of ``keys``."""
-    values: set[str] = set()
-    for message in messages:
-        if message.role != "user":
-            continue
-        try:
-            declared = parse_assertions(message.text)
-        except FactsError:
-            continue  # a message whose declarations were refused declared nothing
-        values |= {candidate.value for candidate in declared if candidate.key in keys}
-    return values
