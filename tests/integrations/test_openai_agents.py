@@ -21,9 +21,11 @@ pytest.importorskip("agents", reason="the 'openai-agents' extra")
 from openai import AsyncOpenAI
 
 from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+from contextledger.compaction import SlidingWindowStrategy, compact_messages
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.facts import FactStore
 from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.integrations import openai_agents
 from contextledger.integrations.openai_agents import (
     AgentsFacts,
     CompactingSession,
@@ -31,7 +33,17 @@ from contextledger.integrations.openai_agents import (
     from_responses,
     to_responses,
 )
-from contextledger.messages import FunctionCallContent, FunctionResultContent, Message, ReasoningContent, validate
+from contextledger.messages import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
+    Message,
+    ReasoningContent,
+    validate,
+)
 from tests.history.support import RedisServer
 from tests.integrations import scripted_turns as turns
 from tests.integrations.conftest import ChatServer
@@ -166,12 +178,64 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
     return items
 
 
+_CALL_ID_KEYS = {
+    "function_call": "call_id",
+    "custom_tool_call": "call_id",
+    "computer_call": "call_id",
+    "mcp_approval_request": "id",
+}
+_OUTPUT_ID_KEYS = {
+    "function_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "computer_call_output": "call_id",
+    "mcp_approval_response": "approval_request_id",
+}
+
+
+def pairing_problems(items: Sequence[dict[str, Any]]) -> list[str]:
+    """What the Responses API refuses: an output whose call is not before it, a call with no
+    output after it, a reasoning item that is last or followed by a user message."""
+    problems: list[str] = []
+    opened: set[str] = set()
+    answered: set[str] = set()
+    for position, item in enumerate(items):
+        kind = item.get("type")
+        if kind in _CALL_ID_KEYS:
+            opened.add(item[_CALL_ID_KEYS[kind]])
+        elif kind in _OUTPUT_ID_KEYS:
+            call_id = item[_OUTPUT_ID_KEYS[kind]]
+            if call_id not in opened:
+                problems.append(f"item {position}: output for {call_id} before or without its call")
+            answered.add(call_id)
+        elif kind == "reasoning":
+            following = items[position + 1] if position + 1 < len(items) else None
+            if following is None or following.get("role") in ("user", "system", "developer"):
+                problems.append(f"item {position}: reasoning item not followed by the item it belongs to")
+    problems += [f"call {call_id} has no output" for call_id in sorted(opened - answered)]
+    return problems
+
+
 @settings(max_examples=300, deadline=None)
 @given(conversations())
 def test_responses_items_survive_a_round_trip_through_ours(items: list[dict[str, Any]]) -> None:
+    assert pairing_problems(items) == []
     ours = from_responses(items)
     assert to_responses(ours) == items
-    assert validate(ours) == []  # parallel and hosted calls stay paired with their outputs
+    opened: set[str] = set()  # every answer names an id a message before it opened
+    for message in ours:
+        assert set(message.answered_ids) <= opened | set(message.opened_ids)
+        opened.update(message.opened_ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversations(), st.integers(1, 12))
+def test_compacted_items_are_still_valid_to_send(items: list[dict[str, Any]], keep: int) -> None:
+    """A window boundary anywhere never leaves a call without its outputs, an output without its
+    call, or a reasoning item without the item it precedes."""
+    projection = asyncio.run(
+        compact_messages(from_responses(items), strategy=SlidingWindowStrategy(keep_last_groups=keep))
+    ).messages
+    assert pairing_problems(to_responses(projection)) == []
 
 
 @st.composite
@@ -416,3 +480,53 @@ def test_a_runner_on_the_responses_api_with_our_compacting_session_runs_the_whol
         await history.close()
 
     asyncio.run(scenario())
+
+
+def test_hosted_calls_become_typed_contents_and_come_back_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+        ApprovalRequestContent,
+        ApprovalResponseContent,
+        HostedCallContent,
+        HostedResultContent,
+    )
+
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "q"},
+    }
+    computer = [
+        {
+            "type": "computer_call",
+            "call_id": "cc_1",
+            "id": "cu_1",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
+        {
+            "type": "computer_call_output",
+            "call_id": "cc_1",
+            "output": {"type": "computer_screenshot", "image_url": "data:,"},
+        },
+    ]
+    approval = [
+        {"type": "mcp_approval_request", "id": "ap_1", "name": "pay", "arguments": "{}", "server_label": "bank"},
+        {"type": "mcp_approval_response", "approval_request_id": "ap_1", "approve": True},
+    ]
+    (hosted,) = from_responses([search])
+    assert [type(c) for c in hosted.contents] == [HostedCallContent, HostedResultContent]
+    assert hosted.opened_ids == hosted.answered_ids == ["ws_1"]  # a complete unit by itself
+    for typed in (False, True):
+        monkeypatch.setattr(openai_agents, "TYPED_PAIRED_CALLS", typed)
+        ours = from_responses([*computer, *approval])
+        assert to_responses(ours) == [*computer, *approval]
+        if typed:
+            assert isinstance(ours[0].contents[0], HostedCallContent)
+            assert isinstance(ours[1].contents[0], HostedResultContent)
+            assert isinstance(ours[2].contents[0], ApprovalRequestContent)
+            assert isinstance(ours[3].contents[0], ApprovalResponseContent)
+        assert [m.opened_ids for m in ours] == (
+            [["cc_1"], [], ["ap_1", "ap_1"], []] if typed else [["cc_1"], [], ["ap_1"], []]
+        )
+        assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]

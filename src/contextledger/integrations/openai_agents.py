@@ -39,9 +39,13 @@ from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, Ru
 from contextledger.history import HistoryProvider  # noqa: E402
 from contextledger.integrations._forget import forget_in_histories  # noqa: E402
 from contextledger.messages import (  # noqa: E402
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     Content,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     OpaqueContent,
     ReasoningContent,
@@ -64,24 +68,40 @@ contextledger has no field for (``id``, ``status``, ``encrypted_content``, part 
 
 Item = dict[str, Any]
 
-# Hosted calls answered by an output item of their own: the call's type and the key of its call id,
-# and each output's type with the key that names the call it answers.
-_PAIRED_CALLS = {
-    "custom_tool_call": "call_id",
-    "computer_call": "call_id",
-    "local_shell_call": "call_id",
-    "shell_call": "call_id",
-    "apply_patch_call": "call_id",
-    "mcp_approval_request": "id",
+# Calls answered by an output item of their own: the call's type, the key of its id, and the hosted
+# tool it is (None: a client-side function-like call); each output's type, the key naming its call.
+_PAIRED_CALLS: dict[str, tuple[str, str | None]] = {
+    "custom_tool_call": ("call_id", None),
+    "computer_call": ("call_id", "computer"),
+    "local_shell_call": ("call_id", "shell"),
+    "shell_call": ("call_id", "shell"),
+    "apply_patch_call": ("call_id", "apply_patch"),
 }
-_OUTPUTS = {
-    "custom_tool_call_output": "call_id",
-    "computer_call_output": "call_id",
-    "local_shell_call_output": "id",
-    "shell_call_output": "call_id",
-    "apply_patch_call_output": "call_id",
-    "mcp_approval_response": "approval_request_id",
+_OUTPUTS: dict[str, tuple[str, str | None]] = {
+    "custom_tool_call_output": ("call_id", None),
+    "computer_call_output": ("call_id", "computer"),
+    "local_shell_call_output": ("id", "shell"),
+    "shell_call_output": ("call_id", "shell"),
+    "apply_patch_call_output": ("call_id", "apply_patch"),
 }
+# Hosted calls whose item carries their own outcome (no output item follows): the tool, and the
+# field holding the outcome.
+_SELF_CONTAINED: dict[str, tuple[str, str | None]] = {
+    "web_search_call": ("web_search", None),
+    "file_search_call": ("file_search", "results"),
+    "code_interpreter_call": ("code_interpreter", "outputs"),
+    "image_generation_call": ("image_generation", "result"),
+    "mcp_call": ("mcp", "output"),
+    "tool_search_call": ("tool_search", None),
+}
+_CALL_KINDS = (FunctionCallContent, HostedCallContent, ApprovalRequestContent)
+
+TYPED_PAIRED_CALLS = False
+"""Whether hosted calls answered by an output item of their own (computer, shell, apply-patch)
+and MCP approvals become :class:`HostedCallContent` / :class:`HostedResultContent` and the
+approval contents.  Off until compaction pairs those contents by id as it pairs function calls:
+until then they travel as function calls and results (their items kept whole either way), the
+pairing compaction already guarantees, so no window can send one without the other."""
 _TEXT_TYPES = {"input_text", "output_text"}
 
 
@@ -166,11 +186,31 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
             raise InvalidMessageError(f"{where}: function_call_output output must be text or a list, got {output!r}")
         return Message("tool", (result,)), record
     if kind in _OUTPUTS:
-        call_id = item.get(_OUTPUTS[kind])
+        key, tool = _OUTPUTS[kind]
+        call_id = item.get(key)
         if not isinstance(call_id, str) or not call_id:
-            raise InvalidMessageError(f"{where}: {kind} has no {_OUTPUTS[kind]!r}; it must name the call it answers")
-        output = item.get("output", item.get("approve"))
-        return Message("tool", (FunctionResultContent(call_id, _as_text(output)),)), {"item": dict(item)}
+            raise InvalidMessageError(f"{where}: {kind} has no {key!r}; it must name the call it answers")
+        output = _as_text(item.get("output"))
+        if tool is None or not TYPED_PAIRED_CALLS:
+            return Message("tool", (FunctionResultContent(call_id, output),)), {"item": dict(item)}
+        return Message("assistant", (HostedResultContent(call_id, tool, output),)), {"item": dict(item)}
+    if kind == "mcp_approval_response":
+        request_id = item.get("approval_request_id")
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidMessageError(f"{where}: mcp_approval_response has no approval_request_id")
+        if not TYPED_PAIRED_CALLS:
+            answer = FunctionResultContent(request_id, "approved" if item.get("approve") is True else "denied")
+            return Message("tool", (answer,)), {"item": dict(item)}
+        response = ApprovalResponseContent(request_id, item.get("approve"))  # type: ignore[arg-type]
+        return Message("user", (response,)), {"item": dict(item)}
+    if kind in _SELF_CONTAINED and isinstance(item.get("id"), str) and item["id"]:
+        tool, outcome = _SELF_CONTAINED[kind]
+        name = item.get("name")
+        name = name if isinstance(name, str) else ""
+        arguments = _as_text(item.get("arguments", item.get("action", item.get("code", item.get("queries", "")))))
+        output = "" if outcome is None or item.get(outcome) is None else _as_text(item[outcome])
+        call = HostedCallContent(item["id"], tool, name, arguments)
+        return Message("assistant", (call, HostedResultContent(item["id"], tool, output))), {"item": dict(item)}
     if kind == "reasoning":
         summary = item.get("summary", [])
         if not isinstance(summary, list) or not all(
@@ -182,14 +222,14 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
             record["summary"] = list(summary)  # kept as it came; an empty summary still marks the message
         parts = [ReasoningContent(p["text"]) for p in summary] or [ReasoningContent("")]
         return Message("assistant", tuple(parts)), record
-    if kind == "function_call" or kind in _PAIRED_CALLS:
+    if kind in ("function_call", "mcp_approval_request") or kind in _PAIRED_CALLS:
         return None
     if isinstance(kind, str):  # a self-contained hosted call, or an item this module does not know
         return Message("assistant", (OpaqueContent(item),)), {"hosted": True}
     raise InvalidMessageError(f"{where} has no 'type' and no 'role'; it is not a Responses API item")
 
 
-def _call(item: Mapping[str, Any], where: str) -> tuple[FunctionCallContent, Item]:
+def _call(item: Mapping[str, Any], where: str) -> tuple[Content, Item]:
     kind = item["type"]
     if kind == "function_call":
         call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
@@ -197,13 +237,27 @@ def _call(item: Mapping[str, Any], where: str) -> tuple[FunctionCallContent, Ite
             raise InvalidMessageError(f"{where}: function_call needs string call_id, name and arguments, got {item!r}")
         record = {key: value for key, value in item.items() if key not in ("type", "call_id", "name", "arguments")}
         return FunctionCallContent(call_id, name, arguments), record
-    call_id = item.get(_PAIRED_CALLS[kind])
+    if kind == "mcp_approval_request":
+        request_id, name = item.get("id"), item.get("name")
+        if not isinstance(request_id, str) or not request_id or not isinstance(name, str):
+            raise InvalidMessageError(f"{where}: mcp_approval_request needs string id and name, got {item!r}")
+        if not TYPED_PAIRED_CALLS:
+            return FunctionCallContent(request_id, name, _as_text(item.get("arguments", ""))), {"item": dict(item)}
+        call = HostedCallContent(request_id, "mcp", name, _as_text(item.get("arguments", "")))
+        return ApprovalRequestContent(request_id, call), {"item": dict(item)}
+    key, tool = _PAIRED_CALLS[kind]
+    call_id = item.get(key)
     if not isinstance(call_id, str) or not call_id:
-        raise InvalidMessageError(f"{where}: {kind} has no {_PAIRED_CALLS[kind]!r}; its output could not be paired")
-    name = item.get("name")
-    name = name if isinstance(name, str) else str(kind)
-    rest = {key: value for key, value in item.items() if key not in ("type", "name", _PAIRED_CALLS[kind])}
-    return FunctionCallContent(call_id, name, _as_text(rest)), {"item": dict(item)}
+        raise InvalidMessageError(f"{where}: {kind} has no {key!r}; its output could not be paired")
+    if tool is None:  # a custom tool: run by the client like a function, its input free text
+        name = item.get("name")
+        return FunctionCallContent(call_id, name if isinstance(name, str) else kind, _as_text(item.get("input", ""))), {
+            "item": dict(item)
+        }
+    arguments = _as_text(item.get("action", item.get("operation", "")))
+    if not TYPED_PAIRED_CALLS:
+        return FunctionCallContent(call_id, kind, arguments), {"item": dict(item)}
+    return HostedCallContent(call_id, tool, "", arguments), {"item": dict(item)}
 
 
 def _with_records(message: Message, records: list[Item]) -> Message:
@@ -217,7 +271,7 @@ def from_responses(items: Sequence[Any]) -> list[Message]:
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
         raise InvalidMessageError(f"expected a list of Responses API items, got {type(items).__name__}")
     messages: list[Message] = []
-    calls: list[FunctionCallContent] = []
+    calls: list[Content] = []
     call_records: list[Item] = []
 
     def close_calls() -> None:
@@ -291,13 +345,16 @@ def _message_items(message: Message) -> list[Item]:
         if message.message_id is not None and "id" not in rest:
             item["id"] = message.message_id
         return [{**item, **rest}]
-    calls = [c for c in message.contents if isinstance(c, FunctionCallContent)]
+    calls = [c for c in message.contents if isinstance(c, _CALL_KINDS)]
     if calls and len(calls) == len(message.contents):
         items = []
         for position, call in enumerate(calls):
             call_record: Mapping[str, Any] = records[position] if position < len(records) else {}
             if call_record.get("item") is not None:
                 items.append(_plain(call_record["item"]))
+                continue
+            if not isinstance(call, FunctionCallContent):
+                items.append(_native_item(call))
                 continue
             items.append(
                 {
@@ -309,8 +366,10 @@ def _message_items(message: Message) -> list[Item]:
                 }
             )
         return items
-    if any(isinstance(c, (FunctionCallContent, ReasoningContent, FunctionResultContent)) for c in message.contents):
+    if any(isinstance(c, (*_CALL_KINDS, ReasoningContent, FunctionResultContent)) for c in message.contents):
         return _split(message)
+    if any(isinstance(c, (HostedResultContent, ApprovalResponseContent)) for c in message.contents):
+        return [_native_item(c) for c in message.contents]
     role = "developer" if record.get("role") == "developer" else message.role
     head = {
         key: value
@@ -341,6 +400,46 @@ def _split(message: Message) -> list[Item]:
         run.append(content)
     flush()
     return items
+
+
+_HOSTED_ITEM_TYPES = {
+    "computer": ("computer_call", "call_id"),
+    "shell": ("shell_call", "call_id"),
+    "apply_patch": ("apply_patch_call", "call_id"),
+    **{tool: (kind, "id") for kind, (tool, _) in _SELF_CONTAINED.items()},
+}
+
+
+def _native_item(content: Content) -> Item:
+    """The item for a hosted call, result or approval that did not come from a Responses item
+    (from another framework, say): its type from the tool, its provider fields from ``data``."""
+    if isinstance(content, HostedCallContent):
+        kind, key = _HOSTED_ITEM_TYPES.get(content.tool, (f"{content.tool}_call", "call_id"))
+        item: Item = {"type": kind, key: content.call_id, **_plain(content.data)}
+        if content.name:
+            item["name"] = content.name
+        if content.arguments:
+            item["arguments"] = content.arguments
+        return item
+    if isinstance(content, HostedResultContent):
+        kind, key = _HOSTED_ITEM_TYPES.get(content.tool, (f"{content.tool}_call", "call_id"))
+        return {"type": f"{kind}_output", key: content.call_id, "output": content.output, **_plain(content.data)}
+    if isinstance(content, ApprovalRequestContent):
+        return {
+            "type": "mcp_approval_request",
+            "id": content.request_id,
+            "name": content.call.name,
+            "arguments": content.call.arguments,
+            **_plain(content.data),
+        }
+    if isinstance(content, ApprovalResponseContent):
+        return {
+            "type": "mcp_approval_response",
+            "approval_request_id": content.request_id,
+            "approve": content.approved,
+            **_plain(content.data),
+        }
+    raise InvalidMessageError(f"{type(content).__name__} has no Responses API item of its own")
 
 
 def to_responses(messages: Sequence[Message]) -> list[Item]:
