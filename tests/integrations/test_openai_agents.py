@@ -483,11 +483,6 @@ def test_a_runner_on_the_responses_api_with_our_compacting_session_runs_the_whol
 
 
 def test_hosted_calls_become_typed_contents_and_come_back_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-        ApprovalRequestContent,
-        ApprovalResponseContent,
-        HostedCallContent,
-        HostedResultContent,
-    )
 
     search = {
         "type": "web_search_call",
