@@ -27,15 +27,20 @@ from contextledger.facts import FactStore, RuleWriter, extract
 from contextledger.messages import FunctionCallContent, Message
 
 _EXPORTER = InMemorySpanExporter()
+_ATTACHED = False
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """The process's tracer provider (set once: OpenTelemetry allows one) exporting into memory."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    global _ATTACHED
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # another test (the README's) may have set one already
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
+    if not _ATTACHED:
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        _ATTACHED = True
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
