@@ -27,20 +27,19 @@ from contextledger.facts import FactStore, RuleWriter, extract
 from contextledger.messages import FunctionCallContent, Message
 
 _EXPORTER = InMemorySpanExporter()
-_ATTACHED = False
+_ATTACHED: list[TracerProvider] = []  # the provider the exporter was attached to, once
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """The process's tracer provider (set once: OpenTelemetry allows one) exporting into memory."""
-    global _ATTACHED
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):  # another test (the README's) may have set one already
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
     if not _ATTACHED:
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        _ATTACHED = True
+        _ATTACHED.append(provider)
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
