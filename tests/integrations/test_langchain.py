@@ -40,6 +40,7 @@ from contextledger.messages import (
     SUMMARY_PROPERTY,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
     Message,
     OpaqueContent,
     ReasoningContent,
@@ -100,7 +101,15 @@ def exchanges(draw: st.DrawFn, number: int) -> list[BaseMessage]:
             messages.append(
                 ToolMessage(content=draw(contents), tool_call_id=call["id"], status=status, **extra, **draw(common))
             )
-    messages.append(AIMessage(content=draw(contents), **draw(common)))
+    reply = draw(contents)
+    if draw(st.booleans()):  # a server-side (hosted) tool call and its result, inside the reply's content
+        search = f"srv{number}"
+        hosted_blocks: list[str | dict[str, Any]] = [
+            {"type": "server_tool_call", "id": search, "name": "web_search", "args": {"query": draw(words)}},
+            {"type": "server_tool_result", "tool_call_id": search, "status": "success", "output": draw(json_values)},
+        ]
+        reply = [*hosted_blocks, *([reply] if isinstance(reply, str) else reply)]
+    messages.append(AIMessage(content=reply, **draw(common)))
     return messages
 
 
@@ -120,6 +129,11 @@ def test_langchain_messages_survive_a_round_trip_through_ours(messages: list[Bas
     ours = from_langchain(messages)
     assert to_langchain(ours) == messages
     assert validate(ours) == []  # parallel calls and their results stay paired
+    for message in ours:  # a hosted call and its result form a complete unit inside one assistant message
+        if any(isinstance(c, HostedCallContent) for c in message.contents):
+            assert message.role == "assistant"
+            hosted = [call_id for call_id in message.opened_ids if call_id.startswith("srv")]
+            assert hosted == [call_id for call_id in message.answered_ids if call_id.startswith("srv")] != []
 
 
 texts = st.builds(TextContent, words)

@@ -58,6 +58,8 @@ from contextledger.messages import (  # noqa: E402
     Content,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     OpaqueContent,
     ReasoningContent,
@@ -101,22 +103,54 @@ def _plain(value: Any) -> Any:
 # Messages ------------------------------------------------------------------------------------
 
 
-def _block_content(block: Any, position: int, where: str, reasoning: bool = True) -> Content:
+def _block_content(block: Any, position: int, where: str, typed: bool = True, tools: Mapping[str, str] = {}) -> Content:
     if isinstance(block, str):
         return TextContent(block)
     if not isinstance(block, Mapping):
         raise InvalidMessageError(f"{where}: content block {position} is {block!r}; blocks are strings or dicts")
+    hosted = _hosted_content(block, tools) if typed else None  # a tool result holds no calls
+    if hosted is not None:
+        return hosted
     keys = set(block)
     if keys == {"type", "text"} and block["type"] == "text" and isinstance(block["text"], str):
         return TextContent(block["text"])
     if (
-        reasoning
+        typed
         and keys == {"type", "reasoning"}
         and block["type"] == "reasoning"
         and isinstance(block["reasoning"], str)
     ):
         return ReasoningContent(block["reasoning"])
     return OpaqueContent(block)
+
+
+def _hosted_content(block: Mapping[str, Any], tools: Mapping[str, str]) -> Content | None:
+    """A server-side tool call or result block as a hosted content (the block's other fields in ``data``)."""
+    kind = block.get("type")
+    if kind == "server_tool_call":
+        call_id, name, args = block.get("id"), block.get("name"), block.get("args")
+        if isinstance(call_id, str) and call_id and isinstance(name, str) and name and isinstance(args, Mapping):
+            data = {key: value for key, value in block.items() if key not in ("type", "id", "name", "args")}
+            return HostedCallContent(call_id, name, name, json.dumps(args, ensure_ascii=False), data)
+    if kind == "server_tool_result":
+        call_id = block.get("tool_call_id")
+        if isinstance(call_id, str) and call_id:
+            output = block.get("output")
+            text = output if isinstance(output, str) else "" if output is None else json.dumps(output, default=str)
+            data = {key: value for key, value in block.items() if key not in ("type", "tool_call_id")}
+            return HostedResultContent(call_id, tools.get(call_id, "server_tool"), text, data)
+    return None
+
+
+def _hosted_block(content: HostedCallContent | HostedResultContent) -> dict[str, Any]:
+    if isinstance(content, HostedCallContent):
+        args = json.loads(content.arguments) if content.arguments.strip() else {}
+        return {"type": "server_tool_call", "id": content.call_id, "name": content.name or content.tool, "args": args}
+    block = {"type": "server_tool_result", "tool_call_id": content.call_id, **_plain(content.data)}
+    block.setdefault("status", "success")
+    if "output" not in content.data and content.output:
+        block["output"] = content.output
+    return block
 
 
 def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool) -> str | list[str | dict[str, Any]]:
@@ -134,18 +168,27 @@ def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool
             blocks.append({"type": "reasoning", "reasoning": part.text})
         elif isinstance(part, OpaqueContent):
             blocks.append(_plain(part.data))
+        elif isinstance(part, HostedCallContent):
+            blocks.append({**_hosted_block(part), **_plain(part.data)})
+        elif isinstance(part, HostedResultContent):
+            blocks.append(_hosted_block(part))
         else:  # pragma: no cover - calls and results never reach here
             raise InvalidMessageError(f"{part!r} cannot be a LangChain content block")
     return blocks
 
 
-def _content_in(content: Any, where: str, kept: dict[str, Any], reasoning: bool = True) -> list[Content]:
+def _content_in(content: Any, where: str, kept: dict[str, Any], typed: bool = True) -> list[Content]:
     """Parts of a LangChain ``content``; records in ``kept`` what the parts alone would not give back."""
     if isinstance(content, str):
         return [TextContent(content)] if content else []
     if not isinstance(content, list):
         raise InvalidMessageError(f"{where}: content must be a string or a list, got {type(content).__name__}")
-    parts = [_block_content(block, position, where, reasoning) for position, block in enumerate(content)]
+    tools = {
+        block["id"]: block["name"]
+        for block in content
+        if isinstance(block, Mapping) and block.get("type") == "server_tool_call" and isinstance(block.get("name"), str)
+    }
+    parts = [_block_content(block, position, where, typed, tools) for position, block in enumerate(content)]
     strings = [position for position, block in enumerate(content) if isinstance(block, str)]
     if strings:
         kept["string_blocks"] = strings
@@ -181,7 +224,7 @@ def from_langchain_message(message: BaseMessage, *, position: int | None = None)
         if isinstance(message.content, str):
             contents = [FunctionResultContent(message.tool_call_id, message.content)]
         else:
-            parts = _content_in(message.content, where, kept, reasoning=False)
+            parts = _content_in(message.content, where, kept, typed=False)
             kept.pop("content_list", None)
             blocks = tuple(
                 {"type": "text", "text": part.text} if isinstance(part, TextContent) else _plain(part.data)  # type: ignore[union-attr]
