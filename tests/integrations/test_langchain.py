@@ -373,3 +373,26 @@ def test_a_hand_built_langgraph_graph_with_our_pre_model_hook_runs_the_whole_scr
     assert store.facts() == []
     for value in ("Reporting", "Billing", "PostgreSQL", "SQL Server 2022"):
         assert value not in request_texts(chat_server.requests[-1])
+
+
+def test_a_failed_run_admits_nothing_and_the_next_run_admits_its_own_declaration(chat_server: ChatServer) -> None:
+    failing = {"on": True}
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        if failing["on"]:
+            raise RuntimeError("the model is down")
+        return chat_reply(body)
+
+    chat_server.respond = respond
+    store = FactStore()
+    facts = FactsMiddleware(store)
+    agent = create_agent(model_for(chat_server), tools=[], middleware=[facts], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "desk-3"}}
+    with pytest.raises(Exception, match="model is down"):
+        agent.invoke({"messages": [HumanMessage(turns.FIRST)]}, config)
+    assert store.facts() == []
+    failing["on"] = False
+    agent.invoke({"messages": [HumanMessage(turns.SECOND)]}, config)
+    assert {fact.key: fact.value for fact in store.facts()} == {"module": "Billing", "database": "SQL Server 2022"}
+    assert facts.last_turn is not None
+    assert facts.last_turn.rejection is None

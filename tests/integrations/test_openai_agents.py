@@ -525,3 +525,28 @@ def test_hosted_calls_become_typed_contents_and_come_back_whole(monkeypatch: pyt
             [["cc_1"], [], ["ap_1", "ap_1"], []] if typed else [["cc_1"], [], ["ap_1"], []]
         )
         assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]
+
+
+def test_a_failed_run_admits_nothing(chat_server: ChatServer) -> None:
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("the model is down")
+
+    chat_server.respond = respond
+    client = AsyncOpenAI(base_url=chat_server.url, api_key="test-key", max_retries=0)
+    agent = Agent(
+        name="desk", instructions=turns.INSTRUCTIONS, model=OpenAIResponsesModel(model="m", openai_client=client)
+    )
+    store = FactStore()
+    facts = AgentsFacts(store)
+    session = CompactingSession(InMemoryHistoryProvider(), "desk-2", turns.strategy())
+
+    async def scenario() -> None:
+        with pytest.raises(Exception, match="model is down"):
+            await facts.run(agent, turns.FIRST, session=session)
+        assert store.facts() == []
+        assert facts.last_turn is None
+        assert chat_server.requests[-1]["instructions"].endswith(store.to_prompt_block())
+        # The SDK itself stores a turn's input before calling the model; the facts never saw it admitted.
+        assert await session.all_items() == [{"role": "user", "content": turns.FIRST}]
+
+    asyncio.run(scenario())

@@ -114,12 +114,7 @@ def _block_content(block: Any, position: int, where: str, typed: bool = True, to
     keys = set(block)
     if keys == {"type", "text"} and block["type"] == "text" and isinstance(block["text"], str):
         return TextContent(block["text"])
-    if (
-        typed
-        and keys == {"type", "reasoning"}
-        and block["type"] == "reasoning"
-        and isinstance(block["reasoning"], str)
-    ):
+    if typed and keys == {"type", "reasoning"} and block["type"] == "reasoning" and isinstance(block["reasoning"], str):
         return ReasoningContent(block["reasoning"])
     return OpaqueContent(block)
 
@@ -537,9 +532,15 @@ class FactsMiddleware(AgentMiddleware):
         return SystemMessage(content=f"{system.text}\n\n{block}", id=system.id, name=system.name)
 
     async def finish(self, messages: Sequence[BaseMessage]) -> FactsTurn | None:
-        """After a successful run: extract with the ticket taken by :meth:`begin`."""
-        marker = next((m.id for m in messages if isinstance(m, HumanMessage) and m.id in self._turns), None)
-        begun = self._turns.pop(marker, None) if marker is not None else None
+        """After a successful run: extract with the ticket taken by :meth:`begin`.
+
+        The run is the newest user message of ``messages`` that began a turn; turns begun by
+        older messages of the same history belong to runs that failed, and are dropped.
+        """
+        marked = [m.id for m in messages if isinstance(m, HumanMessage) and m.id is not None and m.id in self._turns]
+        begun = self._turns.pop(marked[-1]) if marked else None
+        for stale in marked[:-1]:
+            self._turns.pop(stale, None)
         if begun is None:
             return None
         if begun.ticket is None:
