@@ -396,3 +396,15 @@ def test_a_failed_run_admits_nothing_and_the_next_run_admits_its_own_declaration
     assert {fact.key: fact.value for fact in store.facts()} == {"module": "Billing", "database": "SQL Server 2022"}
     assert facts.last_turn is not None
     assert facts.last_turn.rejection is None
+
+
+def test_the_facts_block_follows_the_system_prompt_and_keeps_its_blocks() -> None:
+    store = FactStore()
+    facts = FactsMiddleware(store)
+    block = store.to_prompt_block()
+    assert facts.system_message(None).content == block
+    plain = facts.system_message(SystemMessage("Be brief.", id="sys"))
+    assert (plain.content, plain.id) == (f"Be brief.\n\n{block}", "sys")
+    cached = SystemMessage([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}])
+    assert facts.system_message(cached).content == [*cached.content, {"type": "text", "text": block}]
+    assert cached.content == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]

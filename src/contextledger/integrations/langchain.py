@@ -527,9 +527,11 @@ class FactsMiddleware(AgentMiddleware):
     def system_message(self, system: SystemMessage | None) -> SystemMessage:
         """``system`` with the facts block after it (or the block alone)."""
         block = self.store.to_prompt_block()
-        if system is None or not system.text.strip():
+        if system is None or (isinstance(system.content, str) and not system.content.strip()):
             return SystemMessage(content=block)
-        return SystemMessage(content=f"{system.text}\n\n{block}", id=system.id, name=system.name)
+        if isinstance(system.content, list):  # blocks (cache marks...) kept as they are, the facts after them
+            return system.model_copy(update={"content": [*system.content, {"type": "text", "text": block}]})
+        return system.model_copy(update={"content": f"{system.content}\n\n{block}"})
 
     async def finish(self, messages: Sequence[BaseMessage]) -> FactsTurn | None:
         """After a successful run: extract with the ticket taken by :meth:`begin`.
