@@ -2,8 +2,9 @@
 
     contextledger compact IN.jsonl [-o OUT.jsonl] [--strategy NAME] [--param KEY=VALUE ...] [--budget N]
     contextledger validate IN.jsonl
-    contextledger lab [TIMELINE ...] [--model offline|openai:MODEL|local] [--policies NAME ...]
+    contextledger lab [TIMELINE ...] [--model offline|openai:MODEL|local] [--policies NAME[,NAME...]]
                       [--tokenizer estimate|cl100k_base|o200k_base] [--html FILE] [--json FILE] [--replicates N]
+                      [--kit]
     contextledger chat [--mode provider|manual] [--model offline|openai:MODEL|local] [--writer rules|model]
 
 Transcripts are OpenAI-format JSONL, one message per line.  Errors are one
@@ -178,48 +179,11 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
 def _lab(args: argparse.Namespace) -> int:
     # The lab and rich are imported here so that the other commands start without them.
-    from rich.console import Console  # noqa: PLC0415
+    from contextledger.lab._cli import run_lab_command  # noqa: PLC0415
 
-    from contextledger.clients import resolve_client  # noqa: PLC0415
-    from contextledger.lab import LabSettings, load_timelines, render_html, run_lab_sync  # noqa: PLC0415
-    from contextledger.lab._terminal import print_report, progress_bar  # noqa: PLC0415
-
-    if args.replicates < 1:
-        raise UsageError(f"--replicates must be 1 or more, got {args.replicates}")
-    timelines = load_timelines(args.timelines)  # every file is validated before anything runs
-    names = tuple(name for item in args.policies or () for name in item.split(",") if name)
-    live = args.model.strip() != "offline"
-    settings = LabSettings(
-        policies=names,
-        tokenizer=args.tokenizer,
-        writer=args.writer,
-        replicates=args.replicates,
-        ask_probes=live,
-        model_label=args.model.strip(),
-    ).checked()
-    resolve_client(args.model)  # a misconfigured model fails here, before the first turn
-    if not live and args.replicates > 1:
-        print("note: --replicates applies to probe questions, which are asked only of a live model", file=sys.stderr)
-    # A file or a pipe gets a table wide enough to read, not the 80 columns rich assumes.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-    with progress_bar(Console(stderr=True)) as on_progress:
-        report = run_lab_sync(timelines, lambda: resolve_client(args.model), settings, on_progress=on_progress)
-    if args.json:
-        _write_text(args.json, report.to_json())
-    if args.html:
-        _write_text(args.html, render_html(report.data))
-    print_report(report.data, console)
-    for label, path in (("JSON", args.json), ("HTML", args.html)):
-        if path:
-            console.print(f"{label} report written to {path}")
-    return 0
+    return run_lab_command(args)
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -266,10 +230,10 @@ def _parser() -> argparse.ArgumentParser:
     lab.add_argument("--model", default="offline", help="offline (default), local, or openai:MODEL")
     lab.add_argument(
         "--policies",
-        nargs="+",
-        metavar="NAME",
-        help="policies to run, in this order (default: all): full-history, last-3-turns, summary, bounded-facts, "
-        "request-view, reduced-history",
+        action="append",
+        metavar="NAME[,NAME...]",
+        help="policies to run, in this order, comma-separated or repeated (default: all): full-history, "
+        "last-3-turns, summary, bounded-facts, request-view, reduced-history, combined",
     )
     lab.add_argument("--tokenizer", default="estimate", choices=["estimate", "cl100k_base", "o200k_base"])
     lab.add_argument("--html", metavar="FILE", help="write the self-contained HTML report here")
@@ -286,6 +250,11 @@ def _parser() -> argparse.ArgumentParser:
         default="model",
         choices=["model", "rules"],
         help="how bounded facts are extracted: a structured-output call to the model (default) or parsing rules",
+    )
+    lab.add_argument(
+        "--kit",
+        action="store_true",
+        help="also run compaction-conformance-kit's checks against each policy (needs the kit extra)",
     )
     lab.set_defaults(run=_lab)
     chat = commands.add_parser(

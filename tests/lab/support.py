@@ -11,6 +11,8 @@ from typing import Any
 
 from contextledger.clients import ChatClient, OfflineModel
 from contextledger.lab import LabReport, LabSettings, Timeline, parse_timeline, run_lab_sync
+from contextledger.lab import _contract as contract
+from contextledger.lab._contract import Expectation
 
 # Words that would turn a comparison into a verdict; no output of the lab may contain them.
 VERDICT_WORDS = re.compile(r"\b(winner|winners|winning|best|ranking|ranked|rank)\b", re.IGNORECASE)
@@ -70,3 +72,14 @@ def sent(policy_data: dict[str, Any], turn: int, call: int = 0, kind: str = "cal
 
 def user_texts(messages: list[dict[str, Any]]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "user"]
+
+
+def expectations(timeline: Timeline) -> tuple[Expectation, ...]:
+    """The contract's expectations for every turn of a timeline."""
+    return contract.expectations(timeline.turns)
+
+
+def final_state(timeline: Timeline) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """(current facts, superseded values) once the whole timeline has been read."""
+    state = contract.final_state(timeline.turns)
+    return state.current, state.superseded

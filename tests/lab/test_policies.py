@@ -11,20 +11,17 @@ import pytest
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
 from contextledger.lab import (
-    SUMMARY_LIMIT,
     AgentPolicy,
     LabSettings,
     PolicySetup,
-    RecordingClient,
-    ToolBox,
     get_policy,
     policy_names,
     register_policy,
     run_lab_sync,
     unregister_policy,
 )
-from contextledger.lab._calls import CallLog
-from contextledger.lab._policies import LastTurnsView
+from contextledger.lab._calls import CallLog, RecordingClient, ToolBox
+from contextledger.lab._policies import SUMMARY_LIMIT, LastTurnsView
 from contextledger.messages import Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.lab.support import policy, run, sent, small, timeline, user_texts
@@ -37,14 +34,15 @@ def report() -> Any:
     return run([timeline()])
 
 
-def test_the_six_policies_are_registered_in_order() -> None:
-    assert policy_names()[:6] == (
+def test_the_seven_policies_are_registered_in_order() -> None:
+    assert policy_names()[:7] == (
         "full-history",
         "last-3-turns",
         "summary",
         "bounded-facts",
         "request-view",
         "reduced-history",
+        "combined",
     )
 
 

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger.facts import FactStore, RuleWriter, extract
-from contextledger.lab import check_context, expectations, final_state, parse_timeline
-from contextledger.lab._probes import context_text, is_present
+from contextledger.lab import parse_timeline
+from contextledger.lab._probes import check_context, decoded_text, is_present
 from contextledger.messages import FunctionCallContent, Message
+from tests.lab.support import expectations, final_state
 
 
 def _timeline(*turns: dict[str, Any]) -> Any:
@@ -104,21 +105,50 @@ def test_check_context_reports_exact_presence() -> None:
     assert outcome.prohibition_present is True
 
 
-def test_escaped_values_count_as_present() -> None:
-    assert is_present('say "hi"', 'value: "say \\"hi\\""')
-    assert is_present("a\\b", '"a\\\\b"')
+def test_presence_is_exact_and_case_sensitive() -> None:
+    assert is_present("SQL Server 2022", "database: SQL Server 2022.")
     assert not is_present("PostgreSQL", "postgresql")
 
 
-def test_context_text_reads_tool_calls_and_results() -> None:
+def test_decoded_text_reads_tool_calls_and_results_as_decoded_json() -> None:
     messages = [
         Message.user("hello"),
-        Message.assistant(calls=[FunctionCallContent("c1", "search_logs", '{"query": "Billing"}')]),
-        Message.tool("c1", "PostgreSQL is slow"),
+        Message.assistant(calls=[FunctionCallContent("c1", "search_logs", '{"query": "path \\u003capp\\u003e"}')]),
+        Message.tool("c1", '{"rows": ["say \\"hi\\"", "PostgreSQL is slow"]}'),
     ]
-    text = context_text([messages])
-    assert "Billing" in text
+    text = decoded_text([messages])
+    assert "path <app>" in text
+    assert 'say "hi"' in text
     assert "PostgreSQL is slow" in text
+
+
+def _block_after(*messages: str) -> str:
+    store = FactStore()
+    for text in messages:
+        asyncio.run(extract(store, RuleWriter(), store.begin_turn(text)))
+    return store.to_prompt_block()
+
+
+def test_a_facts_block_is_read_by_its_value_fields_only() -> None:
+    """Fault: 'module=evidence' then 'module=Billing' was reported present because the block says 'evidence'."""
+    block = _block_after("module=evidence", "module=Billing")
+    assert "evidence" in block  # the block's own wording ...
+    text = decoded_text([[Message.system(block), Message.user("Which module is affected?")]])
+    assert not is_present("evidence", text)  # ... is never read as the superseded value
+    assert is_present("Billing", text)
+
+
+def test_a_facts_block_value_is_read_decoded() -> None:
+    """Fault: log=/var/log/<app>/export.log was reported missing because the block holds it escaped."""
+    block = _block_after("log=/var/log/<app>/export.log")
+    assert "/var/log/<app>/export.log" not in block  # escaped in the block
+    text = decoded_text([[Message.system(block)]])
+    assert is_present("/var/log/<app>/export.log", text)
+
+
+def test_a_policys_own_labels_are_not_read() -> None:
+    text = decoded_text([[Message.assistant("[Summary, generated and unverified] all good")]], ("[Summary,",))
+    assert not is_present("Summary", text)
 
 
 KEYS = ("product", "module", "priority", "database", "customer", "version", "environment")

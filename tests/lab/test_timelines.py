@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from contextledger.exceptions import TimelineError
-from contextledger.lab import expectations, load_timeline, load_timelines, parse_timeline, shipped_timeline_paths
-from tests.lab.support import small, write
+from contextledger.lab import load_timeline, load_timelines, parse_timeline
+from contextledger.lab._timeline import shipped_timeline_paths
+from tests.lab.support import expectations, small, write
 
 REQUIRED = {"correction", "early-prohibition", "tool-noise", "eviction", "forget", "distractors", "long-session"}
 
@@ -119,13 +120,6 @@ MALFORMED = [
     (_set(("turns", 3, "user"), 42), "turns[3].user", "must be a string, got int"),
     (_set(("turns", 3, "user"), "   "), "turns[3].user", "must not be empty"),
     (_set(("turns", 3, "usr"), "hello"), "turns[3].usr", "unknown field"),
-    (_set(("turns", 3, "user"), "colour=blue"), "turns[3].user", "'colour'"),
-    (_set(("turns", 3, "user"), "module="), "turns[3].user", "empty value"),
-    (
-        _set(("turns", 3, "user"), "product=a; module=b; priority=c; database=d; customer=e; version=f"),
-        "turns[3].user",
-        "over the limit of 5",
-    ),
     (_set(("turns", 3, "user"), "x" * 4097), "turns[3].user", "4097 characters"),
     (_set(("turns", 3, "user"), "I mixed things up, module=Billing"), "turns[3].user", "reads as prose"),
     (_set(("turns", 1, "tool_results"), {"get_metrics": "{}"}), "turns[1].tool_results.get_metrics", "no tool"),
@@ -185,12 +179,29 @@ def test_a_missing_file_is_a_timeline_error(tmp_path: Path) -> None:
 def test_one_bad_file_stops_the_whole_set_and_names_that_file(tmp_path: Path) -> None:
     good = write(tmp_path / "good.json", small())
     bad_data = small(name="other")
-    bad_data["turns"][2]["user"] = "colour=blue"
+    bad_data["turns"][2]["host_commands"] = ["forget colour"]
     bad = write(tmp_path / "bad.json", bad_data)
     with pytest.raises(TimelineError) as caught:
         load_timelines([good, bad])
     assert caught.value.path == str(bad)
-    assert caught.value.entry == "turns[2].user"
+    assert caught.value.entry == "turns[2].host_commands[0]"
+
+
+@pytest.mark.parametrize(
+    ("user", "reason"),
+    [
+        ("colour=blue", "'colour'"),
+        ("module=", "empty value"),
+        ("product=Pa; module=Mb; priority=Pc; database=Dd; customer=Ce; version=Vf", "over the limit of 5"),
+    ],
+)
+def test_a_message_the_contract_rejects_is_replayed_with_the_reason(user: str, reason: str) -> None:
+    data = small()
+    data["turns"][3]["user"] = user
+    turn = parse_timeline(data, source="t.json").turns[3]
+    assert turn.declarations == {}
+    assert turn.rejection is not None
+    assert reason in turn.rejection
 
 
 def test_two_timelines_with_one_name_are_refused(tmp_path: Path) -> None:
@@ -212,3 +223,28 @@ def test_the_parsed_turns_keep_every_declared_field() -> None:
     assert [(c.text, c.key) for c in turn.host_commands] == [("forget", None), ("Forget MODULE", "module")]
     assert parsed.tool_result(parsed.turns[0], "search_logs") == "nothing found"
     assert parsed.tool_result(parsed.turns[1], "search_logs") == "ERROR export timeout"
+
+
+def test_a_rejected_correction_is_replayed_and_its_values_probed_as_rejected() -> None:
+    """Fault: 'version=4.2; product=Ledger' then 'version=5.0; colour=blue' was refused as a timeline."""
+    found = parse_timeline(
+        {
+            "schema": 1,
+            "name": "rejected",
+            "turns": [
+                {"user": "version=4.2; product=Ledger"},
+                {"user": "version=5.0; colour=blue"},
+                {"user": "Which version are we on?"},
+            ],
+        },
+        source="rejected.json",
+    )
+    second = found.turns[1]
+    assert second.declarations == {}
+    assert second.rejected == {"version": "5.0"}
+    assert second.rejection is not None
+    assert "colour" in second.rejection
+    expected = expectations(found)
+    assert expected[1].rejected == ()  # the refused message carries its own values on its turn
+    assert expected[2].current == (("product", "Ledger"), ("version", "4.2"))
+    assert expected[2].rejected == (("version", "5.0"),)

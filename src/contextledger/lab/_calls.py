@@ -16,9 +16,9 @@ from typing import Annotated, Any, cast
 
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.lab._timeline import Timeline, ToolSpec, Turn
-from contextledger.messages import Message
+from contextledger.messages import FunctionCallContent, Message
 
-__all__ = ["CallLog", "CallRecord", "RecordingClient", "ToolBox"]
+__all__ = ["MODEL", "CallLog", "CallRecord", "RecordingClient", "ToolBox"]
 
 MODEL = "model"
 
@@ -48,8 +48,12 @@ class CallLog:
 class RecordingClient:
     """A chat client that records each call into a :class:`CallLog` and forwards it.
 
-    When ``scripted_reply`` is set the model is not asked: the reply is the
-    timeline's scripted text and nothing is recorded, since nothing was sent.
+    When ``scripted_reply`` is set the model is not asked and nothing is
+    recorded, since nothing was sent.  A scripted turn still runs the tools
+    whose results the timeline scripts for it (``scripted_tools``): the first
+    reply calls each of them, the agent runs them, and the scripted text
+    follows, so a timeline's tool noise enters the conversation on scripted
+    turns as on any other.
     """
 
     def __init__(self, inner: ChatClient, log: CallLog, kind: str = MODEL) -> None:
@@ -57,6 +61,8 @@ class RecordingClient:
         self.log = log
         self.kind = kind
         self.scripted_reply: str | None = None
+        self.scripted_tools: tuple[str, ...] = ()
+        self.scripted_turn = 0
 
     def __repr__(self) -> str:
         return f"RecordingClient({self.inner!r}, kind={self.kind!r})"
@@ -69,7 +75,14 @@ class RecordingClient:
         **options: Any,
     ) -> ChatResponse:
         if self.scripted_reply is not None:
-            reply = Message.assistant(self.scripted_reply)
+            if self.scripted_tools and not (messages and messages[-1].role == "tool"):
+                calls = [
+                    FunctionCallContent(f"scripted-{self.scripted_turn}-{name}", name, "{}")
+                    for name in self.scripted_tools
+                ]
+                reply = Message.assistant(calls=calls)
+            else:
+                reply = Message.assistant(self.scripted_reply)
             return ChatResponse(text=reply.text, messages=(reply,), usage=None)
         request = tuple(messages)
         offered = tuple(tools or ())

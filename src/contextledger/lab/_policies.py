@@ -30,22 +30,27 @@ from contextledger.agents import (
 from contextledger.clients._protocol import ChatClient
 from contextledger.compaction import SlidingWindowStrategy, turns_exceed
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
-from contextledger.facts import FactsProvider, FactStore, ModelWriter, RuleWriter
+from contextledger.facts import Fact, FactsProvider, FactStore, ModelWriter, RuleWriter
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
 from contextledger.lab._calls import RecordingClient, ToolBox
 from contextledger.lab._timeline import HostCommand, Timeline, Turn
 from contextledger.messages import Message
 
 __all__ = [
+    "SESSION_ID",
+    "SUMMARY_LABEL",
     "SUMMARY_LIMIT",
     "AgentPolicy",
     "ContextPolicy",
+    "FactsView",
+    "LabProvider",
     "PolicySetup",
     "PolicySpec",
     "SummaryView",
     "get_policy",
     "policy_names",
     "register_policy",
+    "sliding_window",
     "unregister_policy",
 ]
 
@@ -59,7 +64,7 @@ SUMMARY_PROMPT = (
     f"{SUMMARY_LIMIT} characters."
 )
 SUMMARY_LABEL = "[Summary, generated and unverified]"
-_SESSION_ID = "lab"
+SESSION_ID = "lab"
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,18 @@ class ContextPolicy(Protocol):
     ``run_turn`` answers a user turn; ``host_command`` applies a ``forget``
     (a policy with no memory of facts may ignore it: the probes then show
     what survived); ``ask`` answers a question without keeping any trace of
-    it, for the live answer probes; ``take_notes`` returns and clears what
-    the policy wants shown beside the turn (a refused extraction, say).
+    it, for the answer probes; ``take_notes`` returns and clears what the
+    policy wants shown beside the turn (a refused extraction, say);
+    ``kept`` is what the policy retains between turns (its stored history),
+    shown beside what it sends.  ``wording`` lists the fixed labels the
+    policy writes itself, which the probes never count as a value.
     """
 
+    wording: tuple[str, ...]
+
     async def run_turn(self, turn: Turn) -> str: ...
+
+    async def kept(self) -> list[Message]: ...
 
     async def host_command(self, command: HostCommand) -> None: ...
 
@@ -152,13 +164,13 @@ def get_policy(name: str) -> PolicySpec:
 # Providers the built-in policies put around the agent ------------------------------------------
 
 
-class _LabProvider(ContextProvider):
+class LabProvider(ContextProvider):
     """A provider that can be frozen: while the lab asks a probe question it must change nothing."""
 
     frozen = False
 
 
-class LastTurnsView(_LabProvider):
+class LastTurnsView(LabProvider):
     """Sends only the last ``turns`` user turns (the current one included) of the conversation."""
 
     source_id = "last_turns"
@@ -176,7 +188,7 @@ class LastTurnsView(_LabProvider):
         return [*messages[:head], *messages[starts[-self.turns] :]]
 
 
-class SummaryView(_LabProvider):
+class SummaryView(LabProvider):
     """Replaces older turns by a generated summary, refreshed every ``every`` turns.
 
     The summary is the summariser's text, labelled unverified; nothing checks
@@ -243,7 +255,7 @@ class SummaryView(_LabProvider):
         self._pending = None
 
 
-class CurrentMessageOnly(_LabProvider):
+class CurrentMessageOnly(LabProvider):
     """Sends the run's own input and nothing of the history (context messages, if any, are kept)."""
 
     source_id = "current_message_only"
@@ -283,11 +295,10 @@ class FactsView(FactsProvider):
             problems = getattr(rejection, "problems", ()) or (str(rejection),)
             self.notes.append("extraction refused, facts unchanged: " + "; ".join(problems))
 
-    def forget(self, key: str | None) -> None:
-        if key is None:
-            self.store.forget()
-        else:
-            self.store.forget(key)
+    def forget(self, key: str | None) -> list[Fact]:
+        """Forget one key or everything; return the facts removed."""
+        forgotten = self.store.forget() if key is None else self.store.forget(key)
+        return list(forgotten)
 
 
 # Policies -------------------------------------------------------------------------------------------
@@ -304,11 +315,12 @@ class AgentPolicy:
     setup: PolicySetup
     stored: InMemoryHistoryProvider = field(default_factory=InMemoryHistoryProvider)
     notes: list[str] = field(default_factory=list)
+    wording: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        self.providers: list[_LabProvider | FactsView] = []
+        self.providers: list[LabProvider | FactsView] = []
         self.agent = self.build()
-        self.session = Session(_SESSION_ID)
+        self.session = Session(SESSION_ID)
 
     def build(self) -> Agent:
         return self.agent_with()
@@ -318,7 +330,7 @@ class AgentPolicy:
         *,
         client: ChatClient | None = None,
         history: HistoryProvider | None = None,
-        providers: Sequence[_LabProvider | FactsView] = (),
+        providers: Sequence[LabProvider | FactsView] = (),
     ) -> Agent:
         self.providers.extend(providers)
         return Agent(
@@ -337,8 +349,12 @@ class AgentPolicy:
     async def host_command(self, command: HostCommand) -> None:
         """Policies without a facts memory have nothing to forget; the probes show what stays."""
 
+    async def kept(self) -> list[Message]:
+        """The stored history (after any reduction): what the next turn starts from."""
+        return await self.stored.load(SESSION_ID)
+
     async def ask(self, question: str) -> str:
-        kept = await self.stored.load(_SESSION_ID)
+        kept = await self.stored.load(SESSION_ID)
         for provider in self.providers:
             provider.frozen = True
         try:
@@ -346,7 +362,7 @@ class AgentPolicy:
         finally:
             for provider in self.providers:
                 provider.frozen = False
-            await self.stored.replace(_SESSION_ID, kept)
+            await self.stored.replace(SESSION_ID, kept)
         return response.text
 
     def take_notes(self) -> list[str]:
@@ -354,7 +370,8 @@ class AgentPolicy:
         return taken
 
 
-def _window() -> SlidingWindowStrategy:
+def sliding_window() -> SlidingWindowStrategy:
+    """The window the request-view, reduced-history and combined policies share."""
     return SlidingWindowStrategy(turns_exceed(WINDOW_TURNS), minimum_preserved_turns=WINDOW_TURNS)
 
 
@@ -369,6 +386,7 @@ class LastTurnsPolicy(AgentPolicy):
 
 class SummaryPolicy(AgentPolicy):
     def build(self) -> Agent:
+        self.wording = (SUMMARY_LABEL,)
         where = f"timeline {self.setup.timeline.name!r}"
         view = SummaryView(self.setup.extra_client("summariser"), self.setup.summary_every, where)
         return self.agent_with(providers=[view])
@@ -385,13 +403,13 @@ class BoundedFactsPolicy(AgentPolicy):
 
 class RequestViewPolicy(AgentPolicy):
     def build(self) -> Agent:
-        compaction = CompactionProvider(before_strategy=_window())
+        compaction = CompactionProvider(before_strategy=sliding_window())
         return self.agent_with(client=use_context_providers(self.setup.client, compaction))
 
 
 class ReducedHistoryPolicy(AgentPolicy):
     def build(self) -> Agent:
-        return self.agent_with(history=ReducedHistoryProvider(self.stored, _window()))
+        return self.agent_with(history=ReducedHistoryProvider(self.stored, sliding_window()))
 
 
 register_policy("full-history", FullHistoryPolicy, description="every earlier message is sent again on every turn")

@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["COLUMNS", "render_html", "summary_rows"]
+__all__ = ["COLUMNS", "KIT_COLUMNS", "answer_rows", "kit_rows", "overview_rows", "render_html", "summary_rows"]
 
 COLUMNS = (
     ("policy", "policy"),
@@ -27,12 +27,12 @@ COLUMNS = (
     ("prohibition", "prohibition present"),
     ("forgotten", "forgotten values present"),
     ("evicted", "evicted values present"),
+    ("rejected", "rejected values present"),
+    ("kept", "kept at the end: messages / tokens (estimate)"),
+    ("answers", "answers right"),
     ("notes", "notes"),
 )
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f")
-# Two policies can send exactly the same thing (a request view and a last-turns window often do):
-# distinct dash patterns keep both lines visible where they overlap.
-DASHES = ("", "8 4", "2 3", "10 3 2 3", "4 4", "1 2", "12 6", "6 2 2 2", "3 6")
 SHOWN_CHARS = 400
 PROBE_ROWS = (
     ("current", "current values"),
@@ -40,7 +40,11 @@ PROBE_ROWS = (
     ("prohibition", "prohibition"),
     ("forgotten", "forgotten values"),
     ("evicted", "evicted values"),
+    ("rejected", "rejected values"),
 )
+# Present is good for a current value or the prohibition, bad for an old value: two colours, never one.
+WANTED = frozenset({"current", "prohibition"})
+GOOD, BAD, PARTIAL = "#2e7d32", "#c62828", "#ef6c00"
 
 
 def _count(value: Any) -> str:
@@ -108,26 +112,97 @@ def summary_rows(timeline: Mapping[str, Any], *, compact: bool = False) -> list[
                 ),
                 "forgotten": _ratio(probes["forgotten_present"], probes["forgotten_expected"], compact),
                 "evicted": _ratio(probes["evicted_present"], probes["evicted_expected"], compact),
+                "rejected": _ratio(probes.get("rejected_present", 0), probes.get("rejected_expected", 0), compact),
+                "kept": f"{totals['kept_at_end']['messages']} / {totals['kept_at_end']['tokens_estimate']:,}",
+                "answers": _answers(policy),
                 "notes": ", ".join(note_parts) or "-",
             }
         )
     return rows
 
 
+def _answers(policy: Mapping[str, Any]) -> str:
+    answers = policy.get("answers")
+    if not answers:
+        return "not asked"
+    return f"{answers['right']}/{answers['asked']}"
+
+
+ANSWER_COLUMNS = (
+    ("policy", "policy"),
+    ("key", "key"),
+    ("kind", "what is asked"),
+    ("value", "expected value"),
+    ("right", "answers right"),
+    ("current", "with the current value"),
+    ("old", "with an old value"),
+)
+
+
 def answer_rows(timeline: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Live answer probes, one row per policy and question (empty when none were asked)."""
+    """Answer probes, one row per policy and question (empty when none were asked)."""
     rows = []
     for policy in timeline["policies"]:
         for item in policy.get("answers", {}).get("questions", []):
+            n = item["replicates"]
             rows.append(
                 {
                     "policy": policy["name"],
                     "key": item["key"],
-                    "value": item["value"],
-                    "current": f"{item['answers_with_current_value']}/{item['replicates']}",
-                    "superseded": f"{item['answers_with_superseded_value']}/{item['replicates']}",
+                    "kind": item["kind"],
+                    "value": item["value"] if item["value"] is not None else "none (must not be given)",
+                    "right": f"{item['right']}/{n}",
+                    "current": f"{item['answers_with_current_value']}/{n}" if item["value"] is not None else "-",
+                    "old": f"{item['answers_with_old_value']}/{n}" if item["old_values"] else "-",
                 }
             )
+    return rows
+
+
+def overview_rows(data: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
+    """The one-page summary: one row per policy, one cell per timeline (tokens, current kept, stale sent, answers)."""
+    columns = [("policy", "policy")] + [(t["name"], f"{t['name']} ({t['turns']} turns)") for t in data["timelines"]]
+    rows: dict[str, dict[str, str]] = {}
+    for timeline in data["timelines"]:
+        for policy in timeline["policies"]:
+            probes = policy["totals"]["probes"]
+            stale = sum(probes.get(f"{kind}_present", 0) for kind in ("superseded", "forgotten", "evicted", "rejected"))
+            cell = (
+                f"{_count(policy['totals']['input_estimate'])} tokens\n"
+                f"current {probes['current_present']}/{probes['current_expected']}\n"
+                f"stale {stale}\nanswers {_answers(policy)}"
+            )
+            rows.setdefault(policy["name"], {"policy": policy["name"]})[timeline["name"]] = cell
+    return columns, list(rows.values())
+
+
+KIT_COLUMNS = (
+    ("name", "policy or kit compactor"),
+    ("kind", "kind"),
+    ("survived", "canaries kept after the last round"),
+    ("stale", "stale values left"),
+    ("budget", "within the budget every round"),
+    ("tokens", "last round's text, tokens (estimate)"),
+    ("extra", "extra calls, tokens (estimate)"),
+)
+
+
+def kit_rows(kit: Mapping[str, Any]) -> list[dict[str, str]]:
+    """compaction-conformance-kit's figures, one row per lab policy and kit reference compactor."""
+    rows = []
+    for row in kit["rows"]:
+        seeds = ", ".join(map(str, row["survived_per_seed"]))
+        rows.append(
+            {
+                "name": row["name"],
+                "kind": row["kind"],
+                "survived": f"{row['survived_median']:g}/{row['canaries']} (per session: {seeds})",
+                "stale": f"{row['stale_total']} of {row['updates'] * len(row['stale_per_seed'])}",
+                "budget": "yes" if row["within_budget"] else "no",
+                "tokens": f"{row['final_tokens_estimate_median']:,.0f}",
+                "extra": f"{row['extra_tokens_estimate']:,}",
+            }
+        )
     return rows
 
 
@@ -140,8 +215,11 @@ table{border-collapse:collapse;margin:.8rem 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:.25rem .45rem;text-align:left;vertical-align:top}
 th{background:#f4f4f4}.muted{color:#666}figure{margin:1rem 0}figcaption{font-weight:600;margin-bottom:.3rem}
 svg text{font:11px system-ui,sans-serif;fill:#333}.axis{stroke:#999;stroke-width:1}
-.series{fill:none;stroke-width:1.6}.present{opacity:1}.partial{opacity:.45}.absent{fill:#fff;stroke-width:.6}
-.none{fill:#eee}.notsent{fill:#fafafa}ol.sent{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap}
+.series{fill:none;stroke-width:1.4}.axis-title{font-weight:600}.panel-title{font-weight:600;font-size:12px}
+.panels{display:flex;flex-wrap:wrap;gap:.4rem}.cell.good{fill:#2e7d32}.cell.bad{fill:#c62828}
+.cell.partial{fill:#ef6c00}.cell.none{fill:#e6e6e6}.cell.notsent{fill:#fff;stroke:#bbb;stroke-width:.5}
+ol.sent{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap}.legend span{display:inline-block;width:.9em;
+height:.9em;margin:0 .25em 0 .8em;vertical-align:middle}table.overview td{white-space:pre-line}
 """
 
 
@@ -153,54 +231,113 @@ def _color(position: int) -> str:
     return PALETTE[position % len(PALETTE)]
 
 
-def _tokens_of(turn: Mapping[str, Any], exact: bool) -> int:
+def _tokens_of(turn: Mapping[str, Any], exact: bool) -> int | None:
+    """Tokens sent on a turn, or None when nothing was sent (a scripted reply): a gap, never a zero."""
+    if not turn["calls"] and not turn["extra_calls"]:
+        return None
     tokens = turn["tokens"]
     value = tokens["input_exact"] if exact else tokens["input_estimate"]
     return int(value or 0)
 
 
-def _tokens_chart(timeline: Mapping[str, Any], exact: bool) -> str:
-    policies = timeline["policies"]
-    turns = int(timeline["turns"])
-    width, height, left, right, top, bottom = 900, 280, 70, 170, 12, 34
+def _ticks(low: int, high: int, count: int = 5) -> list[int]:
+    """About ``count`` round values from ``low`` to ``high``, both ends included."""
+    if high <= low:
+        return [low]
+    raw = (high - low) / (count - 1)
+    magnitude = 10 ** max(0, len(str(int(raw))) - 1)
+    step = max(1, round(raw / magnitude) * magnitude)
+    ticks = list(range(low, high, step))
+    if high - ticks[-1] < step / 2 and len(ticks) > 1:
+        ticks.pop()
+    return [*ticks, high]
+
+
+def _identical_series(policies: Sequence[Mapping[str, Any]], exact: bool) -> list[list[str]]:
+    """Groups of policies whose tokens-sent series are equal on every turn (they would hide each other)."""
+    groups: dict[tuple[int | None, ...], list[str]] = {}
+    for policy in policies:
+        groups.setdefault(tuple(_tokens_of(t, exact) for t in policy["turns"]), []).append(policy["name"])
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _token_panel(policy: Mapping[str, Any], position: int, turns: int, exact: bool, unit: str) -> str:
+    """One policy's tokens per turn on its own axis (a split axis), so no series is squashed by another's scale."""
+    width, height, left, right, top, bottom = 430, 190, 62, 12, 26, 40
     plot_w, plot_h = width - left - right, height - top - bottom
-    peak = max([1, *(_tokens_of(t, exact) for p in policies for t in p["turns"])])
+    values = [(t["turn"], _tokens_of(t, exact)) for t in policy["turns"]]
+    kept = {t["turn"]: t.get("kept") for t in policy["turns"]}
+    sent = [v for _, v in values if v is not None]
+    low, high = (min(sent), max(sent)) if sent else (0, 1)
+    if low == high:
+        low, high = max(0, low - 1), high + 1
 
     def x(turn: int) -> float:
         return left + (plot_w * (turn - 1) / (turns - 1) if turns > 1 else plot_w / 2)
 
     def y(value: int) -> float:
-        return top + plot_h - plot_h * value / peak
+        return top + plot_h - plot_h * (value - low) / (high - low)
 
-    unit = "exact tokens" if exact else "tokens (estimate)"
+    color = _color(position)
+    name = _esc(policy["name"])
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="{_esc(unit)} sent per turn, per policy">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="panel" width="{width}" height="{height}" role="img" '
+        f'data-chart="tokens" data-policy="{name}" data-plot-top="{top}" data-plot-height="{plot_h}" '
+        f'aria-label="{name}: {_esc(unit)} sent per turn">',
+        f'<text x="{left}" y="14" class="panel-title">{name}</text>',
         f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}"/>',
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>',
     ]
-    for value in (0, peak // 2, peak):
-        parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:,}</text>')
-    for turn in sorted({1, (turns + 1) // 2, turns}):
-        parts.append(f'<text x="{x(turn):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{turn}</text>')
-    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">turn</text>')
-    for position, policy in enumerate(policies):
-        color = _color(position)
-        dash = DASHES[position % len(DASHES)]
-        dashed = f' stroke-dasharray="{dash}"' if dash else ""
-        points = " ".join(f"{x(t['turn']):.1f},{y(_tokens_of(t, exact)):.1f}" for t in policy["turns"])
+    for tick in _ticks(low, high, 4):
+        parts.append(f'<text x="{left - 5}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:,}</text>')
+    for turn in _ticks(1, turns, 6):
+        parts.append(f'<text x="{x(turn):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{turn}</text>')
+    parts.append(
+        f'<text class="axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">turn</text>'
+    )
+    parts.append(
+        f'<text class="axis-title" transform="translate(12,{top + plot_h / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle">{_esc(unit)}</text>'
+    )
+    # One path with a gap (a new "M") wherever nothing was sent.
+    path: list[str] = []
+    previous_sent = False
+    for turn, sent_value in values:
+        if sent_value is None:
+            previous_sent = False
+            continue
+        path.append(f"{'L' if previous_sent else 'M'}{x(turn):.1f},{y(sent_value):.1f}")
+        previous_sent = True
+    parts.append(f'<path class="series" stroke="{color}" d="{" ".join(path)}"/>')
+    for turn, sent_value in values:
+        if sent_value is None:
+            continue
         parts.append(
-            f'<polyline class="series" data-chart="tokens" data-policy="{_esc(policy["name"])}" '
-            f'stroke="{color}"{dashed} points="{points}"><title>{_esc(policy["name"])}</title></polyline>'
-        )
-        ly = top + 14 + 18 * position
-        parts.append(
-            f'<line x1="{left + plot_w + 10}" y1="{ly - 4}" x2="{left + plot_w + 40}" y2="{ly - 4}" '
-            f'stroke="{color}" stroke-width="2.5"{dashed}/>'
-            f'<text x="{left + plot_w + 46}" y="{ly}">{_esc(policy["name"])}</text>'
+            f'<circle class="marker" cx="{x(turn):.1f}" cy="{y(sent_value):.1f}" r="2.2" fill="{color}">'
+            f"<title>{name}, turn {turn}: {sent_value:,} {_esc(unit)} sent{_kept_text(kept[turn])}</title></circle>"
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _kept_text(kept: Mapping[str, Any] | None) -> str:
+    if not kept:
+        return ""
+    return f"; kept afterwards: {kept['messages']} messages, {kept['tokens_estimate']:,} tokens (estimate)"
+
+
+def _tokens_chart(timeline: Mapping[str, Any], exact: bool) -> str:
+    unit = "exact tokens" if exact else "tokens (estimate)"
+    turns = int(timeline["turns"])
+    panels = "".join(
+        _token_panel(policy, position, turns, exact, unit) for position, policy in enumerate(timeline["policies"])
+    )
+    notes = [
+        f"{' and '.join(names)} send the same number of tokens on every turn; their panels show identical series."
+        for names in _identical_series(timeline["policies"], exact)
+    ]
+    note = "".join(f'<p class="muted coincide">{_esc(text)}</p>' for text in notes)
+    return f'<div class="panels">{panels}</div>{note}'
 
 
 def _cell(kind: str, probes: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -211,16 +348,16 @@ def _cell(kind: str, probes: Mapping[str, Any] | None) -> tuple[str, str]:
         value = probes["prohibition"]
         if value is None:
             return "none", "no prohibition in force"
-        return ("present", "prohibition present") if value else ("absent", "prohibition absent")
-    expected = probes[kind]["expected"]
-    present = len(probes[kind]["present"])
+        return ("good", "prohibition present") if value else ("bad", "prohibition absent")
+    found = probes.get(kind, {"expected": 0, "present": []})
+    expected = found["expected"]
+    present = len(found["present"])
     if expected == 0:
         return "none", f"no {kind} value to look for"
-    if present == expected:
-        return "present", f"{kind}: {present}/{expected} present"
-    if present == 0:
-        return "absent", f"{kind}: 0/{expected} present"
-    return "partial", f"{kind}: {present}/{expected} present"
+    text = f"{kind}: {present}/{expected} present"
+    if kind in WANTED:
+        return ("good" if present == expected else "bad" if present == 0 else "partial"), text
+    return ("good" if present == 0 else "bad" if present == expected else "partial"), text
 
 
 def _runs(cells: Sequence[tuple[str, str]]) -> Iterable[tuple[int, int, str, str]]:
@@ -233,42 +370,54 @@ def _runs(cells: Sequence[tuple[str, str]]) -> Iterable[tuple[int, int, str, str
 
 
 def _probes_chart(timeline: Mapping[str, Any]) -> str:
+    """One chart per probe kind, one row per policy; green is the wanted outcome, red the unwanted one."""
     policies = timeline["policies"]
     turns = int(timeline["turns"])
-    left, row_h, gap, width = 230, 11, 10, 900
-    plot_w = width - left - 20
-    cell_w = plot_w / turns
-    height = 30 + len(policies) * (len(PROBE_ROWS) * row_h + gap)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        'aria-label="probe outcomes per turn, per policy">'
+    kinds = [
+        (kind, label)
+        for kind, label in PROBE_ROWS
+        if any(_cell(kind, turn["probes"])[0] != "none" for p in policies for turn in p["turns"])
     ]
-    y = 8.0
-    for position, policy in enumerate(policies):
-        color = _color(position)
-        for kind, label in PROBE_ROWS:
+    out = []
+    for kind, label in kinds:
+        left, row_h, width, top = 130, 14, 900, 8
+        plot_w = width - left - 20
+        cell_w = plot_w / turns
+        plot_h = len(policies) * row_h
+        height = top + plot_h + 40
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'data-chart="probes" data-probe="{kind}" '
+            f'aria-label="{_esc(label)} in the context sent, per turn and policy">'
+        ]
+        for row, policy in enumerate(policies):
+            y = top + row * row_h
             cells = [_cell(kind, turn["probes"]) for turn in policy["turns"]]
             parts.append(
-                f'<g class="probe-row" data-chart="probes" data-policy="{_esc(policy["name"])}" '
-                f'data-probe="{kind}" data-turns="{len(cells)}">'
-                f'<text x="{left - 6}" y="{y + row_h - 2:.1f}" text-anchor="end">'
-                f"{_esc(policy['name'])} · {label}</text>"
+                f'<g class="probe-row" data-policy="{_esc(policy["name"])}" data-probe="{kind}" '
+                f'data-turns="{len(cells)}"><text x="{left - 6}" y="{y + row_h - 4}" text-anchor="end">'
+                f"{_esc(policy['name'])}</text>"
             )
             for first, last, css, text in _runs(cells):
-                fill = "" if css in ("none", "notsent") else f' fill="{color}" stroke="{color}"'
                 span = f"turn {first}" if first == last else f"turns {first}-{last}"
                 parts.append(
-                    f'<rect class="cell {css}" x="{left + cell_w * (first - 1):.2f}" y="{y:.1f}" '
-                    f'width="{cell_w * (last - first + 1):.2f}" height="{row_h - 2}"{fill}>'
-                    f"<title>{_esc(span)}: {_esc(text)}</title></rect>"
+                    f'<rect class="cell {css}" x="{left + cell_w * (first - 1):.2f}" y="{y}" '
+                    f'width="{cell_w * (last - first + 1):.2f}" height="{row_h - 3}">'
+                    f"<title>{_esc(policy['name'])}, {_esc(span)}: {_esc(text)}</title></rect>"
                 )
             parts.append("</g>")
-            y += row_h
-        y += gap
-    parts.append(f'<text x="{left}" y="{y + 12:.0f}">turn 1</text>')
-    parts.append(f'<text x="{left + plot_w}" y="{y + 12:.0f}" text-anchor="end">turn {turns}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        axis_y = top + plot_h
+        parts.append(f'<line class="axis" x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}"/>')
+        for turn in _ticks(1, turns, 8):
+            tx = left + cell_w * (turn - 0.5)
+            parts.append(f'<text x="{tx:.1f}" y="{axis_y + 13}" text-anchor="middle">{turn}</text>')
+        parts.append(
+            f'<text class="axis-title" x="{left + plot_w / 2:.0f}" y="{axis_y + 30}" text-anchor="middle">turn</text>'
+            f'<text class="axis-title" x="4" y="{axis_y + 30}">policy</text>'
+        )
+        parts.append("</svg>")
+        out.append(f"<h4>{_esc(label)}</h4>{''.join(parts)}")
+    return "".join(out)
 
 
 def _shown(message: Mapping[str, Any]) -> str:
@@ -305,10 +454,24 @@ def _last_requests(timeline: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def _table(columns: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, str]]) -> str:
+def _table(columns: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, str]], css: str = "") -> str:
     head = "".join(f"<th>{_esc(title)}</th>" for _, title in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_esc(row[key])}</td>" for key, _ in columns) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_esc(row.get(key, '-'))}</td>" for key, _ in columns) + "</tr>" for row in rows
+    )
+    classes = f' class="{css}"' if css else ""
+    return f"<table{classes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _kit_section(kit: Mapping[str, Any]) -> str:
+    return (
+        '<section class="kit"><h2>compaction-conformance-kit</h2>'
+        f"<p class=muted>{_esc(kit['kit'])} {_esc(kit['kit_version'])}: {_esc(kit['sessions'])}, "
+        f"{kit['rounds']} rounds of compaction at a budget of {kit['budget_fraction']:.0%} "
+        f"({_esc(kit['budget_unit'])}). Each lab policy's compacted text is the next request it would send; "
+        f"tokens are {_esc(kit['tokens'])}. The kit's reference compactors run on the same sessions.</p>"
+        f"{_table(KIT_COLUMNS, kit_rows(kit))}</section>"
+    )
 
 
 def render_html(data: Mapping[str, Any]) -> str:
@@ -316,13 +479,15 @@ def render_html(data: Mapping[str, Any]) -> str:
     settings = data["settings"]
     exact = settings["tokenizer"] != "estimate"
     columns = [c for c in COLUMNS if exact or c[0] != "exact"]
+    overview_columns, overview = overview_rows(data)
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>contextledger drift lab</title><style>{_STYLE}</style></head><body>",
         "<h1>contextledger drift lab</h1>",
-        "<p>The same timelines under each context policy: what was sent, what it cost, and what the context "
-        "still held. Policies appear in the order they were run; the figures are measurements, not a verdict.</p>",
+        "<p>The same timelines under each context policy: what was sent, what it cost, what each policy kept, "
+        "and what the context still held. Policies appear in the order they were run; the figures are "
+        "measurements, not a verdict.</p>",
         "<p class=muted>"
         + _esc(
             f"model: {settings['model']} · tokens: {settings['estimate']}"
@@ -331,12 +496,26 @@ def render_html(data: Mapping[str, Any]) -> str:
             + (f" · answer probes: {settings['replicates']} replicate(s)" if settings["answer_probes"] else "")
         )
         + "</p>",
-        "<p class=muted>Probes are exact substring checks of the text sent on each turn: <b>current</b> values are "
-        "those the facts contract holds (the latest declaration of each key, at most five, minus what was "
-        "forgotten); <b>superseded</b> values were replaced by a later declaration; <b>evicted</b> values were "
-        "dropped by the five-fact bound though never retracted. Tokens sent count every message, the tool "
-        "definitions offered and the extra calls; provider usage is shown as reported, or <i>unknown</i>.</p>",
+        '<section class="summary"><h2>Summary across timelines</h2>',
+        "<p class=muted>Per policy and timeline: tokens sent (estimate, extra calls included); current values "
+        "found in the context sent, out of the checks made; stale values sent (superseded, forgotten, evicted or "
+        "rejected values found); answers to probe questions scored right (asked only of a live or local "
+        "model).</p>",
+        _table(overview_columns, overview, css="overview"),
+        "</section>",
     ]
+    if "kit" in data:
+        out.append(_kit_section(data["kit"]))
+    out.append(
+        "<p class=muted>Probes read the text each model call received, decoded (JSON escapes undone), and "
+        "never the library's own wording: from a facts block only the value fields are read. <b>current</b> "
+        "values are those the facts contract holds (the latest declaration of each key, at most five, minus "
+        "what was forgotten); <b>superseded</b> values were replaced by a later declaration; <b>evicted</b> "
+        "values were dropped by the five-fact bound though never retracted; <b>rejected</b> values were in a "
+        "message whose declarations the contract refused. Tokens sent count every message, the tool "
+        "definitions offered and the extra calls; provider usage is shown as reported, or <i>unknown</i>. "
+        "<b>kept</b> is the policy's stored history after the last turn.</p>"
+    )
     for timeline in data["timelines"]:
         out.append(f'<section class="timeline" data-timeline="{_esc(timeline["name"])}">')
         out.append(f"<h2>{_esc(timeline['name'])}</h2>")
@@ -346,27 +525,20 @@ def render_html(data: Mapping[str, Any]) -> str:
         out.append(_table(columns, summary_rows(timeline)))
         answers = answer_rows(timeline)
         if answers:
-            out.append("<h3>Answers to probe questions (exact match)</h3>")
-            out.append(
-                _table(
-                    [
-                        ("policy", "policy"),
-                        ("key", "key"),
-                        ("value", "current value"),
-                        ("current", "answers with the current value"),
-                        ("superseded", "answers with a superseded value"),
-                    ],
-                    answers,
-                )
-            )
+            out.append("<h3>Answers to probe questions (exact match; reported beside the text checks)</h3>")
+            out.append(_table(ANSWER_COLUMNS, answers))
         unit = "exact tokens" if exact else "tokens, estimate (chars/4)"
         out.append(
             f'<figure class="chart" data-chart="tokens"><figcaption>Tokens sent per turn ({_esc(unit)}; model and '
-            f"extra calls)</figcaption>{_tokens_chart(timeline, exact)}</figure>"
+            "extra calls), one panel per policy, each on its own axis (the axes differ); a gap is a turn on "
+            f"which nothing was sent</figcaption>{_tokens_chart(timeline, exact)}</figure>"
         )
         out.append(
-            '<figure class="chart" data-chart="probes"><figcaption>Probe outcomes per turn (filled: present in the '
-            "context sent; outlined: absent; pale: partly present; grey: nothing to look for or nothing sent)"
+            '<figure class="chart" data-chart="probes"><figcaption>Probe outcomes per turn. '
+            '<span class=legend><span style="background:#2e7d32"></span>wanted (current value or prohibition '
+            'present, old value absent)<span style="background:#c62828"></span>unwanted<span '
+            'style="background:#ef6c00"></span>partly<span style="background:#e6e6e6"></span>nothing to look '
+            'for<span style="background:#fff;border:1px solid #bbb"></span>nothing sent</span>'
             f"</figcaption>{_probes_chart(timeline)}</figure>"
         )
         out.append("<details><summary>What each policy sends</summary><ul>")

@@ -16,15 +16,16 @@ from typing import Any, Literal
 from contextledger.clients._protocol import ChatClient, Usage
 from contextledger.exceptions import ConfigurationError, LabError
 from contextledger.lab._calls import MODEL, CallLog, CallRecord, RecordingClient, ToolBox
+from contextledger.lab._contract import PROHIBITION_KEY, expectations, final_state
 from contextledger.lab._policies import PolicySetup, get_policy, policy_names
-from contextledger.lab._probes import check_context, context_text, expectations, final_state, is_present
+from contextledger.lab._probes import check_context, decoded_text, is_present
 from contextledger.lab._timeline import Timeline
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer, get_tokenizer
 
 __all__ = ["FORMAT", "LabReport", "LabSettings", "run_lab", "run_lab_sync"]
 
-FORMAT = "contextledger.lab/1"
+FORMAT = "contextledger.lab/2"
 UNKNOWN = "unknown"
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -35,9 +36,12 @@ class LabSettings:
 
     ``tokenizer`` adds exact counts (``cl100k_base`` or ``o200k_base``) beside
     the character estimate, which is always reported.  ``ask_probes`` asks
-    each policy, after the last turn, for every current fact's value
-    ``replicates`` times and scores the answers by exact match; it is meant for
-    live models, whose answers vary.
+    each policy, after the last turn, one question per key the timeline
+    declared (the timeline's own question, or one derived from the key),
+    ``replicates`` times, and scores each answer: the current value given, no
+    superseded, forgotten, evicted or rejected value given, the prohibition
+    kept.  It is meant for live and local models; the scores are reported
+    beside the text checks, never merged into them.
     """
 
     policies: tuple[str, ...] = ()
@@ -222,15 +226,18 @@ class _PolicyRun:
         extra_totals = _zero_tokens(exact)
         model_calls = 0
         extra_kinds: dict[str, int] = {}
-        for turn, expectation in zip(self.timeline.turns, expectations(self.timeline)):
+        for turn, expectation in zip(self.timeline.turns, expectations(self.timeline.turns)):
             self.tools.turn = turn
             for command in turn.host_commands:
                 await self.policy.host_command(command)
             self.client.scripted_reply = turn.scripted_reply
+            self.client.scripted_tools = tuple(turn.tool_results) if turn.scripted_reply is not None else ()
+            self.client.scripted_turn = turn.number
             try:
                 await self.policy.run_turn(turn)
             finally:
                 self.client.scripted_reply = None
+                self.client.scripted_tools = ()
             records = self.log.take()
             model_records = [r for r in records if r.kind == MODEL]
             calls = [self.measure_call(r) for r in model_records]
@@ -247,8 +254,12 @@ class _PolicyRun:
             model_calls += len(calls)
             probes = None
             if model_records:
-                outcome = check_context(expectation, context_text(r.request for r in model_records))
-                probes = outcome.to_json(expectation)
+                text = decoded_text((r.request for r in model_records), self.policy.wording)
+                probes = check_context(expectation, text).to_json(expectation)
+            kept = await self.policy.kept()
+            notes = self.policy.take_notes()
+            if turn.rejection is not None:
+                notes.insert(0, f"the message's declarations are rejected by the facts contract: {turn.rejection}")
             turns.append(
                 {
                     "turn": turn.number,
@@ -258,7 +269,8 @@ class _PolicyRun:
                     "calls": calls,
                     "extra_calls": extra,
                     "probes": probes,
-                    "notes": self.policy.take_notes(),
+                    "kept": {"messages": len(kept), "tokens_estimate": self.counter.count(kept)[0]},
+                    "notes": notes,
                 }
             )
             progress(f"{self.timeline.name} · {self.name}")
@@ -271,6 +283,7 @@ class _PolicyRun:
                 "extra_calls": dict(sorted(extra_kinds.items())),
                 "extra": extra_totals,
                 "probes": _probe_totals(turns),
+                "kept_at_end": turns[-1]["kept"] if turns else {"messages": 0, "tokens_estimate": 0},
             },
             "turns": turns,
         }
@@ -280,36 +293,57 @@ class _PolicyRun:
         return result
 
     async def answers(self) -> dict[str, Any]:
-        """Ask for every current value ``replicates`` times; count answers quoting it exactly."""
-        current, superseded = final_state(self.timeline)
+        """Ask about every key the timeline declared, ``replicates`` times, and score each answer."""
+        state = final_state(self.timeline.turns)
+        current = dict(state.current)
+        keys = sorted(
+            {key for key, _ in (*state.current, *state.superseded, *state.forgotten, *state.evicted, *state.rejected)}
+        )
         self.tools.turn = None
         exact = self.counter.exact is not None
         cost = _zero_tokens(exact)
         items: list[dict[str, Any]] = []
-        for key, value in current:
-            question = f"What is the current {key}? Reply with the value only."
-            old = [v for k, v in superseded if k == key]
-            with_current = with_old = 0
+        for key in keys:
+            value = current.get(key)
+            old = [v for v in state.old_values(key) if v != value]
+            question = self.timeline.question(key)
+            right = with_current = with_old = 0
             replies: list[str] = []
             for _ in range(self.settings.replicates):
                 answer = await self.policy.ask(question)
                 for record in self.log.take():
                     _accumulate(cost, self.measure_call(record))
                 replies.append(answer)
-                with_current += is_present(value, answer)
-                with_old += any(is_present(v, answer) for v in old)
+                gave_current = value is not None and is_present(value, answer)
+                gave_old = any(is_present(v, answer) for v in old)
+                with_current += gave_current
+                with_old += gave_old
+                right += (gave_current or value is None) and not gave_old
             items.append(
                 {
                     "key": key,
+                    "kind": "prohibition"
+                    if key == PROHIBITION_KEY and value is not None
+                    else "current"
+                    if value is not None
+                    else "forgotten",
                     "value": value,
+                    "old_values": old,
                     "question": question,
                     "replicates": self.settings.replicates,
+                    "right": right,
                     "answers_with_current_value": with_current,
-                    "answers_with_superseded_value": with_old,
+                    "answers_with_old_value": with_old,
                     "replies": replies,
                 }
             )
-        return {"questions": items, "tokens": cost}
+        asked = sum(item["replicates"] for item in items)
+        return {
+            "questions": items,
+            "asked": asked,
+            "right": sum(item["right"] for item in items),
+            "tokens": cost,
+        }
 
 
 def _probe_totals(turns: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -326,6 +360,8 @@ def _probe_totals(turns: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         "forgotten_present": 0,
         "evicted_expected": 0,
         "evicted_present": 0,
+        "rejected_expected": 0,
+        "rejected_present": 0,
     }
     for turn in turns:
         probes = turn["probes"]
@@ -334,7 +370,7 @@ def _probe_totals(turns: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         totals["turns_sent"] += 1
         totals["current_expected"] += probes["current"]["expected"]
         totals["current_present"] += len(probes["current"]["present"])
-        for kind in ("superseded", "forgotten", "evicted"):
+        for kind in ("superseded", "forgotten", "evicted", "rejected"):
             totals[f"{kind}_expected"] += probes[kind]["expected"]
             totals[f"{kind}_present"] += len(probes[kind]["present"])
         totals["turns_with_superseded_present"] += bool(probes["superseded"]["present"])
@@ -384,16 +420,7 @@ async def run_lab(
                 "source": timeline.source,
                 "description": timeline.description,
                 "turns": len(timeline.turns),
-                "expectations": [
-                    {
-                        "turn": e.turn,
-                        "current": [list(p) for p in e.current],
-                        "superseded": [list(p) for p in e.superseded],
-                        "forgotten": [list(p) for p in e.forgotten],
-                        "evicted": [list(p) for p in e.evicted],
-                    }
-                    for e in expectations(timeline)
-                ],
+                "expectations": [e.to_json() for e in expectations(timeline.turns)],
                 "policies": policies,
             }
         )

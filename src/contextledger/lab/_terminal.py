@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from contextledger.lab._report import answer_rows, summary_rows
+from contextledger.lab._report import ANSWER_COLUMNS, KIT_COLUMNS, answer_rows, kit_rows, overview_rows, summary_rows
 
 __all__ = ["print_report", "progress_bar"]
 
@@ -31,6 +31,9 @@ _HEADINGS = (
     ("prohibition", "prohibition\npresent"),
     ("forgotten", "forgotten\npresent"),
     ("evicted", "evicted\npresent"),
+    ("rejected", "rejected\npresent"),
+    ("kept", "kept at end\nmsgs / tokens"),
+    ("answers", "answers\nright"),
     ("notes", "notes"),
 )
 
@@ -57,6 +60,28 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
     settings = data["settings"]
     exact = settings["tokenizer"] != "estimate"
     headings = [h for h in _HEADINGS if exact or h[0] != "exact"]
+    columns, rows = overview_rows(data)
+    overview = Table(
+        title="Summary across timelines (tokens estimate; current found; stale sent; answers right)",
+        title_justify="left",
+    )
+    for _, heading in columns:
+        overview.add_column(heading, overflow="fold")
+    for row in rows:
+        overview.add_row(*(row.get(key, "-") for key, _ in columns))
+    console.print(overview)
+    if "kit" in data:
+        kit = data["kit"]
+        table = Table(
+            title=f"compaction-conformance-kit {kit['kit_version']}: {kit['rounds']} rounds at a "
+            f"{kit['budget_fraction']:.0%} budget, {kit['sessions']}",
+            title_justify="left",
+        )
+        for _, heading in KIT_COLUMNS:
+            table.add_column(heading, overflow="fold")
+        for kit_row in kit_rows(kit):
+            table.add_row(*(kit_row[key] for key, _ in KIT_COLUMNS))
+        console.print(table)
     for timeline in data["timelines"]:
         table = Table(
             title=f"{timeline['name']} · {timeline['turns']} turns · {timeline['source']}",
@@ -71,10 +96,10 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
         answers = answer_rows(timeline)
         if answers:
             asked = Table(title=f"{timeline['name']} · answers to probe questions (exact match)", title_justify="left")
-            for heading in ("policy", "key", "current value", "with current value", "with superseded value"):
+            for _, heading in ANSWER_COLUMNS:
                 asked.add_column(heading)
-            for row in answers:
-                asked.add_row(row["policy"], row["key"], row["value"], row["current"], row["superseded"])
+            for answer in answers:
+                asked.add_row(*(answer[key] for key, _ in ANSWER_COLUMNS))
             console.print(asked)
     lines = [
         f"model: {settings['model']}; tokens: {settings['estimate']}"

@@ -25,13 +25,17 @@ Schema (version 1)::
          "host_commands": ["forget module"],        optional; run by the host before the user message,
                                                     never sent to a model: "forget KEY" or "forget"
          "note": "..."}                             optional; for the reader, ignored
-      ]
+      ],
+      "questions": {"module": "Which module is affected?"}   optional; the answer probes' question for a key
     }
 
 User messages follow the controlled-facts contract: ``key=value`` declarations
-(allowed keys only, at most five per message, message at most 4096
-characters).  The probes are computed from these declarations and the host
-commands, never written by hand, so they cannot disagree with the timeline.
+(allowed keys, at most five per message, message at most 4096 characters).  A
+message whose declarations the contract would reject (``version=5.0;
+colour=blue``) is replayed as written: nothing of it is admitted, and the
+values it tried to declare are probed as *rejected*.  The probes are computed
+from the declarations and the host commands, never written by hand, so they
+cannot disagree with the timeline.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from contextledger.exceptions import FactRejectedError, TimelineError
-from contextledger.facts import ALLOWED_KEYS, MAX_FACTS, MAX_MESSAGE_CHARS, parse_assertions
+from contextledger.facts import ALLOWED_KEYS, MAX_MESSAGE_CHARS, parse_assertions
+from contextledger.lab._contract import expectations
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -68,7 +73,7 @@ DEFAULT_TOOL_RESULT = "no data"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,79}")
 _TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _SEGMENT = re.compile(r";|\r\n|\r|\n")
-_TOP_KEYS = ("schema", "name", "description", "instructions", "tools", "turns")
+_TOP_KEYS = ("schema", "name", "description", "instructions", "tools", "turns", "questions")
 _TOOL_KEYS = ("name", "description", "default_result")
 _TURN_KEYS = ("user", "tool_results", "assistant", "host_commands", "note")
 
@@ -92,7 +97,12 @@ class HostCommand:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One user turn and what surrounds it; ``number`` starts at 1."""
+    """One user turn and what surrounds it; ``number`` starts at 1.
+
+    ``declarations`` are what the facts contract admits from the message;
+    ``rejected`` the values it tried to declare when the contract refuses the
+    whole batch (then ``declarations`` is empty), with ``rejection`` saying why.
+    """
 
     number: int
     user: str
@@ -100,6 +110,12 @@ class Turn:
     tool_results: Mapping[str, str] = field(default_factory=dict)
     scripted_reply: str | None = None
     host_commands: tuple[HostCommand, ...] = ()
+    rejected: Mapping[str, str] = field(default_factory=dict)
+    rejection: str | None = None
+
+    @property
+    def forget_keys(self) -> tuple[str | None, ...]:
+        return tuple(command.key for command in self.host_commands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +128,11 @@ class Timeline:
     tools: tuple[ToolSpec, ...]
     turns: tuple[Turn, ...]
     source: str
+    questions: Mapping[str, str] = field(default_factory=dict)
+
+    def question(self, key: str) -> str:
+        """The answer probes' question about ``key``: the timeline's own, or one derived from the key."""
+        return self.questions.get(key) or f"What is the current {key}? Reply with the value only."
 
     def tool_result(self, turn: Turn, name: str) -> str:
         """What the canned tool ``name`` returns on ``turn``."""
@@ -168,39 +189,53 @@ def _host_command(check: _Checker, raw: object, entry: str) -> HostCommand:
     return HostCommand(text=text.strip(), key=key)
 
 
-def _hidden_declaration(user: str) -> str | None:
-    """A segment that looks like ``prose. key=value`` with an allowed key: the contract reads it as prose."""
+def _hidden_declaration(user: str, read: Mapping[str, str]) -> str | None:
+    """A segment like ``prose. key=value`` with an allowed key that the contract did not read as a declaration."""
     for segment in _SEGMENT.split(user):
         left, equals, _ = segment.partition("=")
-        if equals and not left.strip().isidentifier():
+        if equals and not left.strip().isidentifier() and "=" not in _:
             words = left.split()
-            if words and words[-1].lower() in ALLOWED_KEYS:
+            if words and words[-1].lower() in ALLOWED_KEYS and words[-1].lower() not in read:
                 return segment.strip()
     return None
 
 
-def _declarations(check: _Checker, user: str, entry: str) -> dict[str, str]:
+def _attempted(user: str) -> dict[str, str]:
+    """The allowed keys a refused message tried to declare, with their values (the last of a key wins).
+
+    Read here, segment by segment, rather than through the facts package's
+    internals: the lab only needs to know which values must not become current.
+    """
+    found: dict[str, str] = {}
+    for segment in _SEGMENT.split(user):
+        key, equals, value = segment.partition("=")
+        name = key.strip().lower()
+        if equals and key.strip().isidentifier() and name in ALLOWED_KEYS and value.strip():
+            found.pop(name, None)
+            found[name] = value.strip()
+    return found
+
+
+def _declarations(check: _Checker, user: str, entry: str) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """(admitted, rejected, why rejected) for one user message."""
     if len(user) > MAX_MESSAGE_CHARS:
         raise check.fail(entry, f"is {len(user)} characters; a user message may have at most {MAX_MESSAGE_CHARS}")
     try:
         candidates = parse_assertions(user)
     except FactRejectedError as error:
-        problems = "; ".join(error.problems) or str(error)
-        raise check.fail(entry, f"its key=value declarations would be rejected: {problems}") from None
-    hidden = _hidden_declaration(user)
+        return {}, _attempted(user), "; ".join(error.problems) or str(error)
+    found: dict[str, str] = {}
+    for candidate in candidates:
+        found.pop(candidate.key, None)  # the last declaration of a key wins
+        found[candidate.key] = candidate.value
+    hidden = _hidden_declaration(user, found)
     if hidden is not None:
         raise check.fail(
             entry,
             f"{hidden!r} reads as prose, not a declaration, because text comes before the key; "
             "put each key=value on its own line or after a ';'",
         )
-    found: dict[str, str] = {}
-    for candidate in candidates:
-        found.pop(candidate.key, None)  # the last declaration of a key wins
-        found[candidate.key] = candidate.value
-    if len(found) > MAX_FACTS:
-        raise check.fail(entry, f"declares {len(found)} keys; a message may declare at most {MAX_FACTS}")
-    return found
+    return found, {}, None
 
 
 def _tools(check: _Checker, raw: object) -> tuple[ToolSpec, ...]:
@@ -237,7 +272,7 @@ def _turn(check: _Checker, raw: object, number: int, tools: Sequence[ToolSpec]) 
     if "user" not in raw:
         raise check.fail(f"{entry}.user", "missing; every turn has the user's message")
     user = check.text(raw["user"], f"{entry}.user")
-    declarations = _declarations(check, user, f"{entry}.user")
+    declarations, rejected, rejection = _declarations(check, user, f"{entry}.user")
     results: dict[str, str] = {}
     if "tool_results" in raw:
         given = raw["tool_results"]
@@ -267,6 +302,8 @@ def _turn(check: _Checker, raw: object, number: int, tools: Sequence[ToolSpec]) 
         tool_results=results,
         scripted_reply=reply,
         host_commands=tuple(commands),
+        rejected=rejected,
+        rejection=rejection,
     )
 
 
@@ -294,14 +331,72 @@ def parse_timeline(data: object, *, source: str = "<timeline>") -> Timeline:
     if not isinstance(raw_turns, list) or not raw_turns:
         raise check.fail("turns", f"must be a non-empty list of turns, got {_kind(raw_turns)}")
     turns = tuple(_turn(check, item, number, tools) for number, item in enumerate(raw_turns, start=1))
+    questions = _questions(check, data["questions"]) if "questions" in data else {}
     timeline = Timeline(
-        name=name, description=description, instructions=instructions, tools=tools, turns=turns, source=source
+        name=name,
+        description=description,
+        instructions=instructions,
+        tools=tools,
+        turns=turns,
+        source=source,
+        questions=questions,
     )
-    # Imported here: the probes module reads timelines, so the dependency runs one way at import time.
-    from contextledger.lab._probes import check_probeable  # noqa: PLC0415
-
-    check_probeable(timeline)
+    _check_probeable(timeline)
     return timeline
+
+
+def _questions(check: _Checker, raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise check.fail("questions", f"must be an object of fact key to question, got {_kind(raw)}")
+    found: dict[str, str] = {}
+    for key, question in raw.items():
+        if str(key).lower() not in ALLOWED_KEYS:
+            allowed = ", ".join(sorted(ALLOWED_KEYS))
+            raise check.fail(f"questions.{key}", f"{key!r} is not a fact key; use one of {allowed}")
+        found[str(key).lower()] = check.text(question, f"questions.{key}")
+    return found
+
+
+def _check_probeable(timeline: Timeline) -> None:
+    """Refuse a timeline whose probes could not fail or could not be told apart.
+
+    A value the instructions already mention would always be "present"; an
+    old value contained in a current one (``SQL`` and ``SQL Server``) would be
+    found whenever the current one is.
+    """
+    declared = {value for turn in timeline.turns for value in turn.declarations.values()}
+    for value in sorted(declared):
+        if value in timeline.instructions:
+            raise TimelineError(
+                f"mentions {value!r}, a declared value the probes look for, so its probe could never fail; "
+                "keep declared values out of the instructions",
+                path=timeline.source,
+                entry="instructions",
+            )
+    for expectation in expectations(timeline.turns):
+        old = expectation.superseded + expectation.forgotten + expectation.evicted + expectation.rejected
+        for old_key, old_value in old:
+            for key, value in expectation.current:
+                if old_value in value:
+                    # Name the later of the two declarations: that is where the clash was written.
+                    turn = max(
+                        _declared_at(timeline, key, value, expectation.turn),
+                        _declared_at(timeline, old_key, old_value, expectation.turn),
+                    )
+                    raise TimelineError(
+                        f"the current {key} value {value!r} contains the old {old_key} value {old_value!r}, so a "
+                        "probe could not tell them apart; choose values that do not contain one another",
+                        path=timeline.source,
+                        entry=f"turns[{turn - 1}].user",
+                    )
+
+
+def _declared_at(timeline: Timeline, key: str, value: str, last: int) -> int:
+    """The number of the latest turn up to ``last`` that declared (or tried to declare) ``key=value``."""
+    for turn in reversed(timeline.turns[:last]):
+        if turn.declarations.get(key) == value or turn.rejected.get(key) == value:
+            return turn.number
+    return last
 
 
 def load_timeline(path: str | Path, *, source: str | None = None) -> Timeline:
