@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
@@ -62,130 +62,118 @@ def _set(span: Any, attributes: Mapping[str, Any]) -> None:
             span.set_attribute(key, value)
 
 
-def traced_compaction(
-    function: Callable[Params, Coroutine[Any, Any, Result]],
-) -> Callable[Params, Coroutine[Any, Any, Result]]:
-    """Trace ``compact_messages``: strategy, messages and tokens before and after, groups excluded."""
-
-    @functools.wraps(function)
-    async def traced(*args: Params.args, **kwargs: Params.kwargs) -> Result:
-        tracer = _tracer()
-        if tracer is None:
-            return await function(*args, **kwargs)
-        strategy = kwargs.get("strategy")
-        name = getattr(strategy, "name", None) or ("none" if strategy is None else type(strategy).__name__)
-        with _span(tracer, "contextledger.compaction", {"contextledger.compaction.strategy": name}) as span:
-            result = await function(*args, **kwargs)
-            before: Mapping[str, int] = getattr(result, "before", {})
-            after: Mapping[str, int] = getattr(result, "after", {})
-            index = getattr(result, "index", None)
-            tokenizer = getattr(index, "tokenizer", None)
-            _set(
-                span,
-                {
-                    "contextledger.compaction.messages.before": before.get("included_messages"),
-                    "contextledger.compaction.messages.after": after.get("included_messages"),
-                    "contextledger.compaction.tokens.before": before.get("included_tokens"),
-                    "contextledger.compaction.tokens.after": after.get("included_tokens"),
-                    "contextledger.compaction.groups.before": before.get("included_groups"),
-                    "contextledger.compaction.groups.after": after.get("included_groups"),
-                    "contextledger.compaction.groups.excluded": (
-                        before["included_groups"] - after["included_groups"]
-                        if "included_groups" in before and "included_groups" in after
-                        else None
-                    ),
-                    "contextledger.compaction.steps": len(getattr(result, "events", ())),
-                    "contextledger.tokenizer.name": getattr(tokenizer, "name", None),
-                    "contextledger.tokenizer.is_estimate": getattr(tokenizer, "is_estimate", None),
-                },
-            )
-            return result
-
-    return traced
+Describe = Callable[[tuple[Any, ...], Mapping[str, Any]], tuple[str, dict[str, Any]]]
+Outcome = Callable[[Any], Mapping[str, Any]]
 
 
-def _usage_attributes(usage: Any) -> dict[str, Any]:
+def _traced(
+    describe: Describe, outcome: Outcome
+) -> Callable[[Callable[Params, Coroutine[Any, Any, Result]]], Callable[Params, Coroutine[Any, Any, Result]]]:
+    """A decorator that wraps an async call in a span: ``describe`` names it from the call's
+    arguments, ``outcome`` adds attributes read from its result (``None`` values are left unset)."""
+
+    def decorate(
+        function: Callable[Params, Coroutine[Any, Any, Result]],
+    ) -> Callable[Params, Coroutine[Any, Any, Result]]:
+        @functools.wraps(function)
+        async def traced(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            tracer = _tracer()
+            if tracer is None:
+                return await function(*args, **kwargs)
+            name, attributes = describe(args, kwargs)
+            with _span(tracer, name, {key: value for key, value in attributes.items() if value is not None}) as span:
+                result = await function(*args, **kwargs)
+                _set(span, outcome(result))
+                return result
+
+        return traced
+
+    return decorate
+
+
+def _compaction(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    strategy = kwargs.get("strategy")
+    name = getattr(strategy, "name", None) or ("none" if strategy is None else type(strategy).__name__)
+    return "contextledger.compaction", {"contextledger.compaction.strategy": name}
+
+
+def _compaction_outcome(result: Any) -> dict[str, Any]:
+    before: Mapping[str, int] = getattr(result, "before", {})
+    after: Mapping[str, int] = getattr(result, "after", {})
+    tokenizer = getattr(getattr(result, "index", None), "tokenizer", None)
+    attributes: dict[str, Any] = {}
+    for metric, label in (
+        ("included_messages", "messages"),
+        ("included_tokens", "tokens"),
+        ("included_groups", "groups"),
+    ):
+        attributes[f"contextledger.compaction.{label}.before"] = before.get(metric)
+        attributes[f"contextledger.compaction.{label}.after"] = after.get(metric)
+    if "included_groups" in before and "included_groups" in after:
+        attributes["contextledger.compaction.groups.excluded"] = before["included_groups"] - after["included_groups"]
+    attributes["contextledger.compaction.steps"] = len(getattr(result, "events", ()))
+    attributes["contextledger.tokenizer.name"] = getattr(tokenizer, "name", None)
+    attributes["contextledger.tokenizer.is_estimate"] = getattr(tokenizer, "is_estimate", None)
+    return attributes
+
+
+def _usage(result: Any) -> dict[str, Any]:
+    usage = getattr(result, "usage", None)
     return {
         "gen_ai.usage.input_tokens": getattr(usage, "input_tokens", None),
         "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", None),
     }
 
 
-def traced_model_call(
-    function: Callable[Params, Coroutine[Any, Any, Result]],
-) -> Callable[Params, Coroutine[Any, Any, Result]]:
-    """Trace a chat client's ``get_response`` as a GenAI ``chat`` span."""
-
-    @functools.wraps(function)
-    async def traced(*args: Params.args, **kwargs: Params.kwargs) -> Result:
-        tracer = _tracer()
-        if tracer is None:
-            return await function(*args, **kwargs)
-        client, messages = args[0], args[1] if len(args) > 1 else kwargs.get("messages")
-        model = getattr(client, "model", None)
-        model = model if isinstance(model, str) else type(client).__name__
-        attributes = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": model,
-            "contextledger.request.messages": len(messages) if hasattr(messages, "__len__") else None,
-        }
-        with _span(tracer, f"chat {model}", {k: v for k, v in attributes.items() if v is not None}) as span:
-            response = await function(*args, **kwargs)
-            _set(span, _usage_attributes(getattr(response, "usage", None)))
-            return response
-
-    return traced
+def _model_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    client, messages = args[0], args[1] if len(args) > 1 else kwargs.get("messages")
+    model = getattr(client, "model", None)
+    model = model if isinstance(model, str) else type(client).__name__
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "contextledger.request.messages": len(messages) if isinstance(messages, Sized) else None,
+    }
+    return f"chat {model}", attributes
 
 
-def traced_agent_run(
-    function: Callable[Params, Coroutine[Any, Any, Result]],
-) -> Callable[Params, Coroutine[Any, Any, Result]]:
-    """Trace ``Agent.run`` as a GenAI ``invoke_agent`` span; model calls and compaction nest under it."""
-
-    @functools.wraps(function)
-    async def traced(*args: Params.args, **kwargs: Params.kwargs) -> Result:
-        tracer = _tracer()
-        if tracer is None:
-            return await function(*args, **kwargs)
-        agent = args[0]
-        name = getattr(agent, "name", None) or type(agent).__name__
-        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
-        session = kwargs.get("session")
-        session_id = getattr(session, "session_id", None)
-        if isinstance(session_id, str):
-            attributes["gen_ai.conversation.id"] = session_id
-        with _span(tracer, f"invoke_agent {name}", attributes) as span:
-            response = await function(*args, **kwargs)
-            _set(span, _usage_attributes(getattr(response, "usage", None)))
-            _set(span, {"contextledger.agent.model_calls": len(getattr(response, "model_calls", ()))})
-            return response
-
-    return traced
+def _agent_run(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    agent = args[0]
+    name = getattr(agent, "name", None) or type(agent).__name__
+    session_id = getattr(kwargs.get("session"), "session_id", None)
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": name,
+        "gen_ai.conversation.id": session_id if isinstance(session_id, str) else None,
+    }
+    return f"invoke_agent {name}", attributes
 
 
-def traced_fact_extraction(
-    function: Callable[Params, Coroutine[Any, Any, Result]],
-) -> Callable[Params, Coroutine[Any, Any, Result]]:
-    """Trace one extraction (writer proposal, then admission): what was admitted, replaced,
-    evicted, or why the batch was refused (the span then carries the error)."""
+def _agent_outcome(response: Any) -> dict[str, Any]:
+    return {**_usage(response), "contextledger.agent.model_calls": len(getattr(response, "model_calls", ()))}
 
-    @functools.wraps(function)
-    async def traced(*args: Params.args, **kwargs: Params.kwargs) -> Result:
-        tracer = _tracer()
-        if tracer is None:
-            return await function(*args, **kwargs)
-        writer = args[1] if len(args) > 1 else kwargs.get("writer")
-        attributes = {"contextledger.facts.writer": type(writer).__name__}
-        with _span(tracer, "contextledger.facts.admission", attributes) as span:
-            admission = await function(*args, **kwargs)
-            _set(
-                span,
-                {
-                    f"contextledger.facts.{field}": [fact.key for fact in getattr(admission, field, ())]
-                    for field in ("admitted", "replaced", "evicted")
-                },
-            )
-            _set(span, {"contextledger.facts.turn": getattr(admission, "turn", None)})
-            return admission
 
-    return traced
+def _extraction(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    writer = args[1] if len(args) > 1 else kwargs.get("writer")
+    return "contextledger.facts.admission", {"contextledger.facts.writer": type(writer).__name__}
+
+
+def _admission(admission: Any) -> dict[str, Any]:
+    return {
+        f"contextledger.facts.{field}": [fact.key for fact in getattr(admission, field, ())]
+        for field in ("admitted", "replaced", "evicted")
+    }
+
+
+traced_compaction = _traced(_compaction, _compaction_outcome)
+"""Trace ``compact_messages``: strategy, messages, tokens and groups before and after, groups excluded."""
+
+traced_model_call = _traced(_model_call, _usage)
+"""Trace a chat client's ``get_response`` as a GenAI ``chat {model}`` span with the reported usage."""
+
+traced_agent_run = _traced(_agent_run, _agent_outcome)
+"""Trace ``Agent.run`` as a GenAI ``invoke_agent {name}`` span; model calls and compaction nest under it."""
+
+traced_fact_extraction = _traced(_extraction, _admission)
+"""Trace one extraction (writer proposal, then admission): the keys admitted, replaced and evicted,
+or the refusal (the span then carries the error)."""

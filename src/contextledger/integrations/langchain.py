@@ -53,7 +53,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
 from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, RuleWriter, extract  # noqa: E402
-from contextledger.integrations._forget import forget_in_histories  # noqa: E402
+from contextledger.integrations._shared import forget_in_histories, plain  # noqa: E402
 from contextledger.messages import (  # noqa: E402
     Content,
     FunctionCallContent,
@@ -89,15 +89,6 @@ METADATA_KEY = "contextledger"
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 Returned = TypeVar("Returned")
-
-
-def _plain(value: Any) -> Any:
-    """A mutable deep copy of frozen JSON-like data (read-only mappings and tuples become dicts and lists)."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
 
 
 # Messages ------------------------------------------------------------------------------------
@@ -141,7 +132,7 @@ def _hosted_block(content: HostedCallContent | HostedResultContent) -> dict[str,
     if isinstance(content, HostedCallContent):
         args = json.loads(content.arguments) if content.arguments.strip() else {}
         return {"type": "server_tool_call", "id": content.call_id, "name": content.name or content.tool, "args": args}
-    block = {"type": "server_tool_result", "tool_call_id": content.call_id, **_plain(content.data)}
+    block = {"type": "server_tool_result", "tool_call_id": content.call_id, **plain(content.data)}
     block.setdefault("status", "success")
     if "output" not in content.data and content.output:
         block["output"] = content.output
@@ -162,9 +153,9 @@ def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool
         elif isinstance(part, ReasoningContent):
             blocks.append({"type": "reasoning", "reasoning": part.text})
         elif isinstance(part, OpaqueContent):
-            blocks.append(_plain(part.data))
+            blocks.append(plain(part.data))
         elif isinstance(part, HostedCallContent):
-            blocks.append({**_hosted_block(part), **_plain(part.data)})
+            blocks.append({**_hosted_block(part), **plain(part.data)})
         elif isinstance(part, HostedResultContent):
             blocks.append(_hosted_block(part))
         else:  # pragma: no cover - calls and results never reach here
@@ -222,7 +213,7 @@ def from_langchain_message(message: BaseMessage, *, position: int | None = None)
             parts = _content_in(message.content, where, kept, typed=False)
             kept.pop("content_list", None)
             blocks = tuple(
-                {"type": "text", "text": part.text} if isinstance(part, TextContent) else _plain(part.data)  # type: ignore[union-attr]
+                {"type": "text", "text": part.text} if isinstance(part, TextContent) else plain(part.data)  # type: ignore[union-attr]
                 for part in parts
             )
             text = "".join(part.text for part in parts if isinstance(part, TextContent))
@@ -271,14 +262,14 @@ def to_langchain_message(message: Message) -> BaseMessage:
     properties = {k: v for k, v in message.additional_properties.items() if k != LANGCHAIN_PROPERTY}
     ours: dict[str, Any] = {}
     if properties:
-        ours["additional_properties"] = _plain(properties)
+        ours["additional_properties"] = plain(properties)
     if message.extra:
-        ours["extra"] = _plain(message.extra)
+        ours["extra"] = plain(message.extra)
     if message.content_form is not None:
         ours["content_form"] = message.content_form
     common: dict[str, Any] = {
-        "response_metadata": {**_plain(kept.get("response_metadata") or {}), **({METADATA_KEY: ours} if ours else {})},
-        "additional_kwargs": _plain(kept.get("additional_kwargs") or {}),
+        "response_metadata": {**plain(kept.get("response_metadata") or {}), **({METADATA_KEY: ours} if ours else {})},
+        "additional_kwargs": plain(kept.get("additional_kwargs") or {}),
         "name": message.author_name,
         "id": message.message_id,
     }
@@ -297,11 +288,11 @@ def to_langchain_message(message: Message) -> BaseMessage:
         content: Any = result.result
         if result.parts is not None:
             content = [
-                part["text"] if position in strings else _plain(part) for position, part in enumerate(result.parts)
+                part["text"] if position in strings else plain(part) for position, part in enumerate(result.parts)
             ]
         extra_fields: dict[str, Any] = {}
         if "artifact" in kept:
-            extra_fields["artifact"] = _plain(kept["artifact"])
+            extra_fields["artifact"] = plain(kept["artifact"])
         return ToolMessage(
             content=content,
             tool_call_id=result.call_id,
@@ -334,8 +325,8 @@ def to_langchain_message(message: Message) -> BaseMessage:
     return AIMessage(
         content=content,
         tool_calls=tool_calls,
-        invalid_tool_calls=_plain(kept.get("invalid_tool_calls") or []),
-        usage_metadata=_plain(kept["usage_metadata"]) if "usage_metadata" in kept else None,
+        invalid_tool_calls=plain(kept.get("invalid_tool_calls") or []),
+        usage_metadata=plain(kept["usage_metadata"]) if "usage_metadata" in kept else None,
         **common,
     )
 

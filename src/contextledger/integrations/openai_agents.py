@@ -37,7 +37,7 @@ from contextledger.compaction import CompactionStrategy, compact_messages  # noq
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
 from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, RuleWriter, extract  # noqa: E402
 from contextledger.history import HistoryProvider  # noqa: E402
-from contextledger.integrations._forget import forget_in_histories  # noqa: E402
+from contextledger.integrations._shared import forget_in_histories, plain  # noqa: E402
 from contextledger.messages import (  # noqa: E402
     ApprovalRequestContent,
     ApprovalResponseContent,
@@ -103,15 +103,6 @@ approval contents.  Off until compaction pairs those contents by id as it pairs 
 until then they travel as function calls and results (their items kept whole either way), the
 pairing compaction already guarantees, so no window can send one without the other."""
 _TEXT_TYPES = {"input_text", "output_text"}
-
-
-def _plain(value: Any) -> Any:
-    """A mutable deep copy of frozen JSON-like data (read-only mappings and tuples become dicts and lists)."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
 
 
 def _text_type(role: str) -> str:
@@ -308,11 +299,11 @@ def _message_content(contents: Sequence[Content], role: str, record: Mapping[str
     parts: list[Item] = []
     for position, content in enumerate(contents):
         if isinstance(content, TextContent):
-            extra = dict(_plain(extras[position])) if position < len(extras) and extras[position] else {}
+            extra = dict(plain(extras[position])) if position < len(extras) and extras[position] else {}
             part_type = extra.pop("type", _text_type(role))
             parts.append({"type": part_type, "text": content.text, **extra})
         elif isinstance(content, OpaqueContent):
-            parts.append(_plain(content.data))
+            parts.append(plain(content.data))
         else:
             raise InvalidMessageError(f"a {role} message part cannot be {type(content).__name__} in a Responses item")
     return parts
@@ -322,24 +313,24 @@ def _message_items(message: Message) -> list[Item]:
     records: list[Mapping[str, Any]] = list(message.additional_properties.get(RESPONSES_PROPERTY) or ())
     record: Mapping[str, Any] = records[0] if len(records) == 1 else {}
     if record.get("item") is not None:
-        return [_plain(record["item"])]
+        return [plain(record["item"])]
     if record.get("hosted") and len(message.contents) == 1 and isinstance(message.contents[0], OpaqueContent):
-        return [_plain(message.contents[0].data)]
+        return [plain(message.contents[0].data)]
     if message.role == "tool":
         items = []
         for content in message.contents:
             if not isinstance(content, FunctionResultContent):
                 raise InvalidMessageError(f"a tool message holds tool results only, not {type(content).__name__}")
-            output: Any = content.result if content.parts is None else _plain(content.parts)
+            output: Any = content.result if content.parts is None else plain(content.parts)
             items.append({"type": "function_call_output", "call_id": content.call_id, "output": output})
         if len(items) == 1:
-            items[0].update(_plain(record))
+            items[0].update(plain(record))
         return items
     if message.role == "assistant" and message.is_reasoning_only:
         item: Item = {"type": "reasoning"}
-        rest = {key: value for key, value in _plain(record).items() if key != "summary"}
+        rest = {key: value for key, value in plain(record).items() if key != "summary"}
         if "summary" in record:
-            item["summary"] = _plain(record["summary"])
+            item["summary"] = plain(record["summary"])
         else:
             item["summary"] = [{"type": "summary_text", "text": c.text} for c in message.contents]  # type: ignore[union-attr]
         if message.message_id is not None and "id" not in rest:
@@ -351,7 +342,7 @@ def _message_items(message: Message) -> list[Item]:
         for position, call in enumerate(calls):
             call_record: Mapping[str, Any] = records[position] if position < len(records) else {}
             if call_record.get("item") is not None:
-                items.append(_plain(call_record["item"]))
+                items.append(plain(call_record["item"]))
                 continue
             if not isinstance(call, FunctionCallContent):
                 items.append(_native_item(call))
@@ -362,7 +353,7 @@ def _message_items(message: Message) -> list[Item]:
                     "call_id": call.call_id,
                     "name": call.name,
                     "arguments": call.arguments,
-                    **_plain(call_record),
+                    **plain(call_record),
                 }
             )
         return items
@@ -372,9 +363,7 @@ def _message_items(message: Message) -> list[Item]:
         return [_native_item(c) for c in message.contents]
     role = "developer" if record.get("role") == "developer" else message.role
     head = {
-        key: value
-        for key, value in _plain(record).items()
-        if key not in ("role", "parts", "content_list", "empty_text")
+        key: value for key, value in plain(record).items() if key not in ("role", "parts", "content_list", "empty_text")
     }
     return [{"role": role, "content": _message_content(message.contents, message.role, record), **head}]
 
@@ -415,7 +404,7 @@ def _native_item(content: Content) -> Item:
     (from another framework, say): its type from the tool, its provider fields from ``data``."""
     if isinstance(content, HostedCallContent):
         kind, key = _HOSTED_ITEM_TYPES.get(content.tool, (f"{content.tool}_call", "call_id"))
-        item: Item = {"type": kind, key: content.call_id, **_plain(content.data)}
+        item: Item = {"type": kind, key: content.call_id, **plain(content.data)}
         if content.name:
             item["name"] = content.name
         if content.arguments:
@@ -423,21 +412,21 @@ def _native_item(content: Content) -> Item:
         return item
     if isinstance(content, HostedResultContent):
         kind, key = _HOSTED_ITEM_TYPES.get(content.tool, (f"{content.tool}_call", "call_id"))
-        return {"type": f"{kind}_output", key: content.call_id, "output": content.output, **_plain(content.data)}
+        return {"type": f"{kind}_output", key: content.call_id, "output": content.output, **plain(content.data)}
     if isinstance(content, ApprovalRequestContent):
         return {
             "type": "mcp_approval_request",
             "id": content.request_id,
             "name": content.call.name,
             "arguments": content.call.arguments,
-            **_plain(content.data),
+            **plain(content.data),
         }
     if isinstance(content, ApprovalResponseContent):
         return {
             "type": "mcp_approval_response",
             "approval_request_id": content.request_id,
             "approve": content.approved,
-            **_plain(content.data),
+            **plain(content.data),
         }
     raise InvalidMessageError(f"{type(content).__name__} has no Responses API item of its own")
 

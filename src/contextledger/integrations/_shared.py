@@ -1,19 +1,31 @@
-"""``forget`` across the histories a framework keeps, shared by the framework adapters.
+"""What the LangChain and OpenAI Agents SDK adapters share: ``forget`` across a framework's stored
+histories, and turning contextledger's frozen metadata back into the plain data frameworks keep.
 
-Each adapter loads its framework's stored messages (a LangGraph state, an Agents SDK session),
-hands them here as contextledger messages, and writes back what comes out; the rules are
-:func:`contextledger.facts.scrub_history`'s, so every framework forgets the same way.
+For ``forget``, each adapter loads its framework's stored messages (a LangGraph state, an Agents
+SDK session), hands them here as contextledger messages, and writes back what comes out; the
+rules are :func:`contextledger.facts.scrub_history`'s, so every framework forgets the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from contextledger.exceptions import FactsError
 from contextledger.facts import ALLOWED_KEYS, FactMemory, Forgotten, parse_assertions, scrub_history
 from contextledger.messages import Message
 
-__all__ = ["forget_in_histories"]
+__all__ = ["forget_in_histories", "plain"]
+
+
+def plain(value: Any) -> Any:
+    """A mutable deep copy of frozen JSON-like data (read-only mappings and tuples become dicts and
+    lists), as a framework's own messages hold it."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
 
 
 def forget_in_histories(
