@@ -50,16 +50,10 @@ from contextledger.messages import (
 )
 from tests.integrations import scripted_turns as turns
 from tests.integrations.conftest import ChatServer, completion, tool_call
+from tests.integrations.json_data import identifiers, json_values, words
 
 # Conversion ----------------------------------------------------------------------------------
 
-words = st.text(st.characters(codec="utf-8"), max_size=12)
-identifiers = st.text("abcdefghij0123456789", min_size=1, max_size=8)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-1000, 1000) | words,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(identifiers, inner, max_size=3),
-    max_leaves=6,
-)
 metadata = st.dictionaries(identifiers, json_values, max_size=2)
 blocks = st.one_of(
     words,

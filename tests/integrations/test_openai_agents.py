@@ -47,18 +47,12 @@ from contextledger.messages import (
 from tests.history.support import RedisServer
 from tests.integrations import scripted_turns as turns
 from tests.integrations.conftest import ChatServer
+from tests.integrations.json_data import identifiers, json_values, words
 
 set_tracing_disabled(True)  # the SDK would otherwise export its own traces over the network
 
 # Conversion ----------------------------------------------------------------------------------
 
-words = st.text(st.characters(codec="utf-8"), max_size=12)
-identifiers = st.text("abcdefghij0123456789", min_size=1, max_size=8)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-1000, 1000) | words,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(identifiers, inner, max_size=3),
-    max_leaves=6,
-)
 text_parts = st.builds(
     lambda kind, text, extra: {"type": kind, "text": text, **extra},
     st.sampled_from(["input_text", "output_text"]),
