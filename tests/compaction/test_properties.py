@@ -336,20 +336,44 @@ def check_oldest_first(
     """``taken`` is the oldest prefix of ``candidates``, and it stops exactly where the target says:
     the target was not met before the last step, and it is met after the last one unless every
     candidate was used.  ``replacements`` maps a collapsed group to the summary that took its place."""
-    j = len(taken)
-    assert [id(g) for g in taken] == [id(g) for g in candidates[:j]], "groups were not taken oldest first"
+    steps = unit_steps(candidates)
+    taken_ids = {id(g) for g in taken}
+    j = 0
+    while j < len(steps) and all(id(g) in taken_ids for g in steps[j]):
+        j += 1
+    done = [g for step in steps[:j] for g in step]
+    assert taken_ids == {id(g) for g in done}, "groups were not taken oldest first, a unit at a time"
 
-    def state(steps: int) -> MessageIndex:
-        gone = {id(g) for g in candidates[:steps]}
+    def state(count: int) -> MessageIndex:
+        dropped = [g for step in steps[:count] for g in step]
+        gone = {id(g) for g in dropped}
         remaining = [g for g in live if id(g) not in gone]
         if replacements is not None:
-            remaining += [replacements[id(g)] for g in candidates[:steps]]
+            remaining += [replacements[id(g)] for g in dropped]
         return metrics_of(remaining).as_index()
 
     if j:
         assert not strategy.target_met(state(j - 1)), "one step more than the target needed"
-    if j < len(candidates):
+    if j < len(steps):
         assert strategy.target_met(state(j)), "stopped before the target was met with candidates left"
+
+
+def unit_steps(candidates: Sequence[MessageGroup]) -> list[list[MessageGroup]]:
+    """The steps an oldest-first strategy takes through ``candidates``: each a whole unit (a call
+    with results that sit apart is one step, SPEC §11), oldest first; a unit with an included
+    member that is not a candidate is kept whole, so it is no step at all."""
+    ids = {id(g) for g in candidates}
+    steps: list[list[MessageGroup]] = []
+    seen: set[int] = set()
+    for group in candidates:
+        if id(group) in seen:
+            continue
+        members = [m for m in group.unit if not m.excluded]
+        if any(id(m) not in ids for m in members):
+            continue
+        seen.update(id(m) for m in members)
+        steps.append(members)
+    return steps
 
 
 def check_truncation(
@@ -367,7 +391,8 @@ def check_truncation(
     if strategy.max_n is not None and strategy.compact_to is not None:
         # Keyword style, stated directly: at or under compact_to, or only protected groups left.
         metric = result.index.included_tokens if strategy.tokenizer is not None else result.index.included_messages
-        assert metric <= strategy.compact_to or len(taken) == len(candidates)
+        takeable = {id(g) for step in unit_steps(candidates) for g in step}
+        assert metric <= strategy.compact_to or {id(g) for g in taken} == takeable
 
 
 def _kept_by_window(group: MessageGroup) -> bool:
@@ -381,6 +406,8 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
         keep = {id(g) for g in eligible[-strategy.keep_last_groups :]}
         for group in live:
             should_go = not _kept_by_window(group) and id(group) not in keep
+            # A unit with a kept member is kept whole: a kept result keeps its call (SPEC §11).
+            should_go = should_go and not any(id(m) in keep or _kept_by_window(m) for m in group.unit)
             assert after(group).excluded == should_go, group
         return
     turns: dict[int, list[MessageGroup]] = {}
@@ -396,7 +423,12 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
     excluded = [g for g in live if after(g).excluded]
     gone = sorted({g.turn for g in excluded if g.turn is not None})
     assert all(g.turn in turns for g in excluded), "a group outside the eligible turns was excluded"
-    assert all(after(g).excluded for t in gone for g in turns[t]), "a turn was excluded only in part"
+
+    def held(group: MessageGroup) -> bool:
+        """In a unit with a group the window keeps: kept whole with it (SPEC §11)."""
+        return any(m is not group and (m.turn not in gone or _kept_by_window(m)) for m in group.unit)
+
+    assert all(after(g).excluded or held(g) for t in gone for g in turns[t]), "a turn was excluded only in part"
     assert gone == candidates[: len(gone)], "turns were not excluded oldest first, or a preserved turn was"
 
     def state(steps: int) -> MessageIndex:
@@ -435,7 +467,8 @@ def check_selective(strategy: SelectiveToolCallCompactionStrategy, before: Messa
     check_oldest_first(strategy, live, candidates, taken)
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive.
-        survivors = [g for g in live if g.kind is TOOL_CALL and not after(g).excluded]
+        # A unit whose results sit apart from its call counts once (SPEC §11).
+        survivors = {id(g.unit[0]) for g in live if g.kind is TOOL_CALL and not after(g).excluded}
         assert len(survivors) <= max(strategy.keep_last_tool_call_groups, 1)
 
 
@@ -443,7 +476,8 @@ def check_tool_results(
     strategy: ToolResultCompactionStrategy, before: MessageIndex, after: Lookup, result: CompactionResult
 ) -> None:
     live = before.live
-    candidates = [g for g in _tool_eligible(strategy, live) if not g.orphan and g.is_complete]
+    # A call whose results sit apart from it is left whole, never collapsed (SPEC §11).
+    candidates = [g for g in _tool_eligible(strategy, live) if not g.orphan and g.is_complete and len(g.unit) == 1]
     taken = [g for g in live if after(g).excluded]
     groups = result.index.groups
     replacements: dict[int, MessageGroup] = {}
@@ -472,7 +506,11 @@ def check_tool_results(
     check_oldest_first(strategy, live, candidates, taken, replacements)
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed.
-        verbatim = [g for g in live if g.kind is TOOL_CALL and not g.orphan and g.is_complete and not after(g).excluded]
+        verbatim = [
+            g
+            for g in live
+            if g.kind is TOOL_CALL and not g.orphan and g.is_complete and len(g.unit) == 1 and not after(g).excluded
+        ]
         assert len(verbatim) <= strategy.keep_last_tool_call_groups
 
 
@@ -528,6 +566,8 @@ def check_summarization(
         """Taking ``steps`` groups and no more is what the rules allow."""
         if steps == len(available):
             return True
+        if len(available[steps].unit) > 1:
+            return True  # a call whose results sit apart: summarising it would move them (SPEC §11)
         if trigger_style and strategy.target_met(state(steps)):
             return True
         return too_big(available[: steps + 1])
@@ -550,6 +590,11 @@ def check_summarization(
         return
     chosen = [g for g in live if after(g).excluded]
     assert chosen
+    # Groups too large to be summarised on their own are left as they are, and the ones after
+    # them are summarised (SPEC §11): the choice starts after them.
+    skipped = [id(g) for g in available].index(id(chosen[0]))
+    assert all(too_big([g]) for g in available[:skipped]), "a group that fitted was skipped"
+    available = available[skipped:]
     assert all(after(g).exclusion_reason == "summarized" for g in chosen)
     assert [id(g) for g in chosen] == [id(g) for g in available[: len(chosen)]], "not the oldest groups"
     assert justified_stop(len(chosen)), "stopped early: the next group fitted and the target was not met"
@@ -575,15 +620,21 @@ def check_token_budget(
     """Within budget, or down to the newest group; and the fallback took the oldest groups, no more
     than it needed (checked when no nested budget strategy logs fallbacks of its own)."""
     index = result.index
-    assert index.included_tokens <= strategy.token_budget or index.included_non_system_groups <= 1
+    live = [g for g in index.live if g.kind is not SYSTEM]
+    # The newest group's unit (its call, when its result sits apart: SPEC §11) is always sent.
+    newest_unit = {id(m) for m in live[-1].unit} if live else set()
+    assert index.included_tokens <= strategy.token_budget or all(id(g) in newest_unit for g in live)
     fallback = [e for e in result.events if e.detail.endswith("token_budget_fallback")]
     if fallback and check_fallback:
         (event,) = fallback
         groups = index.groups
-        last = max(groups.index(g) for g in event.groups)
-        older = [g for g in groups[:last] if g.kind is not SYSTEM]
+        # Each step takes a whole unit, chosen by its oldest member (SPEC §11).
+        leaders = [g for g in event.groups if g.unit[0] is g]
+        last = max(groups.index(g) for g in leaders)
+        older = [g for g in groups[:last] if g.kind is not SYSTEM and id(g) not in newest_unit]
         assert all(g.excluded for g in older), "the fallback skipped an older group"
-        assert index.included_tokens + groups[last].token_count > strategy.token_budget, "fallback went too far"
+        step = sum(m.token_count for m in groups[last].unit if m in event.groups)
+        assert index.included_tokens + step > strategy.token_budget, "fallback went too far"
 
 
 # Tests -------------------------------------------------------------------------------------------

@@ -272,11 +272,13 @@ class CompactionStrategy(ABC):
         groups are excluded in one batch; any other target is re-evaluated on
         the index after every step.
         """
+        # A unit with a member outside the candidates (a protected newest result) is kept whole.
+        candidates = index.whole_units(candidates)
         threshold = _threshold_of(self.target, self.trigger)
         doomed: list[int] = []
         if _stops_never(self.target, self.trigger):
             doomed = index._exclude(candidates, reason, fresh=True)
-        elif threshold is not None:
+        elif threshold is not None and index._table.unit.keys().isdisjoint(candidates):
             metric, limit = threshold
             doomed = index._exclude(_oldest_until(index, candidates, metric, limit), reason, fresh=True)
         else:
@@ -444,7 +446,7 @@ class SlidingWindowStrategy(CompactionStrategy):
         newest = _newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
-        excluded = index._exclude(doomed, "sliding_window", fresh=True)
+        excluded = index._exclude(index.whole_units(doomed), "sliding_window", fresh=True)
         return self._log(index, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
@@ -480,7 +482,7 @@ class SlidingWindowStrategy(CompactionStrategy):
                 groups = turns[turn]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
-                excluded.extend(index._exclude(groups, reason, fresh=True))
+                excluded.extend(index._exclude(index.whole_units(groups), reason, fresh=True))
             return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
         # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
         # A turn's groups are all of its included groups (no system group has a turn), so dropping
@@ -505,6 +507,7 @@ class SlidingWindowStrategy(CompactionStrategy):
                 remaining -= len(groups)
             else:
                 remaining -= 1
+        doomed = index.whole_units(doomed)
         return self._log(index, "excluded", index._exclude(doomed, reason, fresh=True), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
@@ -722,7 +725,11 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         candidates = [
             g
             for g in index._live.values()
-            if kind_of[g] is TOOL_CALL and g not in protected and g not in orphans and g not in waiting
+            if kind_of[g] is TOOL_CALL
+            and g not in protected
+            and g not in orphans
+            and g not in waiting
+            and g not in table.unit  # a call whose results sit apart is left whole, never collapsed
         ]
         threshold = _threshold_of(self.target, self.trigger)
         originals: list[int] = []
@@ -824,6 +831,16 @@ def _transcript(groups: Iterable[Sequence[Message]]) -> str:
     return "\n".join(lines)
 
 
+class _Unset:
+    """The type of a keyword argument left out (to tell it from an explicit None)."""
+
+
+_UNSET = _Unset()
+
+FAILURES_BEFORE_ERROR = 3
+"""Summariser failures in a row after which :class:`SummarizationStrategy` logs once at ERROR."""
+
+
 class SummarizationStrategy(CompactionStrategy):
     """Replace older groups with one ``[Summary]`` message written by a separate chat model.
 
@@ -837,8 +854,11 @@ class SummarizationStrategy(CompactionStrategy):
     had excluded is restored, nothing is inserted, the failure is logged and
     recorded as an event (and raised as :class:`SummarizationError` with
     ``on_error="raise"``).  Cancellation restores and propagates.  Input is
-    bounded by ``max_input_tokens``: older groups that do not fit wait for a
-    later round.
+    bounded by ``max_input_tokens`` (MAF spells it ``max_summary_input_tokens``):
+    older groups that do not fit wait for a later round, and a group too large to
+    fit on its own is left as it is while the groups after it are summarised, so
+    one huge message never stalls summarisation.  After
+    :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
     """
 
     name = "summarization"
@@ -856,7 +876,9 @@ class SummarizationStrategy(CompactionStrategy):
         threshold: int | None = None,
         prompt: str | None = None,
         summarization_prompt: str | None = None,
-        max_input_tokens: int | None = 16_000,
+        max_input_tokens: int | _Unset | None = _UNSET,
+        max_summary_input_tokens: int | _Unset | None = _UNSET,
+        tokenizer: Tokenizer | None = None,
         on_error: Literal["report", "raise"] = "report",
     ) -> None:
         if client is not None and chat_client is not None:
@@ -891,12 +913,20 @@ class SummarizationStrategy(CompactionStrategy):
             self.threshold = 2 if threshold is None else _count(threshold, "threshold")
             trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
             self.minimum_preserved = 1
+        if not isinstance(max_input_tokens, _Unset) and not isinstance(max_summary_input_tokens, _Unset):
+            raise ConfigurationError(
+                "SummarizationStrategy: max_input_tokens and max_summary_input_tokens are the same setting; give one"
+            )
+        budget = max_input_tokens if not isinstance(max_input_tokens, _Unset) else max_summary_input_tokens
+        if isinstance(budget, _Unset):
+            budget = 16_000
         super().__init__(trigger, target)
         self.client = client
         self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
-        self.max_input_tokens = (
-            None if max_input_tokens is None else _count(max_input_tokens, "max_input_tokens", minimum=1)
-        )
+        self.max_input_tokens = None if budget is None else _count(budget, "max_input_tokens", minimum=1)
+        # Counts the summariser's input (and, like every strategy's tokenizer, the index).
+        self.tokenizer = tokenizer
+        self._failures = 0  # in a row
         if on_error not in ("report", "raise"):
             raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
         self.on_error = on_error
@@ -912,6 +942,7 @@ class SummarizationStrategy(CompactionStrategy):
         """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
         budget (rather than the floor or the target) is what stopped the choice."""
         chosen: list[int] = []
+        over = False
         budget = self.max_input_tokens
         tokenizer = index.tokenizer
         kind_of, sizes = index._table.kind, index._table.size
@@ -928,19 +959,22 @@ class SummarizationStrategy(CompactionStrategy):
                 retained += sizes[group]
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
-        for group in _live_ids(index):
-            if kind_of[group] is SYSTEM or group in kept:
-                continue
+        candidates = [g for g in _live_ids(index) if kind_of[g] is not SYSTEM and g not in kept]
+        for group in candidates:
+            if group in index._table.unit:
+                break  # a call whose results sit apart: summarising it would move them; stop before it
             if self.target_count is None and self.target_met(index):
                 break
             if budget is not None:
                 cost = tokenizer.count_text(_transcript([index._table.messages(group)]) + "\n")
                 if spent + cost > budget:
-                    return chosen, True
+                    if chosen:
+                        return chosen, True
+                    over = True  # too large on its own: left as it is, the groups after it go on
+                    continue
                 spent += cost
-            index._exclude([group], "summarized")
-            chosen.append(group)
-        return chosen, False
+            chosen.extend(index._exclude([group], "summarized"))
+        return chosen, over and not chosen
 
     def _restore(self, index: MessageIndex, groups: list[int]) -> None:
         index._include(groups)
@@ -949,6 +983,12 @@ class SummarizationStrategy(CompactionStrategy):
         self._restore(index, groups)
         index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
         logger.warning("summarization skipped: %s; the history is unchanged", why)
+        self._failures += 1
+        if self._failures == FAILURES_BEFORE_ERROR:  # once per run of failures, as MAF does
+            logger.error(
+                "summarization has failed %d times in a row; the history is no longer being summarised",
+                self._failures,
+            )
         if self.on_error == "raise":
             raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
         return False
@@ -966,9 +1006,9 @@ class SummarizationStrategy(CompactionStrategy):
                 groups, over_budget = [], True
         if not groups:
             if over_budget:
-                why = "the oldest group alone exceeds max_input_tokens; nothing was replaced"
+                why = "every group that could be summarised exceeds max_input_tokens on its own; nothing was replaced"
                 index.events.append(CompactionEvent(self.name, "failed", detail=why))
-                logger.warning("summarization skipped: the oldest group alone exceeds max_input_tokens")
+                logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
             return False
         try:
             response = await self.client.get_response(request)
@@ -984,6 +1024,7 @@ class SummarizationStrategy(CompactionStrategy):
         if not text.startswith(SUMMARY_PREFIX.strip()):
             text = SUMMARY_PREFIX + text
         self.last_usage = getattr(response, "usage", None)
+        self._failures = 0
         summary = Message(
             "assistant",
             (TextContent(text),),
