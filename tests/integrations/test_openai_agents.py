@@ -25,7 +25,6 @@ from contextledger.compaction import SlidingWindowStrategy, compact_messages
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.facts import FactStore
 from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
-from contextledger.integrations import openai_agents
 from contextledger.integrations.openai_agents import (
     AgentsFacts,
     CompactingSession,
@@ -476,7 +475,7 @@ def test_a_runner_on_the_responses_api_with_our_compacting_session_runs_the_whol
     asyncio.run(scenario())
 
 
-def test_hosted_calls_become_typed_contents_and_come_back_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hosted_calls_become_typed_contents_and_come_back_whole() -> None:
 
     search = {
         "type": "web_search_call",
@@ -506,19 +505,17 @@ def test_hosted_calls_become_typed_contents_and_come_back_whole(monkeypatch: pyt
     (hosted,) = from_responses([search])
     assert [type(c) for c in hosted.contents] == [HostedCallContent, HostedResultContent]
     assert hosted.opened_ids == hosted.answered_ids == ["ws_1"]  # a complete unit by itself
-    for typed in (False, True):
-        monkeypatch.setattr(openai_agents, "TYPED_PAIRED_CALLS", typed)
-        ours = from_responses([*computer, *approval])
-        assert to_responses(ours) == [*computer, *approval]
-        if typed:
-            assert isinstance(ours[0].contents[0], HostedCallContent)
-            assert isinstance(ours[1].contents[0], HostedResultContent)
-            assert isinstance(ours[2].contents[0], ApprovalRequestContent)
-            assert isinstance(ours[3].contents[0], ApprovalResponseContent)
-        assert [m.opened_ids for m in ours] == (
-            [["cc_1"], [], ["ap_1", "ap_1"], []] if typed else [["cc_1"], [], ["ap_1"], []]
-        )
-        assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]
+    ours = from_responses([*computer, *approval])
+    assert to_responses(ours) == [*computer, *approval]
+    assert [type(message.contents[0]) for message in ours] == [
+        HostedCallContent,
+        HostedResultContent,
+        ApprovalRequestContent,
+        ApprovalResponseContent,
+    ]
+    assert [message.role for message in ours] == ["assistant", "assistant", "assistant", "user"]
+    assert [m.opened_ids for m in ours] == [["cc_1"], [], ["ap_1", "ap_1"], []]
+    assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]
 
 
 def test_a_failed_run_admits_nothing(chat_server: ChatServer) -> None:

@@ -5,12 +5,15 @@
   calls) become contextledger messages and come back as the very same items.  Parallel
   ``function_call`` items become one assistant message, so compaction keeps them and all their
   outputs together; a reasoning item becomes a reasoning-only message, which joins the group of
-  the item it precedes, so a reasoning item is never sent without it.  Hosted calls answered by
-  an output item of their own (computer, shell, local shell, apply-patch, custom tool calls, MCP
-  approval requests) are paired with that output like function calls; self-contained hosted
-  calls (web and file search, code interpreter, image generation, MCP calls) travel as opaque
-  contents.  Whatever contextledger has no field for is kept in the reserved property
-  :data:`RESPONSES_PROPERTY`.  A contextledger message with several kinds of content (reasoning,
+  the item it precedes, so a reasoning item is never sent without it.  Hosted calls become
+  :class:`~contextledger.messages.HostedCallContent`: a self-contained one (web or file search,
+  code interpreter, image generation, an MCP call) with its outcome as a
+  :class:`~contextledger.messages.HostedResultContent` in the same message, one answered by an
+  output item of its own (computer, shell, local shell, apply-patch) with that output as a
+  result in the next message, paired by id as function calls are; an MCP approval request and
+  its response become the approval contents; a custom tool call and its output are a function
+  call and result.  What contextledger has no field for (ids, status, actions, encrypted
+  reasoning...) is kept in the reserved property :data:`RESPONSES_PROPERTY`.  A contextledger message with several kinds of content (reasoning,
   text and calls) becomes one item per kind, in order.
 - **Sessions**: :class:`ContextLedgerSession` is the SDK's ``Session`` over any contextledger
   history (in memory, SQLite, Redis); :class:`CompactingSession` answers ``get_items()`` with
@@ -96,12 +99,6 @@ _SELF_CONTAINED: dict[str, tuple[str, str | None]] = {
 }
 _CALL_KINDS = (FunctionCallContent, HostedCallContent, ApprovalRequestContent)
 
-TYPED_PAIRED_CALLS = False
-"""Whether hosted calls answered by an output item of their own (computer, shell, apply-patch)
-and MCP approvals become :class:`HostedCallContent` / :class:`HostedResultContent` and the
-approval contents.  Off until compaction pairs those contents by id as it pairs function calls:
-until then they travel as function calls and results (their items kept whole either way), the
-pairing compaction already guarantees, so no window can send one without the other."""
 _TEXT_TYPES = {"input_text", "output_text"}
 
 
@@ -182,16 +179,13 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
         if not isinstance(call_id, str) or not call_id:
             raise InvalidMessageError(f"{where}: {kind} has no {key!r}; it must name the call it answers")
         output = _as_text(item.get("output"))
-        if tool is None or not TYPED_PAIRED_CALLS:
+        if tool is None:
             return Message("tool", (FunctionResultContent(call_id, output),)), {"item": dict(item)}
         return Message("assistant", (HostedResultContent(call_id, tool, output),)), {"item": dict(item)}
     if kind == "mcp_approval_response":
         request_id = item.get("approval_request_id")
         if not isinstance(request_id, str) or not request_id:
             raise InvalidMessageError(f"{where}: mcp_approval_response has no approval_request_id")
-        if not TYPED_PAIRED_CALLS:
-            answer = FunctionResultContent(request_id, "approved" if item.get("approve") is True else "denied")
-            return Message("tool", (answer,)), {"item": dict(item)}
         response = ApprovalResponseContent(request_id, item.get("approve"))  # type: ignore[arg-type]
         return Message("user", (response,)), {"item": dict(item)}
     if kind in _SELF_CONTAINED and isinstance(item.get("id"), str) and item["id"]:
@@ -232,8 +226,6 @@ def _call(item: Mapping[str, Any], where: str) -> tuple[Content, Item]:
         request_id, name = item.get("id"), item.get("name")
         if not isinstance(request_id, str) or not request_id or not isinstance(name, str):
             raise InvalidMessageError(f"{where}: mcp_approval_request needs string id and name, got {item!r}")
-        if not TYPED_PAIRED_CALLS:
-            return FunctionCallContent(request_id, name, _as_text(item.get("arguments", ""))), {"item": dict(item)}
         call = HostedCallContent(request_id, "mcp", name, _as_text(item.get("arguments", "")))
         return ApprovalRequestContent(request_id, call), {"item": dict(item)}
     key, tool = _PAIRED_CALLS[kind]
@@ -246,8 +238,6 @@ def _call(item: Mapping[str, Any], where: str) -> tuple[Content, Item]:
             "item": dict(item)
         }
     arguments = _as_text(item.get("action", item.get("operation", "")))
-    if not TYPED_PAIRED_CALLS:
-        return FunctionCallContent(call_id, kind, arguments), {"item": dict(item)}
     return HostedCallContent(call_id, tool, "", arguments), {"item": dict(item)}
 
 
