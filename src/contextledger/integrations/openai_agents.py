@@ -13,8 +13,9 @@
   result in the next message, paired by id as function calls are; an MCP approval request and
   its response become the approval contents; a custom tool call and its output are a function
   call and result.  What contextledger has no field for (ids, status, actions, encrypted
-  reasoning...) is kept in the reserved property :data:`RESPONSES_PROPERTY`.  A contextledger message with several kinds of content (reasoning,
-  text and calls) becomes one item per kind, in order.
+  reasoning...) is kept in the reserved property :data:`RESPONSES_PROPERTY`.  A contextledger
+  message with several kinds of content (reasoning, text and calls) becomes one item per kind,
+  in order.
 - **Sessions**: :class:`ContextLedgerSession` is the SDK's ``Session`` over any contextledger
   history (in memory, SQLite, Redis); :class:`CompactingSession` answers ``get_items()`` with
   the request view (what a strategy would send) while the store keeps every item.
