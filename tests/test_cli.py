@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from contextledger import read_jsonl, validate
+from contextledger import from_openai, read_jsonl, to_openai, validate
 from contextledger.cli import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "support-session.jsonl"
@@ -25,7 +26,7 @@ def test_budget_shortcut_fits_the_budget_and_writes_a_valid_transcript(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_file = tmp_path / "out.jsonl"
-    code, out, err = run(capsys, "compact", str(EXAMPLE), "--budget", "2000", "-o", str(out_file))
+    code, out, err = run(capsys, "compact", str(EXAMPLE), "--budget", "2000", "-o", str(out_file), "--metadata")
     assert code == 0, err
     compacted = read_jsonl(out_file)
     assert validate(compacted) == []
@@ -87,7 +88,7 @@ def test_keyword_param_is_converted_to_int(tmp_path: Path, capsys: pytest.Captur
         (["--strategy", "sliding-window", "--param", "keep_last_groups"], "is not KEY=VALUE"),
         (["--strategy", "summarization"], "needs a chat model"),
         ([], "give --strategy NAME or --budget N"),
-        (["--budget", "0"], "token_budget must be 1 or more"),
+        (["--budget", "0"], "--budget must be a positive number of tokens, got 0"),
         (
             [
                 "--budget",
@@ -179,3 +180,182 @@ def test_console_script_runs() -> None:
     completed = subprocess.run([str(script), "validate", str(EXAMPLE)], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
     assert "49 messages, valid" in completed.stdout
+
+
+# Through the real console script, as a new user runs it ----------------------------------------------
+
+SCRIPT = Path(sys.executable).parent / "contextledger"
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def console(*argv: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *argv], input=stdin, capture_output=True, text=True, check=False, cwd=cwd, timeout=120
+    )
+
+
+def test_compact_to_stdout_writes_plain_openai_jsonl_and_the_report_to_stderr(tmp_path: Path) -> None:
+    completed = console("compact", str(EXAMPLE), "--budget", "2000", "-o", "-", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert not (tmp_path / "-").exists()
+    rows = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert rows
+    assert all("_contextledger" not in row for row in rows)
+    assert validate(from_openai(rows)) == []
+    assert "tokens" in completed.stderr
+    assert "wrote" in completed.stderr
+
+
+def test_compact_files_are_plain_unless_metadata_is_asked_for(tmp_path: Path) -> None:
+    plain, kept = tmp_path / "plain.jsonl", tmp_path / "kept.jsonl"
+    assert console("compact", str(EXAMPLE), "--budget", "2000", "-o", str(plain)).returncode == 0
+    assert console("compact", str(EXAMPLE), "--budget", "2000", "-o", str(kept), "--metadata").returncode == 0
+    assert "_contextledger" not in plain.read_text()
+    assert "_contextledger" in kept.read_text()
+    assert [json.loads(line) for line in plain.read_text().splitlines()] == to_openai(read_jsonl(kept))
+
+
+def test_compact_without_output_says_how_to_print_the_transcript() -> None:
+    completed = console("compact", str(EXAMPLE), "--budget", "2000")
+    assert completed.returncode == 0, completed.stderr
+    assert "-o - to print it" in completed.stdout
+
+
+@pytest.mark.parametrize("form", ["array", "object"])
+def test_a_json_array_or_messages_object_is_accepted(tmp_path: Path, form: str) -> None:
+    rows = to_openai(read_jsonl(EXAMPLE))
+    path = tmp_path / f"{form}.json"
+    path.write_text(json.dumps(rows if form == "array" else {"model": "x", "messages": rows}, indent=2))
+    completed = console("validate", str(path))
+    assert completed.returncode == 0, completed.stderr
+    assert "49 messages, valid" in completed.stdout
+
+
+def test_an_unrecognised_json_object_is_named_not_dumped(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"settings": "x" * 5000, "other": 1}))
+    completed = console("validate", str(path))
+    assert completed.returncode == 2
+    assert "a JSON object with keys other, settings, not a transcript" in completed.stderr
+    assert len(completed.stderr) < 400
+
+
+def test_a_negative_budget_names_the_flag_and_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
+    completed = console("compact", str(EXAMPLE), "--budget", "-5")
+    assert completed.returncode == 2
+    assert "--budget must be a positive number of tokens, got -5" in completed.stderr
+    assert "TokenBudgetComposedStrategy" not in completed.stderr
+    missing = tmp_path / "missing" / "out.jsonl"
+    completed = console("compact", str(EXAMPLE), "--budget", "2000", "-o", str(missing))
+    assert completed.returncode == 2
+    assert f"the folder {missing.parent} does not exist" in completed.stderr
+    assert ".out.jsonl." not in completed.stderr  # no temporary file name
+
+
+def test_version_and_bare_command_show_what_there_is() -> None:
+    version = console("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("contextledger 0.")
+    bare = console()
+    assert bare.returncode == 0, bare.stderr
+    for command in ("compact", "validate", "lab", "chat", "facts"):
+        assert command in bare.stdout
+    assert "usage: contextledger" in bare.stdout
+
+
+def test_dev_help_ends_with_the_commands_not_the_shell_options() -> None:
+    completed = subprocess.run([str(REPOSITORY / "dev"), "help"], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0
+    assert "set -euo pipefail" not in completed.stdout
+    assert completed.stdout.strip().splitlines()[-1].lstrip("# ").startswith("./dev bench")
+
+
+def test_ctrl_c_in_chat_says_goodbye_without_a_traceback() -> None:
+    child = subprocess.Popen(
+        [str(SCRIPT), "chat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    child.stdin.write("module=Billing\n")
+    child.stdin.flush()
+    while "admitted module" not in child.stdout.readline():
+        pass
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert "Interrupted" in out
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+
+
+def test_facts_command_lists_reviews_revokes_and_expires_a_sqlite_store(tmp_path: Path) -> None:
+    store_path = tmp_path / "facts.sqlite3"
+    chat = console(
+        "chat",
+        "--store",
+        str(store_path),
+        "--owner",
+        "ada",
+        "--ttl",
+        "3600",
+        stdin="Sorry, I was wrong: database=SQL Server 2022\nmodule=Billing\nquit\n",
+    )
+    assert chat.returncode == 0, chat.stderr
+    listing = console("facts", "list", "--store", str(store_path), "--owner", "ada")
+    assert listing.returncode == 0, listing.stderr
+    assert 'database = "SQL Server 2022"' in listing.stdout
+    assert "expires" in listing.stdout
+    assert "No facts" in console("facts", "list", "--store", str(store_path), "--owner", "bob").stdout
+    revoked = console(
+        "facts", "revoke", "database", "--reason", "asked by email", "--store", str(store_path), "--owner", "ada"
+    )
+    assert revoked.returncode == 0, revoked.stderr
+    history = console("facts", "history", "--store", str(store_path), "--owner", "ada")
+    assert "revoked database" in history.stdout
+    assert "asked by email" in history.stdout
+    assert "SQL Server 2022" not in history.stdout
+    assert "admitted module='Billing'" in history.stdout
+    expired = console("facts", "expire", "--store", str(store_path), "--owner", "ada")
+    assert expired.returncode == 0
+    assert "0 expired fact(s)" in expired.stdout
+    bad = console("facts", "revoke", "--store", str(store_path), "--owner", "ada", "--reason", "x")
+    assert bad.returncode == 2
+    assert "give one KEY" in bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["provider", "manual"])
+def test_the_reported_transcript_through_chat(mode: str) -> None:
+    """The transcript of the report that started this work, and the customer's sentence, replayed as typed."""
+    script = "\n".join(
+        [
+            "database=PostgreSQL 15",
+            "Sorry, I was wrong: database=SQL Server 2022",
+            "mem",
+            "Hi, I'm calling about… customer=Acme GmbH; module=Billing",
+            "set timeout=30 and see https://x.test/?version=2",
+            "forget",
+            "Which database am I on?",
+            "quit",
+        ]
+    )
+    completed = console("chat", "--mode", mode, stdin=script + "\n")
+    assert completed.returncode == 0, completed.stderr
+    turns = completed.stdout.split("\n> ")
+    correction = next(turn for turn in turns if turn.startswith("Sorry, I was wrong"))
+    assert (
+        "admitted database='SQL Server 2022' (evidence 'database=SQL Server 2022'): corrects the value admitted at "
+        "turn 1" in correction
+    )
+    listing = next(turn for turn in turns if turn.startswith("mem"))
+    assert 'database = "SQL Server 2022"' in listing
+    assert "PostgreSQL" not in listing
+    customer = next(turn for turn in turns if turn.startswith("Hi, I'm calling"))
+    assert "admitted customer='Acme GmbH' (evidence 'customer=Acme GmbH')" in customer
+    assert "admitted module='Billing' (evidence 'module=Billing')" in customer
+    prose = next(turn for turn in turns if turn.startswith("set timeout"))
+    assert prose.count("'=' at ") == 2  # every '=' explained, both read as prose
+    assert "prose:" in prose
+    question = next(turn for turn in turns if turn.startswith("Which database"))
+    assert "[main] I don't know that from this conversation." in question
+    for value in ("SQL Server 2022", "PostgreSQL 15"):
+        assert value not in question

@@ -1,15 +1,18 @@
 """The ``contextledger`` command line.
 
-    contextledger compact IN.jsonl [-o OUT.jsonl] [--strategy NAME] [--param KEY=VALUE ...] [--budget N]
+    contextledger compact IN.jsonl [-o OUT.jsonl | -o -] [--metadata] [--strategy NAME] [--param KEY=VALUE ...]
+                          [--budget N]
     contextledger validate IN.jsonl
     contextledger lab [TIMELINE ...] [--model offline|openai:MODEL|local] [--policies NAME[,NAME...]]
                       [--tokenizer estimate|cl100k_base|o200k_base] [--html FILE] [--json FILE] [--replicates N]
                       [--kit]
     contextledger chat [--mode provider|manual] [--model offline|openai:MODEL|local] [--writer rules|model]
+                       [--schema FILE] [--store PATH|redis://...] [--owner NAME] [--ttl SECONDS]
+    contextledger facts list|history|revoke|expire --store PATH|redis://... [--owner NAME]
 
-Transcripts are OpenAI-format JSONL, one message per line.  Errors are one
-line on stderr and a non-zero exit; no output file is written unless the whole
-operation succeeded.
+Transcripts are OpenAI-format messages: JSONL (one message per line), a JSON array, or a JSON
+object with a "messages" array.  Errors are one line on stderr and a non-zero exit; no output
+file is written unless the whole operation succeeded.
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import dataclasses
 import inspect
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any
 
+from contextledger._cli_facts import register_facts_command
 from contextledger.compaction import triggers as trigger_module
 from contextledger.compaction._apply import CompactionResult, compact_messages
 from contextledger.compaction._strategies import (
@@ -32,8 +40,8 @@ from contextledger.compaction._strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from contextledger.exceptions import ConfigurationError, ContextLedgerError
-from contextledger.messages import read_jsonl, validate, write_jsonl
+from contextledger.exceptions import ConfigurationError, ContextLedgerError, TranscriptError
+from contextledger.messages import Message, from_openai, load_jsonl, to_openai, validate, write_jsonl
 from contextledger.tokenizers import Tokenizer, get_tokenizer
 
 __all__ = ["main"]
@@ -150,25 +158,99 @@ def _report(result: CompactionResult, tokenizer: Tokenizer) -> str:
     return "\n".join(lines)
 
 
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_transcript(path: str) -> list[Message]:
+    """Messages from a file of OpenAI messages: JSONL, a JSON array, or ``{"messages": [...]}``.
+
+    A file in none of these forms raises :class:`TranscriptError` naming the form found and
+    what to write instead; no error ever quotes more than a short excerpt of the file.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise TranscriptError("no such file; check the path", path=path) from None
+    except UnicodeDecodeError as error:
+        raise TranscriptError(f"not UTF-8 text ({error.reason})", path=path) from None
+    start = text.lstrip()[:1]
+    if start in ("[", "{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None  # not one JSON document: read it as JSONL, which names the bad line
+        if isinstance(data, dict) and "messages" in data:
+            data = data["messages"]
+            if not isinstance(data, list):
+                raise TranscriptError('"messages" must be an array of message objects', path=path)
+        if isinstance(data, list):
+            try:
+                return from_openai(data)
+            except ContextLedgerError as error:
+                raise TranscriptError(_shorten(str(error)), path=path) from None
+        if isinstance(data, dict) and "role" not in data:
+            keys = ", ".join(sorted(map(str, data))[:8])
+            raise TranscriptError(
+                f"a JSON object with keys {keys}, not a transcript; write JSONL (one message per line), a JSON "
+                'array of messages, or an object with a "messages" array',
+                path=path,
+            )
+    try:
+        return load_jsonl(text.splitlines(), path=path)
+    except TranscriptError as error:
+        raise TranscriptError(_shorten(str(error))) from None
+
+
+def _check_output(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {path}: the folder {folder} does not exist; create it or choose another path")
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a folder; give a file name")
+
+
 def _compact(args: argparse.Namespace) -> int:
+    if args.budget is not None and args.budget < 1:
+        raise UsageError(f"--budget must be a positive number of tokens, got {args.budget}")
+    to_stdout = args.output == "-"
+    if args.output and not to_stdout:
+        _check_output(args.output)
     tokenizer = get_tokenizer(args.tokenizer)
     strategy = _build_strategy(args.strategy, args.param or [], args.budget, tokenizer)
-    messages = read_jsonl(args.input)
+    messages = read_transcript(args.input)
     problems = validate(messages)
     for problem in problems[:5]:
         print(f"warning: {args.input}: {problem}", file=sys.stderr)
     result = asyncio.run(compact_messages(messages, strategy=strategy, tokenizer=tokenizer))
-    if args.output:
-        write_jsonl(args.output, result.messages)
-    print(f"{args.input}: {strategy!r}")
-    print(_report(result, tokenizer))
-    if args.output:
-        print(f"wrote {len(result.messages)} messages to {args.output}")
+    # With the transcript on stdout, the report goes to stderr so the two never mix.
+    report = sys.stderr if to_stdout else sys.stdout
+    if to_stdout:
+        for item in to_openai(result.messages, metadata=args.metadata):
+            sys.stdout.write(json.dumps(item, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+    elif args.output:
+        write_jsonl(args.output, result.messages if args.metadata else _without_metadata(result.messages))
+    print(f"{args.input}: {strategy!r}", file=report)
+    print(_report(result, tokenizer), file=report)
+    if to_stdout:
+        print(f"wrote {len(result.messages)} messages to stdout", file=report)
+    elif args.output:
+        print(f"wrote {len(result.messages)} messages to {args.output}", file=report)
+    else:
+        print("no transcript written: add -o OUT.jsonl, or -o - to print it", file=report)
     return 0
 
 
+def _without_metadata(messages: Sequence[Message]) -> list[Message]:
+    """The messages as a model would receive them: no id and no private properties, so the
+    file holds plain OpenAI messages (what ``to_openai`` sends) and no ``_contextledger`` key."""
+    return [dataclasses.replace(message, message_id=None, additional_properties={}) for message in messages]
+
+
 def _validate(args: argparse.Namespace) -> int:
-    messages = read_jsonl(args.input)
+    messages = read_transcript(args.input)
     problems = validate(messages)
     if not problems:
         print(f"{args.input}: {len(messages)} messages, valid")
@@ -188,18 +270,39 @@ def _lab(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     # Imported here so that the other commands start without the agent runtime.
-    from contextledger.facts import ChatLoop, build_desk  # noqa: PLC0415
+    from contextledger._cli_facts import open_store  # noqa: PLC0415
+    from contextledger.facts._repl import ChatLoop, build_desk  # noqa: PLC0415
 
-    desk = build_desk(mode=args.mode, model=args.model, writer=args.writer)
-    return asyncio.run(ChatLoop(desk, sys.stdout).run(sys.stdin))
+    store = open_store(args.store, owner=args.owner, schema_file=args.schema, ttl_seconds=args.ttl)
+    desk = build_desk(mode=args.mode, model=args.model, writer=args.writer, store=store)
+    return ChatLoop(desk, sys.stdout).run(sys.stdin)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("contextledger")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextledger", description="Control what an agent sends to its model.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    compact = commands.add_parser("compact", help="compact an OpenAI-format JSONL transcript")
+    parser.add_argument("--version", action="version", version=f"contextledger {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    compact = commands.add_parser(
+        "compact",
+        help="compact an OpenAI-format transcript",
+        description='Compact a transcript (JSONL, a JSON array, or {"messages": [...]}) and report what changed.',
+    )
     compact.add_argument("input", metavar="IN.jsonl")
-    compact.add_argument("-o", "--output", metavar="OUT.jsonl", help="write the compacted transcript here")
+    compact.add_argument(
+        "-o", "--output", metavar="OUT.jsonl", help="write the compacted transcript here as JSONL ('-' for stdout)"
+    )
+    compact.add_argument(
+        "--metadata",
+        action="store_true",
+        help='keep contextledger\'s private "_contextledger" key (ids, summary marks) in the output',
+    )
     compact.add_argument("--strategy", metavar="NAME", help=f"one of {', '.join(STRATEGIES)}")
     compact.add_argument(
         "--param",
@@ -273,12 +376,27 @@ def _parser() -> argparse.ArgumentParser:
         choices=["rules", "model"],
         help="how facts are extracted: parsing rules (default, no model call) or a structured-output model call",
     )
+    chat.add_argument(
+        "--schema", metavar="FILE", help='a JSON schema of keys and bounds: {"keys": [...], "max_facts": 5}'
+    )
+    chat.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        help="keep facts in a SQLite file or a redis:// URL (default: in memory, gone when the chat ends)",
+    )
+    chat.add_argument("--owner", default="chat", help="whose facts, in a --store shared by several (default: chat)")
+    chat.add_argument("--ttl", type=float, metavar="SECONDS", help="facts expire this long after they are recorded")
     chat.set_defaults(run=_chat)
+    register_facts_command(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:  # no command: say what there is, not an error
+        parser.print_help()
+        return 0
     try:
         code: int = args.run(args)
     except (UsageError, ContextLedgerError, ConfigurationError, OSError) as error:

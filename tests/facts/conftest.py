@@ -1,4 +1,4 @@
-"""Fixtures for the facts tests: each store the conformance suite runs against, on fresh storage.
+"""Fixtures for the facts tests: each store the conformance suite runs against (memory, SQLite, Redis).
 
 The Redis store runs against the real redis-server the history tests start (same fixture), in
 an owner namespace no other test uses.
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from contextledger.facts import FactMemory, FactStore, RedisFactStore
+from contextledger.facts import FactMemory, FactStore, RedisFactStore, SQLiteFactStore
 from tests.facts.support import Clock
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer
@@ -26,7 +27,7 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeStore]:
     """Builds stores of one backend; every store it builds in a test shares that test's storage
     (a Redis owner of its own), the way several agents or processes would share it.  The
@@ -41,18 +42,40 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
 
         yield memory
         return
+    if request.param == "sqlite":
+        path = request.getfixturevalue("tmp_path") / "facts.sqlite3"
+        files: list[SQLiteFactStore] = []
+
+        def sqlite(**options: object) -> FactMemory:
+            store = SQLiteFactStore(path, **{"owner": "test", "clock": clock, **options})  # type: ignore[arg-type]
+            files.append(store)
+            return store
+
+        yield sqlite
+        for file_store in files:
+            file_store.close()
+        return
     server: RedisServer = request.getfixturevalue("redis_server")
     owner = f"test-{uuid.uuid4().hex[:12]}"
     opened: list[RedisFactStore] = []
 
     def redis(**options: object) -> FactMemory:
-        store = RedisFactStore(server.url, owner=owner, **{"clock": clock, **options})  # type: ignore[arg-type]
+        store = RedisFactStore(server.url, **{"owner": owner, "clock": clock, **options})  # type: ignore[arg-type]
         opened.append(store)
         return store
 
     yield redis
     for store in opened:
         store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def persistent_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where processes meet a persistent store: a SQLite file, or a Redis server's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "facts.sqlite3")
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """A worker for the concurrency tests: random turns and forgets on one shared fact store.
 
-Run as a child process against Redis (``python fact_worker.py URL OWNER TAG --turns N --seed S``)
+Run as a child process against Redis or SQLite (``python -m tests.facts.fact_worker URL|PATH OWNER TAG
+--turns N --seed S``)
 it prints ``ready``, waits for a line on stdin so that every child starts together, runs, and
 prints one JSON line per recorded operation.  The thread and asyncio tests call :func:`run` and
 :func:`run_async` directly on an in-memory store.
@@ -15,7 +16,7 @@ import random
 import sys
 import time
 
-from contextledger.facts import ALLOWED_KEYS, FactMemory, RedisFactStore, RuleWriter, parse_assertions
+from contextledger.facts import ALLOWED_KEYS, FactMemory, RedisFactStore, RuleWriter, SQLiteFactStore, parse_assertions
 from tests.facts.history_check import Recorder
 
 KEYS = sorted(ALLOWED_KEYS)
@@ -74,6 +75,13 @@ async def run_async(store: FactMemory, tag: str, turns: int, seed: int) -> Recor
     return recorder
 
 
+def open_store(location: str, owner: str) -> RedisFactStore | SQLiteFactStore:
+    """The persistent store at ``location``: a redis:// URL or a SQLite file path."""
+    if location.startswith("redis://"):
+        return RedisFactStore(location, owner=owner)
+    return SQLiteFactStore(location, owner=owner)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -82,7 +90,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, required=True)
     parser.add_argument("--seed", type=int, required=True)
     arguments = parser.parse_args()
-    with RedisFactStore(arguments.url, owner=arguments.owner) as store:
+    with open_store(arguments.url, arguments.owner) as store:
         print("ready", flush=True)
         sys.stdin.readline()
         recorder = run(store, arguments.tag, arguments.turns, arguments.seed)

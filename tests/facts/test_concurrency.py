@@ -15,13 +15,23 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from contextledger.facts import Admission, Candidate, FactMemory, FactStore, Forgotten, RedisFactStore, Ticket
-from tests.facts.fact_worker import run, run_async
+from contextledger.facts import (
+    Admission,
+    Candidate,
+    FactMemory,
+    FactStore,
+    Forgotten,
+    RedisFactStore,
+    SQLiteFactStore,
+    Ticket,
+)
+from contextledger.facts._store import State
+from tests.facts.fact_worker import open_store, run, run_async
 from tests.facts.history_check import Operation, Recorder, Report, check
 from tests.history.support import RedisServer, running
 
@@ -72,12 +82,28 @@ def operations_of(recorders: Sequence[Recorder]) -> list[Operation]:
     return [operation for recorder in recorders for operation in recorder.operations]
 
 
-def test_8_tasks_and_4_threads_1000_turns_each_lose_and_resurrect_nothing() -> None:
-    store = FactStore()
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FactMemory]:
+    """One store of each backend, shared by every worker of a test."""
+    if request.param == "memory":
+        yield FactStore()
+    elif request.param == "sqlite":
+        with SQLiteFactStore(tmp_path / "facts.sqlite3", owner="mixed") as store:
+            yield store
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        with RedisFactStore(server.url, owner=f"mixed-{uuid.uuid4().hex[:12]}") as store:
+            store.begin_turn("setup")  # creates the owner's hash, so the initial state is known
+            yield store
+
+
+def test_8_tasks_and_4_threads_1000_turns_each_lose_and_resurrect_nothing(shared_store: FactMemory) -> None:
+    store = shared_store
+    initial = (store.epoch, store.turn)
     recorders = run_mixed(store, tasks=8, threads=4, turns=TURNS)
     operations = operations_of(recorders)
     assert sum(op.kind == "begin" for op in operations) == 12 * TURNS
-    report = check(operations, (0, 0), store.facts())
+    report = check(operations, initial, store.facts())
     assert report.violations == [], report.summary()
     assert (report.facts_lost, report.facts_back_after_forget, report.stale_accepted) == (0, 0, 0)
     # The run exercised what it claims to: admissions, stale tickets and forgets, from every worker.
@@ -85,7 +111,7 @@ def test_8_tasks_and_4_threads_1000_turns_each_lose_and_resurrect_nothing() -> N
     assert report.stale_rejections > 1000
     assert report.forgets > 300
     assert {op.worker for op in operations if op.kind == "apply" and not op.stale} == {r.worker for r in recorders}
-    assert (store.epoch, store.turn) == (report.forgets, 12 * TURNS)
+    assert (store.epoch, store.turn) == (initial[0] + report.forgets, initial[1] + 12 * TURNS)
 
 
 # The check can fail -----------------------------------------------------------------------------
@@ -103,18 +129,19 @@ class ForgetKeepsEpoch(FactStore):
 
     def forget(self, key: str | None = None) -> Forgotten:
         removed = super().forget(key)
-        self._epoch -= 1
-        return Forgotten(tuple(removed), epoch=self._epoch, turn=removed.turn)
+        state = self._state
+        self._state = State(state.epoch - 1, state.turn, state.facts)
+        return Forgotten(tuple(removed), epoch=state.epoch - 1, turn=removed.turn)
 
 
 class ForgetKeepsFact(FactStore):
     """Reports a forgotten key as removed but leaves it in the store."""
 
     def forget(self, key: str | None = None) -> Forgotten:
-        kept = dict(self._facts)
+        kept = dict(self._state.facts)
         removed = super().forget(key)
         if key is not None:
-            self._facts = kept
+            self._state = State(self._state.epoch, self._state.turn, kept)
         return removed
 
 
@@ -127,7 +154,7 @@ class DropsAWrite(FactStore):
         admission = super().apply(ticket, candidates)
         self.calls += 1
         if self.calls % 7 == 0 and admission.admitted:
-            self._facts.pop(admission.admitted[-1].key, None)
+            self._state.facts.pop(admission.admitted[-1].key, None)
         return admission
 
 
@@ -190,16 +217,15 @@ def test_the_same_workload_on_a_correct_store_passes_the_check() -> None:
     assert report.stale_rejections > 0
 
 
-# Four processes on one Redis store ------------------------------------------------------------------
+# Four processes on one store ---------------------------------------------------------------------
 
 
-@pytest.mark.redis
-def test_4_processes_on_one_redis_store_lose_and_resurrect_nothing(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+def test_4_processes_on_one_store_lose_and_resurrect_nothing(
+    persistent_location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = f"processes-{uuid.uuid4().hex[:12]}"
-    with RedisFactStore(redis_server.url, owner=owner) as store:
-        store.begin_turn("setup")  # creates the owner's hash, so the initial state is known
+    with open_store(persistent_location, owner) as store:
+        store.begin_turn("setup")  # creates the owner's state, so the initial state is known
         initial = (store.epoch, store.turn)
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
         commands = [
@@ -207,7 +233,7 @@ def test_4_processes_on_one_redis_store_lose_and_resurrect_nothing(
                 sys.executable,
                 "-m",
                 "tests.facts.fact_worker",
-                redis_server.url,
+                persistent_location,
                 owner,
                 f"process{index}",
                 "--turns",
@@ -218,7 +244,7 @@ def test_4_processes_on_one_redis_store_lose_and_resurrect_nothing(
             for index in range(4)
         ]
         operations: list[Operation] = []
-        with running(commands, timeout=300) as children:
+        with running(commands, timeout=600) as children:
             for child in children:
                 assert child.stdout is not None
                 assert child.stdout.readline() == "ready\n", child.stderr.read() if child.stderr else ""

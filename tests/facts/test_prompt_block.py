@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contextledger.facts import ALLOWED_KEYS, EMPTY_BLOCK, Candidate, Fact, FactStore, parse_assertions
-from contextledger.facts._block import render_prompt_block
+from contextledger.facts._block import describe_facts, render_prompt_block
 from tests.facts.support import Clock
 
 PREAMBLE = (
@@ -89,9 +89,7 @@ def test_golden_empty_mem_listing() -> None:
 def test_the_listing_shows_recorded_times_in_utc() -> None:
     tokyo = timezone(timedelta(hours=9))
     fact = Fact("module", "Billing", "module=Billing", 3, datetime(2025, 3, 1, 18, 0, 5, tzinfo=tokyo))
-    store = FactStore()
-    store._facts = {"module": fact}  # a fact whose time was recorded in another zone
-    assert "turn 3, recorded 2025-03-01 09:00:05 UTC" in store.describe()
+    assert "turn 3, recorded 2025-03-01 09:00:05 UTC" in describe_facts([fact])
 
 
 # Structure under any text ---------------------------------------------------------------------

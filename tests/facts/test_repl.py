@@ -16,7 +16,8 @@ import pytest
 from contextledger.cli import main
 from contextledger.clients import ChatResponse, OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ModelTimeoutError
-from contextledger.facts import EMPTY_BLOCK, ChatLoop, FactsDesk, FactStore, build_desk
+from contextledger.facts import EMPTY_BLOCK, FactsDesk, FactStore
+from contextledger.facts._repl import ChatLoop, build_desk
 from contextledger.messages import Message
 from tests.facts.support import Clock
 
@@ -44,7 +45,7 @@ class RecordingModel:
 def run_loop(desk: FactsDesk, script: str) -> tuple[ChatLoop, str, int]:
     out = io.StringIO()
     loop = ChatLoop(desk, out)
-    status = asyncio.run(loop.run(io.StringIO(script)))
+    status = loop.run(io.StringIO(script))
     return loop, out.getvalue(), status
 
 
@@ -159,8 +160,9 @@ def test_a_failed_model_call_is_reported_and_the_loop_goes_on(mode: str) -> None
 def test_a_refused_declaration_is_printed_and_the_facts_stay() -> None:
     desk = build_desk(client=OfflineModel(), store=FactStore(clock=Clock()))
     _, output, _ = run_loop(desk, "product=Ledger\nproduct=Other; colour=blue\nforget colour\nmem\n")
-    assert "'colour' in 'colour=blue' is not an allowed key" in output
-    assert "there is no fallback" in output
+    assert "rejected colour='blue' (evidence 'colour=blue'): 'colour' is not an allowed key" in output
+    assert "rejected product='Other' (evidence 'product=Other'): not admitted: the declaration of 'colour'" in output
+    assert "nothing from this message was admitted" in output
     assert "cannot forget 'colour'" in output
     assert [(fact.key, fact.value) for fact in desk.store.facts()] == [("product", "Ledger")]
 

@@ -20,7 +20,9 @@ import pytest
 from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
-from contextledger.facts import EMPTY_BLOCK, FactStore, is_logs_question, parse_assertions
+from contextledger.facts import EMPTY_BLOCK, FactStore, parse_assertions
+from contextledger.facts._desk import is_logs_question
+from contextledger.facts._forget import FORGOTTEN_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages
 from contextledger.messages import Message
@@ -120,8 +122,16 @@ def test_demo160_inside_maf_agents(chat_server: ChatServer, tmp_path: Path) -> N
         assert logs_facts.last_admission.admitted == ()
         assert len(main_session.state[main_history.source_id]["messages"]) == 4, "the logs turn stayed apart"
 
+        # A correction after prose is read as ours is, with its diagnostics on the MAF provider's turn.
+        await ask("Sorry, I was wrong: module=Billing")
+        turn = main_facts.last_turn
+        assert turn is not None
+        assert [(d.outcome, d.key, d.evidence) for d in turn.diagnostics] == [("admitted", "module", "module=Billing")]
+
         # forget module: database stays, and neither history still states or repeats the module.
-        await main_facts.forget("module", histories=histories)
+        report = await main_facts.forget("module", histories=histories)
+        assert sum(report.changed_messages.values()) > 0
+        assert any(FORGOTTEN_MARKER in m.text for m in await stored() if m.role == "user")
         assert facts(store) == {"database": ("SQL Server 2022", "database=SQL Server 2022")}
         kept = await stored()
         for value in ("Reporting", "Billing"):

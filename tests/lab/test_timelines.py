@@ -121,7 +121,7 @@ MALFORMED = [
     (_set(("turns", 3, "user"), "   "), "turns[3].user", "must not be empty"),
     (_set(("turns", 3, "usr"), "hello"), "turns[3].usr", "unknown field"),
     (_set(("turns", 3, "user"), "x" * 4097), "turns[3].user", "4097 characters"),
-    (_set(("turns", 3, "user"), "I mixed things up, module=Billing"), "turns[3].user", "reads as prose"),
+    (_set(("turns", 3, "user"), "I mixed things up, module =Billing"), "turns[3].user", "reads as prose"),
     (_set(("turns", 1, "tool_results"), {"get_metrics": "{}"}), "turns[1].tool_results.get_metrics", "no tool"),
     (_set(("turns", 1, "tool_results"), ["x"]), "turns[1].tool_results", "must be an object"),
     (_set(("turns", 1, "tool_results", "search_logs"), 3), "turns[1].tool_results.search_logs", "must be a string"),

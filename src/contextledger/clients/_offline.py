@@ -31,6 +31,8 @@ FACT_WRITER_MARKER = "[contextledger fact writer]"
 # A value stops at a quote too, so a quoted fact in a host-written block reads as its value.
 _DECLARATION = re.compile(r'\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n"]+)')
 _WORD = re.compile(r"[A-Za-z0-9]+")
+_ALLOWED_KEYS = re.compile(r"Allowed keys: ([A-Za-z0-9_, ]+)\.")
+_KEY_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _TAGGED_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 _RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
 # Words a tool name shares with almost any question; they never pick a tool on their own.
@@ -118,7 +120,7 @@ class OfflineModel:
             return Message.assistant(self._report_results(messages))
         system = " ".join(m.text for m in messages if m.role == "system")
         if FACT_WRITER_MARKER in system and last.role == "user":
-            return Message.assistant(self._transcribe_declarations(last.text))
+            return Message.assistant(self._transcribe_declarations(last.text, system))
         system = system.lower()
         if "summar" in system and last.role == "user":
             requested = options.get("max_chars", self.summary_chars)
@@ -132,17 +134,22 @@ class OfflineModel:
                 return Message.assistant(calls=[call])
         return Message.assistant(self._answer(messages, last))
 
-    def _transcribe_declarations(self, text: str) -> str:
-        """What a fact writer asks for: each ``key=value`` segment of the message (separated by
-        ``;`` or a line break, split on the first ``=``, the last of a key winning) as JSON.
-        It copies; it does not judge whether a key is allowed, which is the host's job."""
+    def _transcribe_declarations(self, text: str, instructions: str) -> str:
+        """What a fact writer asks for: the message's declarations as JSON, read as the writer's
+        instructions describe them (``Allowed keys: ...`` decides which word after prose starts
+        one), the last of a key winning.  It copies; whether a declaration is admitted is the
+        host's job."""
+        from contextledger.facts._parse import read_message  # noqa: PLC0415  (facts imports this module)
+        from contextledger.facts._schema import FactSchema  # noqa: PLC0415
+
+        listed = _ALLOWED_KEYS.search(instructions)
+        keys = frozenset(_KEY_WORD.findall(listed.group(1))) if listed else frozenset({"key"})
+        schema = FactSchema(keys, max_message_chars=len(text) + 1 if len(text) >= 4096 else 4096)
         found: dict[str, dict[str, str]] = {}
-        for segment in re.split(r";|\r\n|\r|\n", text):
-            key, equals, value = segment.partition("=")
-            if equals and key.strip().isidentifier():
-                name = key.strip().lower()
-                found.pop(name, None)
-                found[name] = {"key": name, "value": value.strip(), "evidence": segment.strip()}
+        for sign in read_message(text, schema).signs:
+            if sign.kind != "prose" and sign.key is not None:
+                found.pop(sign.key, None)
+                found[sign.key] = {"key": sign.key, "value": sign.value or "", "evidence": sign.evidence or ""}
         return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
 
     def _report_results(self, messages: list[Message]) -> str:

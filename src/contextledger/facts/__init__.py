@@ -1,31 +1,36 @@
 """Controlled facts: a bounded working memory that holds only what the user explicitly declared.
 
-A fact exists because the user wrote ``key=value`` in the current message, and carries the
-exact quote that proves it, the turn and the time it was recorded.  A correction replaces its
-key; ``forget`` really forgets, and starts a new epoch so that no late or pre-forget extraction
-can bring anything back.  Facts are unverified user assertions: they are shown to a model as
-labelled data and never authorise anything.
+A fact exists because the user wrote ``key=value`` in the current message (alone, or after
+prose as in ``Sorry: database=SQL Server 2022``), and carries the exact quote that proves it,
+the turn and the time it was recorded.  A correction replaces its key; ``forget`` really
+forgets (the store, its trail and every history the model reads), and starts a new epoch so
+that no late or pre-forget extraction can bring anything back.  Facts are unverified user
+assertions: they are shown to a model as labelled data and never authorise anything.
 
 A turn with the default rule writer::
 
     store = FactStore()
-    ticket = store.begin_turn("module=Billing; database=SQL Server 2022")
+    ticket = store.begin_turn("Sorry, I was wrong: database=SQL Server 2022")
     admission = await extract(store, RuleWriter(), ticket)
-    store.to_prompt_block()   # what the next model call is told
+    diagnose(ticket.user_text, admission=admission)   # what became of every '='
+    store.to_prompt_block()                            # what the next model call is told
 
 Around an agent: :class:`FactsProvider` (the block in the instructions, extraction after a
-successful call) or :func:`run_with_facts` (the block in front of the message).
-:class:`FactsDesk` shares one store between a main and a logs agent and forgets from both
-histories; :class:`ChatLoop` is the ``contextledger chat`` loop around it.
+successful call) or :func:`run_with_facts` (the block in front of the message); each turn's
+:class:`FactsTurn` carries its :class:`Diagnostic` list.  :class:`FactsDesk` shares one store
+between a main and a logs agent; :func:`forget_facts` forgets from a store and any histories.
 
-The in-memory :class:`FactStore` vanishes with the process; :class:`RedisFactStore` (the
-``redis`` extra, imported only when created) shares facts between processes, with an owner,
-an optional expiry and ``forget`` as revocation.
+Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
+in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
+extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
 """
 
 from contextledger.facts._block import EMPTY_BLOCK
+from contextledger.facts._desk import DeskReply, FactsDesk
+from contextledger.facts._diagnostics import Diagnostic, diagnose
+from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, scrub_history
 from contextledger.facts._parse import parse_assertions
-from contextledger.facts._provider import FactsProvider, FactsTurn, run_with_facts
+from contextledger.facts._provider import FactsProvider, run_with_facts
 from contextledger.facts._records import (
     ALLOWED_KEYS,
     MAX_EVIDENCE_CHARS,
@@ -39,13 +44,16 @@ from contextledger.facts._records import (
     Ticket,
 )
 from contextledger.facts._redis import RedisFactStore
-from contextledger.facts._repl import ChatLoop, build_desk
-from contextledger.facts._router import DeskReply, FactsDesk, ForgetReport, is_logs_question, scrub_history
+from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
+from contextledger.facts._sqlite import SQLiteFactStore
 from contextledger.facts._store import FactMemory, FactStore
+from contextledger.facts._trail import ReviewEvent
+from contextledger.facts._turns import FactsTurn
 from contextledger.facts._writers import WRITER_INSTRUCTIONS, FactWriter, ModelWriter, Proposal, RuleWriter, extract
 
 __all__ = [
     "ALLOWED_KEYS",
+    "DEFAULT_SCHEMA",
     "EMPTY_BLOCK",
     "MAX_EVIDENCE_CHARS",
     "MAX_FACTS",
@@ -54,10 +62,11 @@ __all__ = [
     "WRITER_INSTRUCTIONS",
     "Admission",
     "Candidate",
-    "ChatLoop",
     "DeskReply",
+    "Diagnostic",
     "Fact",
     "FactMemory",
+    "FactSchema",
     "FactStore",
     "FactWriter",
     "FactsDesk",
@@ -65,14 +74,17 @@ __all__ = [
     "FactsTurn",
     "ForgetReport",
     "Forgotten",
+    "HistoryTarget",
     "ModelWriter",
     "Proposal",
     "RedisFactStore",
+    "ReviewEvent",
     "RuleWriter",
+    "SQLiteFactStore",
     "Ticket",
-    "build_desk",
+    "diagnose",
     "extract",
-    "is_logs_question",
+    "forget_facts",
     "parse_assertions",
     "run_with_facts",
     "scrub_history",

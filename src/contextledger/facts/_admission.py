@@ -1,6 +1,6 @@
 """The host's side of an extraction: the checks a batch must pass, and what admitting it does.
 
-Both stores call these two functions, so the in-memory and the Redis store cannot disagree on
+Every store calls these functions, so the in-memory, SQLite and Redis stores cannot disagree on
 what is admitted, what a correction replaces or which fact is evicted.
 """
 
@@ -11,16 +11,8 @@ from datetime import datetime
 
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._parse import Declaration, check_user_text, declarations, rejection
-from contextledger.facts._records import (
-    ALLOWED_KEYS,
-    MAX_EVIDENCE_CHARS,
-    MAX_FACTS,
-    MAX_VALUE_CHARS,
-    Admission,
-    Candidate,
-    Fact,
-    Ticket,
-)
+from contextledger.facts._records import Admission, Candidate, Fact, Ticket
+from contextledger.facts._schema import FactSchema
 
 __all__ = ["check_batch", "in_order", "settle"]
 
@@ -36,7 +28,7 @@ def _quotes_declaration(text: str, evidence: str, declaration: Declaration) -> b
     return text.find(evidence, lowest, declaration.value_start + len(evidence)) != -1
 
 
-def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
+def check_batch(ticket: Ticket, candidates: object, schema: FactSchema) -> tuple[Candidate, ...]:
     """The batch, keys in lower case, if it is exactly the message's declarations; otherwise
     :class:`FactRejectedError` naming every problem found (never only the first)."""
     if not isinstance(ticket, Ticket):
@@ -46,11 +38,11 @@ def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
             ("the ticket is not a Ticket",),
         )
     what = f"the extraction for turn {ticket.number}"
-    problems = check_user_text(ticket.user_text)
+    problems = check_user_text(ticket.user_text, schema)
     if problems:
         raise rejection(problems, what=what)
     try:
-        declared = declarations(ticket.user_text)
+        declared = declarations(ticket.user_text, schema)
     except FactRejectedError as error:
         raise rejection(list(error.problems), what=what) from None
     if not isinstance(candidates, (list, tuple)):
@@ -58,8 +50,10 @@ def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
             [f"candidates must be a list or tuple of Candidate, got {type(candidates).__name__}"], what=what
         )
     text = ticket.user_text
-    if len(candidates) > MAX_FACTS:
-        problems.append(f"{len(candidates)} candidates were proposed, over the limit of {MAX_FACTS} per extraction")
+    if len(candidates) > schema.max_facts:
+        problems.append(
+            f"{len(candidates)} candidates were proposed, over the limit of {schema.max_facts} per extraction"
+        )
     seen: set[str] = set()
     accepted: list[Candidate] = []
     for number, candidate in enumerate(candidates, 1):
@@ -67,7 +61,7 @@ def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
             problems.append(f"candidate {number} is a {type(candidate).__name__}, not a Candidate")
             continue
         key, value, evidence = candidate.key, candidate.value, candidate.evidence
-        if not isinstance(key, str) or key.lower() not in ALLOWED_KEYS:
+        if not isinstance(key, str) or key.lower() not in schema.keys:
             problems.append(f"candidate {number} has key {key!r}, which is not an allowed key")
             continue
         key = key.lower()
@@ -79,13 +73,13 @@ def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
         faults_before = len(problems)
         if not isinstance(value, str) or not value.strip():
             problems.append(f"{label} has an empty or non-text value {value!r}")
-        elif len(value) > MAX_VALUE_CHARS:
-            problems.append(f"{label} has a {len(value)}-character value, over the limit of {MAX_VALUE_CHARS}")
+        elif len(value) > schema.max_value_chars:
+            problems.append(f"{label} has a {len(value)}-character value, over the limit of {schema.max_value_chars}")
         if not isinstance(evidence, str) or not evidence.strip():
             problems.append(f"{label} has no evidence: it must quote the user's declaration exactly")
-        elif len(evidence) > MAX_EVIDENCE_CHARS:
+        elif len(evidence) > schema.max_evidence_chars:
             problems.append(
-                f"{label} has {len(evidence)} characters of evidence, over the limit of {MAX_EVIDENCE_CHARS}"
+                f"{label} has {len(evidence)} characters of evidence, over the limit of {schema.max_evidence_chars}"
             )
         elif evidence not in text:
             problems.append(f"{label}: the evidence {evidence!r} is not an exact quote of the user message")
@@ -122,19 +116,24 @@ def check_batch(ticket: Ticket, candidates: object) -> tuple[Candidate, ...]:
 
 
 def settle(
-    current: Mapping[str, Fact], batch: tuple[Candidate, ...], turn: int, recorded_at: datetime
+    current: Mapping[str, Fact],
+    batch: tuple[Candidate, ...],
+    turn: int,
+    recorded_at: datetime,
+    schema: FactSchema,
+    expires_at: datetime | None = None,
 ) -> tuple[dict[str, Fact], Admission]:
     """The facts after admitting a checked batch at ``turn``, and what changed.
 
-    A candidate replaces any fact with its key; then, while more than :data:`MAX_FACTS` remain,
+    A candidate replaces any fact with its key; then, while more than ``schema.max_facts`` remain,
     the fact with the oldest turn goes, the smallest key first among equals.  The batch itself is
-    never evicted: it is the newest turn, and holds at most :data:`MAX_FACTS` keys.
+    never evicted: it is the newest turn, and holds at most ``schema.max_facts`` keys.
     """
     facts = dict(current)
     admitted: list[Fact] = []
     replaced: list[Fact] = []
     for candidate in batch:
-        fact = Fact(candidate.key, candidate.value, candidate.evidence, turn, recorded_at)
+        fact = Fact(candidate.key, candidate.value, candidate.evidence, turn, recorded_at, expires_at)
         previous = facts.get(candidate.key)
         if previous is not None:
             replaced.append(previous)
@@ -142,7 +141,7 @@ def settle(
         admitted.append(fact)
     written = {candidate.key for candidate in batch}
     evicted: list[Fact] = []
-    while len(facts) > MAX_FACTS:
+    while len(facts) > schema.max_facts:
         oldest = min((fact for fact in facts.values() if fact.key not in written), key=lambda f: (f.turn, f.key))
         del facts[oldest.key]
         evicted.append(oldest)

@@ -13,7 +13,8 @@ import unicodedata
 from collections.abc import Sequence
 from datetime import timezone
 
-from contextledger.facts._records import ALLOWED_KEYS, MAX_FACTS, Fact
+from contextledger.facts._records import Fact
+from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 
 __all__ = ["BLOCK_CLOSE", "BLOCK_OPEN", "EMPTY_BLOCK", "describe_facts", "quote", "render_prompt_block"]
 
@@ -51,34 +52,37 @@ def quote(text: str) -> str:
     return "".join(parts)
 
 
-def _safe_key(key: str) -> str:
+def _safe_key(key: str, schema: FactSchema) -> str:
     # Keys come from the allowed set; anything else (a Fact built by hand) is shown quoted.
-    return key if key in ALLOWED_KEYS else quote(key)
+    return key if key in schema.keys else quote(key)
 
 
-def render_prompt_block(facts: Sequence[Fact]) -> str:
+def render_prompt_block(facts: Sequence[Fact], schema: FactSchema = DEFAULT_SCHEMA) -> str:
     """The block a model sees: one line per fact with its value, turn and evidence."""
     if not facts:
         return EMPTY_BLOCK
     lines = [BLOCK_OPEN, _PREAMBLE]
     for number, fact in enumerate(facts, 1):
         lines.append(
-            f"{number}. {_safe_key(fact.key)} = {quote(fact.value)} (turn {int(fact.turn)}; "
+            f"{number}. {_safe_key(fact.key, schema)} = {quote(fact.value)} (turn {int(fact.turn)}; "
             f"evidence: {quote(fact.evidence)})"
         )
     lines.append(BLOCK_CLOSE)
     return "\n".join(lines)
 
 
-def describe_facts(facts: Sequence[Fact]) -> str:
+def describe_facts(facts: Sequence[Fact], schema: FactSchema = DEFAULT_SCHEMA) -> str:
     """The listing ``mem`` prints: each fact with its turn, the UTC time it was recorded and
     its evidence, oldest first (the next to be evicted is at the top)."""
     if not facts:
-        return f"No facts. Declare one as key=value (allowed keys: {', '.join(sorted(ALLOWED_KEYS))})."
-    lines = [f"{len(facts)} of at most {MAX_FACTS} facts (unverified user assertions, oldest first):"]
+        return f"No facts. Declare one as key=value (allowed keys: {schema.listed_keys})."
+    lines = [f"{len(facts)} of at most {schema.max_facts} facts (unverified user assertions, oldest first):"]
     for fact in facts:
         recorded = fact.recorded_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        lines.append(f"- {_safe_key(fact.key)} = {quote(fact.value)}")
-        lines.append(f"    turn {fact.turn}, recorded {recorded}")
+        lines.append(f"- {_safe_key(fact.key, schema)} = {quote(fact.value)}")
+        expires = ""
+        if fact.expires_at is not None:
+            expires = ", expires " + fact.expires_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines.append(f"    turn {fact.turn}, recorded {recorded}{expires}")
         lines.append(f"    evidence: {quote(fact.evidence)}")
     return "\n".join(lines)

@@ -1,30 +1,48 @@
-"""Reading the ``key=value`` declarations a user wrote, exactly as SPEC §8 defines them.
+"""Reading the ``key=value`` declarations a user wrote, as SPEC §8 and §11 define them.
 
 This is the single reading of a message the whole memory trusts: the rule writer proposes it,
-and the host compares every writer's proposal against it, so a model writer can never admit
-more, less or other than what the user wrote.
+the host compares every writer's proposal against it, ``forget`` finds declarations with it,
+and every ``=`` of a message gets its explanation from it.
+
+A message is cut into segments at ``;`` and line breaks.  In each segment that holds an ``=``:
+
+- a segment that starts with an identifier (``database=SQL Server 2022``) is a declaration of
+  that key, split on its first ``=``; a key outside the schema or an empty value makes the
+  whole message's declarations invalid.  A segment with several ``=`` that does not start with
+  an allowed key (``level=info module=billing``, a pasted log line) is prose;
+- otherwise the segment is prose, unless it holds exactly one ``=`` and the word right before
+  it is an allowed key that follows the start of the segment, a space, ``:``, ``,`` or ``(``:
+  then the declaration starts at that word (``Sorry: database=SQL Server 2022``).  Any other
+  ``=`` after prose (an unknown word, a URL, a pasted log line) stays prose and refuses nothing.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from contextledger.exceptions import FactRejectedError
-from contextledger.facts._records import (
-    ALLOWED_KEYS,
-    MAX_EVIDENCE_CHARS,
-    MAX_FACTS,
-    MAX_MESSAGE_CHARS,
-    MAX_VALUE_CHARS,
-    Candidate,
-)
+from contextledger.facts._records import Candidate
+from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 
-__all__ = ["Declaration", "check_user_text", "declarations", "parse_assertions", "rejection"]
+__all__ = [
+    "Declaration",
+    "Reading",
+    "Sign",
+    "check_user_text",
+    "declarations",
+    "parse_assertions",
+    "read_message",
+    "rejection",
+]
 
 # Declarations end at a semicolon or a line break; nothing else separates them.
 _SEPARATOR = re.compile(r";|\r\n|\r|\n")
-_ALLOWED = ", ".join(sorted(ALLOWED_KEYS))
+_WORD_BEFORE = re.compile(r"[A-Za-z0-9_]+\Z")
+_AFTER_PROSE = frozenset(" \t:,(")
+
+SignKind = Literal["declaration", "replaced", "invalid", "prose"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +60,34 @@ class Declaration:
         return Candidate(self.key, self.value, self.evidence)
 
 
+@dataclass(frozen=True, slots=True)
+class Sign:
+    """How one ``=`` of a message reads: the winning ``declaration`` of its key, a declaration
+    ``replaced`` by a later one of the same key, an ``invalid`` declaration (which refuses the
+    message), or ``prose``.  ``reason`` never quotes a value, so it may be kept in a review trail."""
+
+    position: int
+    kind: SignKind
+    segment: str
+    reason: str = ""
+    key: str | None = None
+    value: str | None = None
+    evidence: str | None = None
+    start: int = -1
+    """Where ``evidence`` starts in the message (-1 for prose)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A message read once: every ``=`` explained, the winning declarations by key (in the order
+    written), and the problems that make its declarations invalid (none when they are valid)."""
+
+    signs: tuple[Sign, ...]
+    declarations: dict[str, Declaration] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    message_problems: tuple[str, ...] = ()
+
+
 def rejection(problems: list[str], *, what: str) -> FactRejectedError:
     """The one way every refusal is worded: what was refused, every problem, and that nothing
     was admitted with no fallback, so a user never wonders whether part of it went through."""
@@ -52,81 +98,159 @@ def rejection(problems: list[str], *, what: str) -> FactRejectedError:
     return FactRejectedError(message, tuple(problems))
 
 
-def check_user_text(text: object) -> list[str]:
-    """Problems with a user message as a whole (its type and the 4096-character bound)."""
+def check_user_text(text: object, schema: FactSchema = DEFAULT_SCHEMA) -> list[str]:
+    """Problems with a user message as a whole (its type and the schema's message bound)."""
     if not isinstance(text, str):
         return [f"the user message must be a str, got {type(text).__name__}"]
-    if len(text) > MAX_MESSAGE_CHARS:
+    if len(text) > schema.max_message_chars:
         return [
-            f"the user message is {len(text)} characters long, over the limit of {MAX_MESSAGE_CHARS}; "
+            f"the user message is {len(text)} characters long, over the limit of {schema.max_message_chars}; "
             "send a shorter message (it is never truncated)"
         ]
     return []
 
 
-def declarations(text: object) -> dict[str, Declaration]:
-    """The message's winning declarations by key, in the order they were written.
+def _bounds(key: str, value: str, evidence: str, schema: FactSchema) -> str:
+    if not value:
+        return f"the declaration of {key!r} has an empty value; write {key}=VALUE or leave the key out"
+    if len(value) > schema.max_value_chars:
+        return f"the value of {key!r} is {len(value)} characters long, over the limit of {schema.max_value_chars}"
+    if len(evidence) > schema.max_evidence_chars:
+        return (
+            f"the declaration of {key!r} is {len(evidence)} characters long, over the evidence limit of "
+            f"{schema.max_evidence_chars}"
+        )
+    return ""
 
-    Raises :class:`FactRejectedError` listing every problem when any declaration is invalid
-    (unknown key, empty value, a bound exceeded, more than five keys).
+
+def _read_segment(text: str, start: int, segment: str, schema: FactSchema) -> list[tuple[Sign, int]]:
+    """The signs of one segment, each with the offset of its value (-1 when not a declaration)."""
+    equals = [start + offset for offset, character in enumerate(segment) if character == "="]
+    if not equals:
+        return []
+    raw_key, _, raw_value = segment.partition("=")
+    shown = segment.strip()
+    key = raw_key.strip()
+    if key.isidentifier() and (len(equals) == 1 or key.lower() in schema.keys):
+        name = key.lower()
+        value = raw_value.strip()
+        evidence = shown
+        begins = start + len(segment) - len(segment.lstrip())
+        rest = [
+            Sign(p, "prose", shown, f"part of the value of {name!r}: a declaration splits on its first '='")
+            for p in equals[1:]
+        ]
+        if name not in schema.keys:
+            reason = f"{key!r} is not an allowed key; the allowed keys are {schema.listed_keys}"
+            sign = Sign(equals[0], "invalid", shown, reason, name, value, evidence, begins)
+            return [(sign, -1), *((s, -1) for s in rest)]
+        problem = _bounds(name, value, evidence, schema)
+        value_start = start + len(raw_key) + 1 + (len(raw_value) - len(raw_value.lstrip()))
+        kind: SignKind = "invalid" if problem else "declaration"
+        sign = Sign(equals[0], kind, shown, problem, name, value, evidence, begins)
+        return [(sign, value_start), *((s, -1) for s in rest)]
+    if len(equals) > 1:
+        reason = (
+            f"prose: this segment holds {len(equals)} '=' signs (a log line or an expression); a declaration after "
+            "prose must be its segment's only '='"
+        )
+        return [(Sign(position, "prose", shown, reason), -1) for position in equals]
+    word = _WORD_BEFORE.search(raw_key)
+    if word is None:
+        return [(Sign(equals[0], "prose", shown, "prose: no word right before '='"), -1)]
+    name = word.group()
+    before = raw_key[word.start() - 1] if word.start() > 0 else ""
+    if not name[0].isalpha():
+        reason = f"prose: the word {name!r} before '=' does not start with a letter"
+    elif before and before not in _AFTER_PROSE:
+        reason = f"prose: the word {name!r} before '=' follows {before!r}, as in a URL, a path or an expression"
+    elif name.lower() not in schema.keys:
+        reason = f"prose: {name!r} is not an allowed key, and an unknown word after prose refuses nothing"
+    else:
+        key_start = start + word.start()
+        value = raw_value.strip()
+        evidence = text[key_start : start + len(segment)].strip()
+        problem = _bounds(name.lower(), value, evidence, schema)
+        value_start = start + len(raw_key) + 1 + (len(raw_value) - len(raw_value.lstrip()))
+        kind = "invalid" if problem else "declaration"
+        return [(Sign(equals[0], kind, shown, problem, name.lower(), value, evidence, key_start), value_start)]
+    return [(Sign(equals[0], "prose", shown, reason), -1)]
+
+
+def read_message(text: str, schema: FactSchema = DEFAULT_SCHEMA) -> Reading:
+    """Read ``text`` once: every ``=`` with what it is and why, and the declarations that win.
+
+    Never raises for what a user wrote; a message over the schema's bound is still read, and
+    its problem is in ``message_problems``.
     """
-    problems = check_user_text(text)
-    if problems:
-        raise rejection(problems, what="the message")
-    assert isinstance(text, str)
-    found: dict[str, Declaration] = {}
+    message_problems = check_user_text(text, schema)
+    if not isinstance(text, str):
+        return Reading((), {}, tuple(message_problems), tuple(message_problems))
+    read: list[tuple[Sign, int]] = []
     position = 0
     for separator in [*_SEPARATOR.finditer(text), None]:
         end = separator.start() if separator is not None else len(text)
-        segment_start, segment = position, text[position:end]
+        read.extend(_read_segment(text, position, text[position:end], schema))
         position = separator.end() if separator is not None else len(text)
-        raw_key, equals, raw_value = segment.partition("=")
-        key = raw_key.strip()
-        if not equals or not key.isidentifier():
-            continue  # prose, a question, or a formula: not a declaration
-        evidence = segment.strip()
-        value = raw_value.strip()
-        shown = evidence if len(evidence) <= 60 else evidence[:57] + "..."
-        if key.lower() not in ALLOWED_KEYS:
-            problems.append(f"{key!r} in {shown!r} is not an allowed key; the allowed keys are {_ALLOWED}")
-            continue
-        if not value:
-            problems.append(f"{shown!r} has an empty value; write {key.lower()}=VALUE or leave the key out")
-            continue
-        if len(value) > MAX_VALUE_CHARS:
-            problems.append(
-                f"the value of {key.lower()!r} is {len(value)} characters long, over the limit of {MAX_VALUE_CHARS}"
+    winners: dict[str, int] = {}
+    for index, (sign, _) in enumerate(read):
+        if sign.kind in ("declaration", "invalid") and sign.key is not None:
+            winners[sign.key] = index
+    signs: list[Sign] = []
+    found: dict[str, Declaration] = {}
+    problems: list[str] = []
+    for index, (sign, value_start) in enumerate(read):
+        key = sign.key
+        if sign.kind == "invalid":
+            problems.append(sign.reason)
+        if key is not None and sign.kind in ("declaration", "invalid") and winners[key] != index:
+            reason = f"replaced by a later declaration of {key!r} in this message (the last one wins)"
+            signs.append(
+                Sign(sign.position, "replaced", sign.segment, reason, key, sign.value, sign.evidence, sign.start)
             )
-        if len(evidence) > MAX_EVIDENCE_CHARS:
-            problems.append(
-                f"the declaration of {key.lower()!r} is {len(evidence)} characters long, over the evidence limit of "
-                f"{MAX_EVIDENCE_CHARS}"
-            )
-        value_start = segment_start + len(raw_key) + 1 + (len(raw_value) - len(raw_value.lstrip()))
-        normalized = key.lower()
-        found.pop(normalized, None)  # the last declaration of a key wins, and takes its place in the order
-        found[normalized] = Declaration(normalized, value, evidence, value_start, value_start + len(value))
-    if len(found) > MAX_FACTS:
-        problems.append(
-            f"the message declares {len(found)} different keys ({', '.join(found)}), over the limit of {MAX_FACTS} "
-            "per message; declare at most five at a time"
+            continue
+        signs.append(sign)
+        if sign.kind == "declaration" and key is not None and sign.value is not None and sign.evidence is not None:
+            found.pop(key, None)  # the last declaration of a key wins, and takes its place in the order
+            found[key] = Declaration(key, sign.value, sign.evidence, value_start, value_start + len(sign.value))
+    keys = list(winners)
+    if len(keys) > schema.max_facts:
+        message_problems.append(
+            f"the message declares {len(keys)} different keys ({', '.join(keys)}), over the limit of "
+            f"{schema.max_facts} per message; declare at most {schema.max_facts} at a time"
         )
+    return Reading(tuple(signs), found, tuple(problems + message_problems), tuple(message_problems))
+
+
+def declarations(text: object, schema: FactSchema = DEFAULT_SCHEMA) -> dict[str, Declaration]:
+    """The message's winning declarations by key, in the order they were written.
+
+    Raises :class:`FactRejectedError` listing every problem when any declaration is invalid
+    (unknown key, empty value, a bound exceeded, more keys than the schema allows).
+    """
+    problems = check_user_text(text, schema)
     if problems:
-        raise rejection(problems, what="the message's declarations")
-    return found
+        raise rejection(problems, what="the message")
+    assert isinstance(text, str)
+    reading = read_message(text, schema)
+    if reading.problems:
+        raise rejection(list(reading.problems), what="the message's declarations")
+    return reading.declarations
 
 
-def parse_assertions(text: str) -> tuple[Candidate, ...]:
+def parse_assertions(text: str, schema: FactSchema = DEFAULT_SCHEMA) -> tuple[Candidate, ...]:
     """The ``key=value`` declarations of one user message, as candidates.
 
     Declarations are separated by ``;`` or a line break and split on the first ``=``; key and
     value are trimmed, inner spaces kept; keys are matched case-insensitively and returned in
-    lower case; the last declaration of a key wins; each candidate's evidence is its
-    declaration exactly as written (trimmed).  A segment without ``=``, or whose left side is
-    not an identifier, is prose and ignored.  A message with no declaration gives ``()``.
+    lower case; the last declaration of a key wins.  A declaration may follow prose in its
+    segment (``Sorry, I was wrong: database=SQL Server 2022``) when the word right before its
+    ``=`` is an allowed key (see the module docstring); its evidence starts at the key.  Each
+    candidate's evidence is its declaration exactly as written (trimmed).  A message with no
+    declaration gives ``()``.
 
     Raises :class:`FactRejectedError` (with every problem in ``.problems``) when a declaration
-    names a key outside :data:`ALLOWED_KEYS`, has an empty value, or a bound is exceeded:
-    then nothing from the message may be admitted.
+    names a key outside the schema, has an empty value, or a bound is exceeded: then nothing
+    from the message may be admitted.
     """
-    return tuple(declaration.candidate() for declaration in declarations(text).values())
+    return tuple(declaration.candidate() for declaration in declarations(text, schema).values())

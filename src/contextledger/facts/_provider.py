@@ -22,53 +22,21 @@ is kept on the :class:`FactsTurn` the caller gets back, and on the provider's
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
-import weakref
-from dataclasses import dataclass
 
-from contextledger.agents import Agent, AgentResponse, ContextProvider, RunContext, Session
+from contextledger.agents import Agent, ContextProvider, RunContext, Session
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts._records import Admission, Ticket
+from contextledger.facts._records import Admission
 from contextledger.facts._store import FactMemory
-from contextledger.facts._writers import FactWriter, RuleWriter, extract
+from contextledger.facts._turns import FactsTurn, TurnTracker
+from contextledger.facts._writers import FactWriter, RuleWriter
 from contextledger.messages import Message
 
-__all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "FactsTurn", "external_user_text", "run_with_facts"]
+__all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "external_user_text", "run_with_facts"]
 
 MANUAL_BLOCK_PROPERTY = "_contextledger_facts_block"
 """Marks (in ``additional_properties``, which no model sees) a message the manual helper sent
 with the facts block in front; its stored copy is put back to the user's text."""
-
-
-@dataclass(frozen=True, slots=True)
-class FactsTurn:
-    """What one turn did to the facts: exactly one of ``admission`` and ``rejection`` is set once
-    an extraction ran; both are ``None`` when the turn had no user text to extract from.
-
-    ``rejection`` is a :class:`FactRejectedError` (the message's declarations or the writer's
-    proposal were refused) or a :class:`StaleTicketError` (a ``forget`` or a newer turn came
-    first); either way nothing was admitted and the previous facts are unchanged.
-    """
-
-    ticket: Ticket | None
-    admission: Admission | None = None
-    rejection: FactsError | None = None
-    response: AgentResponse | None = None
-
-    def describe(self) -> str:
-        """One line for a person: what was admitted, corrected or evicted, or why nothing was."""
-        if self.rejection is not None:
-            return f"facts: {self.rejection}"
-        if self.admission is None or not self.admission.admitted:
-            return "facts: no key=value declaration in this message; facts unchanged"
-        parts = [f"{fact.key}={fact.value!r}" for fact in self.admission.admitted]
-        line = f"facts: admitted {', '.join(parts)} at turn {self.admission.admitted[0].turn}"
-        if self.admission.replaced:
-            line += "; corrected " + ", ".join(f"{fact.key} (was {fact.value!r})" for fact in self.admission.replaced)
-        if self.admission.evicted:
-            line += "; evicted " + ", ".join(f"{fact.key}={fact.value!r}" for fact in self.admission.evicted)
-        return line
 
 
 def external_user_text(context: RunContext) -> str | None:
@@ -77,20 +45,6 @@ def external_user_text(context: RunContext) -> str | None:
     texts = [message.text for message in context.messages_from("external") if message.role == "user"]
     texts = [text for text in texts if text.strip()]
     return "\n".join(texts) if texts else None
-
-
-async def _extract(store: FactMemory, writer: FactWriter, ticket: Ticket) -> tuple[Admission | None, FactsError | None]:
-    try:
-        return await extract(store, writer, ticket), None
-    except FactsError as error:  # refused or stale: reported, never raised into a run that succeeded
-        return None, error
-
-
-def _begin(store: FactMemory, text: str) -> tuple[Ticket | None, FactsError | None]:
-    try:
-        return store.begin_turn(text), None
-    except FactsError as error:  # a message over the bound: the run goes on, the facts cannot change
-        return None, error
 
 
 class FactsProvider(ContextProvider):
@@ -105,19 +59,27 @@ class FactsProvider(ContextProvider):
 
     def __init__(self, store: FactMemory, writer: FactWriter | None = None, *, source_id: str = "facts") -> None:
         if not isinstance(store, FactMemory):
-            raise ConfigurationError(f"FactsProvider needs a fact store (FactStore or RedisFactStore), got {store!r}")
+            raise ConfigurationError(f"FactsProvider needs a fact store such as FactStore, got {store!r}")
         if writer is not None and not isinstance(writer, FactWriter):
             raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
         if not isinstance(source_id, str) or not source_id:
             raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
         self.store = store
-        self.writer: FactWriter = writer if writer is not None else RuleWriter()
+        self.writer: FactWriter = writer if writer is not None else RuleWriter(store.schema)
         self.source_id = source_id
-        self.last_turn: FactsTurn | None = None
-        self._tickets: weakref.WeakKeyDictionary[RunContext, FactsTurn] = weakref.WeakKeyDictionary()
+        self._turns = TurnTracker(self.store, self.writer)
 
     def __repr__(self) -> str:
         return f"FactsProvider(store={self.store!r}, writer={self.writer!r}, source_id={self.source_id!r})"
+
+    @property
+    def last_turn(self) -> FactsTurn | None:
+        """The outcome of the latest run that finished (its admission or refusal and its diagnostics)."""
+        return self._turns.last_turn
+
+    @last_turn.setter
+    def last_turn(self, turn: FactsTurn | None) -> None:
+        self._turns.last_turn = turn
 
     @property
     def last_admission(self) -> Admission | None:
@@ -129,21 +91,14 @@ class FactsProvider(ContextProvider):
 
     async def before_run(self, context: RunContext) -> None:
         context.add_instructions(self.store.to_prompt_block())
-        text = external_user_text(context)
-        if text is None:
-            return
-        ticket, problem = _begin(self.store, text)
-        self._tickets[context] = FactsTurn(ticket, rejection=problem)
+        self._turns.begin(context, external_user_text(context))
 
     async def after_run(self, context: RunContext) -> None:
-        begun = self._tickets.pop(context, None)
-        if begun is None:
-            return
-        if begun.ticket is None:
-            self.last_turn = dataclasses.replace(begun, response=context.response)
-            return
-        admission, rejection = await _extract(self.store, self.writer, begun.ticket)
-        self.last_turn = FactsTurn(begun.ticket, admission, rejection, context.response)
+        await self._turns.finish(context, context.response)
+
+
+class _ManualRun:
+    """Stands for one manual run in the tracker (which keeps runs by weak reference)."""
 
 
 async def _store_user_text(agent: Agent, session: Session, sent: Message, text: str) -> None:
@@ -175,16 +130,16 @@ async def run_with_facts(
         raise ConfigurationError(f"run_with_facts needs a fact store (FactStore or RedisFactStore), got {store!r}")
     if not isinstance(text, str) or not text.strip():
         raise ConfigurationError(f"run_with_facts needs the user's text, got {text!r}")
-    chosen: FactWriter = writer if writer is not None else RuleWriter()
-    ticket, problem = _begin(store, text)
+    tracker = TurnTracker(store, writer if writer is not None else RuleWriter(store.schema))
     sent = Message.user(
         f"{store.to_prompt_block()}\n\n{text}",
         message_id=f"facts-{uuid.uuid4().hex}",
         additional_properties={MANUAL_BLOCK_PROPERTY: True},
     )
+    run = _ManualRun()
+    tracker.begin(run, text)
     response = await agent.run(sent, session=session)
     await _store_user_text(agent, session, sent, text)
-    if ticket is None:
-        return FactsTurn(None, rejection=problem, response=response)
-    admission, rejection = await _extract(store, chosen, ticket)
-    return FactsTurn(ticket, admission, rejection, response)
+    turn = await tracker.finish(run, response)
+    assert turn is not None
+    return turn

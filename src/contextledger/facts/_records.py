@@ -1,13 +1,17 @@
-"""The values the facts memory trades in, and the bounds every one of them must respect.
+"""The values the facts memory trades in, and the seed's bounds every one of them must respect.
 
-They are frozen so that a fact handed to a caller (the REPL's ``mem``, a prompt block, an
-:class:`Admission`) can never be edited behind the store's back.
+They are frozen so that a fact handed to a caller (the chat's ``mem``, a prompt block, an
+:class:`Admission`) can never be edited behind the store's back.  The bounds below are the
+default schema's (:data:`~contextledger.facts.DEFAULT_SCHEMA`); a store built with another
+:class:`~contextledger.facts.FactSchema` uses that schema's instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+
+from contextledger.facts._schema import DEFAULT_SCHEMA
 
 __all__ = [
     "ALLOWED_KEYS",
@@ -22,17 +26,15 @@ __all__ = [
     "Ticket",
 ]
 
-ALLOWED_KEYS: frozenset[str] = frozenset(
-    {"product", "module", "priority", "database", "constraint", "customer", "version", "environment", "symptom", "log"}
-)
-"""The only keys a user can declare; anything else makes the message's declarations invalid."""
+ALLOWED_KEYS: frozenset[str] = DEFAULT_SCHEMA.keys
+"""The seed's keys: product, module, priority, database, constraint, customer, version, environment, symptom, log."""
 
-MAX_FACTS = 5
-"""At most this many facts in a store, and in one extraction."""
+MAX_FACTS = DEFAULT_SCHEMA.max_facts
+"""At most this many facts in a store, and in one extraction (the seed's schema)."""
 
-MAX_VALUE_CHARS = 256
-MAX_EVIDENCE_CHARS = 512
-MAX_MESSAGE_CHARS = 4096
+MAX_VALUE_CHARS = DEFAULT_SCHEMA.max_value_chars
+MAX_EVIDENCE_CHARS = DEFAULT_SCHEMA.max_evidence_chars
+MAX_MESSAGE_CHARS = DEFAULT_SCHEMA.max_message_chars
 """Bounds in Python characters (code points).  Over a bound is an error, never a truncation."""
 
 
@@ -53,13 +55,14 @@ class Candidate:
 class Fact:
     """An admitted fact with its provenance: the quote that proves the user wrote it, the turn
     it was written in and when it was recorded (UTC).  It proves the user said it, not that it
-    is true."""
+    is true.  ``expires_at`` is set by a store with an expiry; the fact is gone after it."""
 
     key: str
     value: str
     evidence: str
     turn: int
     recorded_at: datetime
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,8 @@ class Admission:
     """What one successful extraction changed.
 
     ``admitted`` are the facts written, in the writer's order; ``replaced`` the facts they
-    corrected (same key, older value); ``evicted`` the oldest facts dropped to stay within
-    :data:`MAX_FACTS`.  All three are empty when the message declared nothing.
+    corrected (same key, older value); ``evicted`` the oldest facts dropped to stay within the
+    schema's ``max_facts``.  All three are empty when the message declared nothing.
     """
 
     admitted: tuple[Fact, ...] = ()

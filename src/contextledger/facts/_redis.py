@@ -1,104 +1,49 @@
 """Facts in Redis, for agents in several processes (or machines) sharing one memory.
 
-Persistence is opt-in and defines what SPEC §8 asks of it:
+The same opt-in persistence as :class:`SQLiteFactStore` (owner, expiry, revocation, review
+trail; see its module), for stores that several machines share.  Each owner has two keys, built
+with :func:`~contextledger._keys.storage_key` so that no two owners or namespaces share one:
+``{namespace}:facts:{owner}``, a hash of the epoch, the turn counter and the facts, and
+``{namespace}:facts-trail:{owner}``, the review trail as a list of events whose values and
+evidence are kept apart, in one hash per key (``{namespace}:facts-trail-values:{owner}:{key}``,
+listed in the set ``{namespace}:facts-trail-keys:{owner}``), so that forgetting a key deletes
+one hash and never has to read the whole trail.
 
-* **owner** — every store names its owner; the owner's epoch, turn counter and facts live in
-  one Redis hash, ``{namespace}:facts:{owner}`` (each id escaped, so no two owners share a
-  key), and no operation touches another owner's hash.
-* **expiry** — with ``ttl_seconds`` the hash expires that long after the last write (every
-  ``begin_turn``, ``apply`` and ``forget`` refreshes it); without it, it never expires.
-* **revocation** — ``forget`` (one key or all) on the live hash, atomically with a new epoch.
-  It does not reach copies made outside this store (server snapshots, replicas' backups).
+Every operation reads both keys under ``WATCH``, runs the very same rules as the in-memory
+store, and writes its changes in one ``MULTI``: if anything changed either key in between, the
+transaction is dropped and the operation runs again on what is there now, so a write never
+lands after a newer turn or a ``forget``.  Expiry follows the store's clock (each fact carries
+its expiry time), not Redis's key expiry, so the trail outlives the facts it describes.  An
+owner's hash created anew (the first time, or after someone deleted it) starts its epoch from
+the server's clock in microseconds, so a ticket issued before the deletion never matches again.
 
-The ticket check and the write happen atomically on the server: ``begin_turn`` and ``forget``
-are Lua scripts, and ``apply`` reads, checks the ticket and writes inside ``WATCH``/``MULTI``,
-so it is refused if anything changed the hash in between, and the admission rules are the very
-same Python code the in-memory store runs.
-
-When an expired (or deleted) hash is created again its epoch starts from the server's clock in
-microseconds, not from zero, so a ticket issued before the expiry can never match the new
-store's epoch (this assumes the server's clock does not go back, and fewer than one ``forget``
-per microsecond).
-
-The API is synchronous, like :class:`FactStore`: each operation is one or two round trips to
-the server.  From asyncio code, call it through ``asyncio.to_thread`` if those round trips
-must not hold up the event loop.  The ``redis`` package is imported when a store is created.
+The API is synchronous, like :class:`FactStore`: each operation is a few round trips to the
+server.  From asyncio code, call it through ``asyncio.to_thread`` if those round trips must not
+hold up the event loop.  The ``redis`` package is imported when a store is created.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import unicodedata
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
 from contextledger._extras import require_extra
 from contextledger._keys import storage_key
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts._admission import check_batch, in_order, settle
-from contextledger.facts._block import describe_facts, render_prompt_block
-from contextledger.facts._records import ALLOWED_KEYS, Admission, Candidate, Fact, Forgotten, Ticket
-from contextledger.facts._store import Clock, begin_text, check_forget_key, recorded_now, stale_ticket, utc_clock
+from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
+from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, check_name, utc_clock
+from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
 
 __all__ = ["RedisFactStore"]
 
-_Store = TypeVar("_Store", bound="RedisFactStore")
+_T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="RedisFactStore")
 _FACT_PREFIX = "fact:"
-_MAX_ATTEMPTS = 100
-
-# Creates the hash if it is missing, seeding its epoch from the server clock (see the module
-# docstring); then the caller's steps run; then the expiry is refreshed or removed.
-_SEED = """
-local key = KEYS[1]
-if redis.call('HEXISTS', key, 'epoch') == 0 then
-  local now = redis.call('TIME')
-  redis.call('HSET', key, 'epoch', now[1] .. string.sub('00000' .. now[2], -6), 'turn', '0')
-end
-"""
-_EXPIRY = """
-local ttl = tonumber(ARGV[1])
-if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
-"""
-_BEGIN_TURN = (
-    _SEED
-    + """
-local turn = redis.call('HINCRBY', key, 'turn', 1)
-"""
-    + _EXPIRY
-    + """
-return {redis.call('HGET', key, 'epoch'), turn}
-"""
-)
-_FORGET = (
-    _SEED
-    + """
-local removed = {}
-if ARGV[2] == '' then
-  local fields = redis.call('HGETALL', key)
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 5) == 'fact:' then
-      removed[#removed + 1] = fields[i + 1]
-      redis.call('HDEL', key, fields[i])
-    end
-  end
-else
-  local body = redis.call('HGET', key, 'fact:' .. ARGV[2])
-  if body then
-    removed[1] = body
-    redis.call('HDEL', key, 'fact:' .. ARGV[2])
-  end
-end
-local epoch = redis.call('HINCRBY', key, 'epoch', 1)
-"""
-    + _EXPIRY
-    + """
-return {epoch, redis.call('HGET', key, 'turn'), removed}
-"""
-)
+_MAX_ATTEMPTS = 1000
 
 
 def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
@@ -111,40 +56,12 @@ def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
     return redis, redis_exceptions, Retry(NoBackoff(), 0)
 
 
-def _check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 256:
-        raise ConfigurationError(f"{what} must be a non-empty str of at most 256 characters, got {value!r}")
-    if any(unicodedata.category(character) in {"Cc", "Cf", "Zl", "Zp"} for character in value):
-        raise ConfigurationError(f"{what} {value!r} holds control characters; use printable text")
-    return value
-
-
 def _text(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _encode_fact(fact: Fact) -> str:
-    record = {
-        "key": fact.key,
-        "value": fact.value,
-        "evidence": fact.evidence,
-        "turn": fact.turn,
-        "recorded_at": fact.recorded_at.isoformat(),
-    }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass
-class _State:
-    """One consistent reading of the hash (taken by a single ``HGETALL``)."""
-
-    epoch: int | None = None
-    turn: int = 0
-    facts: dict[str, Fact] = field(default_factory=dict)
-
-
-class RedisFactStore:
-    """The :class:`FactStore` contract with the facts in Redis (see the module docstring).
+class RedisFactStore(LedgerStore):
+    """The fact store contract with one owner's facts and trail in Redis (see the module docstring).
 
     ``url_or_client`` is a ``redis://`` URL, or a synchronous ``redis.Redis`` client that the
     store uses as configured and does not close.  The client the store creates from a URL never
@@ -157,21 +74,15 @@ class RedisFactStore:
         url_or_client: Any,
         *,
         owner: str,
+        schema: FactSchema = DEFAULT_SCHEMA,
         ttl_seconds: float | None = None,
         namespace: str = "contextledger",
         clock: Clock = utc_clock,
         socket_timeout: float | None = 5.0,
         socket_connect_timeout: float | None = 5.0,
     ) -> None:
-        self.owner = _check_name(owner, "owner")
-        self.namespace = _check_name(namespace, "namespace")
-        if ttl_seconds is not None and (
-            isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or not ttl_seconds >= 0.001
-        ):
-            raise ConfigurationError(f"ttl_seconds must be None or at least 0.001 seconds, got {ttl_seconds!r}")
-        self.ttl_seconds = ttl_seconds
-        self._ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
-        self._clock = clock
+        super().__init__(schema=schema, owner=owner, ttl_seconds=ttl_seconds, clock=clock)
+        self.namespace = check_name(namespace, "namespace")
         redis, self._errors, no_retry = _import_redis()
         if isinstance(url_or_client, str):
             try:
@@ -186,9 +97,8 @@ class RedisFactStore:
                     f"{url_or_client!r} is not a Redis URL ({error}); use redis://host:port/db"
                 ) from None
             self._owns_client = True
-            self._where = f"Redis at {client.connection_pool.connection_kwargs.get('host')}:" + str(
-                client.connection_pool.connection_kwargs.get("port")
-            )
+            kwargs = client.connection_pool.connection_kwargs
+            self._where = f"Redis at {kwargs.get('host')}:{kwargs.get('port')}"
         elif isinstance(url_or_client, redis.Redis):
             client = url_or_client
             self._owns_client = False
@@ -201,13 +111,15 @@ class RedisFactStore:
         self._client: Any = client
         self.key = storage_key(self.namespace, "facts", self.owner)
         """The Redis hash holding this owner's epoch, turn counter and facts."""
-        self._begin_script = client.register_script(_BEGIN_TURN)
-        self._forget_script = client.register_script(_FORGET)
+        self.trail_key = storage_key(self.namespace, "facts-trail", self.owner)
+        """The Redis list holding this owner's review trail (events without their values)."""
+        self.valued_keys = storage_key(self.namespace, "facts-trail-keys", self.owner)
+        """The Redis set of the keys whose trail values are kept, each in a hash of its own."""
 
     def __repr__(self) -> str:
-        return f"RedisFactStore({self._where!r}, owner={self.owner!r}, ttl_seconds={self.ttl_seconds!r})"
+        return f"RedisFactStore({self._where!r}, owner={self.owner!r})"
 
-    def __enter__(self: _Store) -> _Store:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -219,19 +131,15 @@ class RedisFactStore:
             with contextlib.suppress(OSError, self._errors.RedisError):
                 self._client.close()
 
-    # Reading -----------------------------------------------------------------------------------
+    # The backend -------------------------------------------------------------------------------
 
-    def _decode(self, raw: Mapping[Any, Any]) -> _State:
+    def _decode(self, raw: Mapping[Any, Any]) -> State:
         fields = {_text(name): _text(value) for name, value in raw.items()}
-        state = _State()
         try:
-            if "epoch" in fields:
-                state.epoch = int(fields["epoch"])
-                state.turn = int(fields.get("turn", "0"))
+            state = State(int(fields.get("epoch", "0")), int(fields.get("turn", "0")), {})
             for name, body in fields.items():
-                if not name.startswith(_FACT_PREFIX):
-                    continue
-                state.facts[name[len(_FACT_PREFIX) :]] = self._decode_fact(body)
+                if name.startswith(_FACT_PREFIX):
+                    state.facts[name[len(_FACT_PREFIX) :]] = decode_fact(body)
         except (ValueError, TypeError, KeyError) as error:
             raise FactsError(
                 f"{self._where}, key {self.key!r} holds data that is not a fact store ({error}); another program "
@@ -239,135 +147,111 @@ class RedisFactStore:
             ) from None
         return state
 
-    def _decode_fact(self, body: str) -> Fact:
-        record = json.loads(body)
-        recorded_at = datetime.fromisoformat(record["recorded_at"])
-        if record["key"] not in ALLOWED_KEYS or recorded_at.tzinfo is None:
-            raise ValueError(f"unexpected fact record {body[:80]!r}")
-        return Fact(str(record["key"]), str(record["value"]), str(record["evidence"]), int(record["turn"]), recorded_at)
+    def _values_key(self, key: str) -> str:
+        return storage_key(self.namespace, "facts-trail-values", self.owner, key)
 
-    def _read(self) -> _State:
+    def _transact(self, step: Callable[[State], _T]) -> _T:
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                with self._client.pipeline(transaction=True) as transaction:
+                    transaction.watch(self.key, self.trail_key)
+                    raw = transaction.hgetall(self.key)
+                    before = self._decode(raw)
+                    if not raw:
+                        # A new (or deleted) owner starts its epoch from the server's clock, not
+                        # from 0, so no ticket issued before a deletion can match it again.
+                        seconds, micros = transaction.time()
+                        before = State(int(seconds) * 1_000_000 + int(micros), 0, {})
+                    state = State(before.epoch, before.turn, dict(before.facts))
+                    result = step(state)
+                    erased: list[str] = []
+                    if state.erase == ALL_KEYS:
+                        erased = [_text(key) for key in transaction.smembers(self.valued_keys)]
+                    elif state.erase is not None:
+                        erased = [state.erase]
+                    position = transaction.llen(self.trail_key) if state.events else 0
+                    transaction.multi()
+                    gone = [_FACT_PREFIX + key for key in before.facts if key not in state.facts]
+                    changed = {
+                        _FACT_PREFIX + key: encode_fact(fact)
+                        for key, fact in state.facts.items()
+                        if before.facts.get(key) != fact
+                    }
+                    # A step that only adds to the trail leaves a missing hash missing.
+                    if (state.epoch, state.turn) != (before.epoch, before.turn) or (changed and not raw):
+                        transaction.hset(self.key, mapping={"epoch": state.epoch, "turn": state.turn})
+                    if gone:
+                        transaction.hdel(self.key, *gone)
+                    if changed:
+                        transaction.hset(self.key, mapping=changed)
+                    for key in erased:
+                        transaction.delete(self._values_key(key))
+                        transaction.srem(self.valued_keys, key)
+                    self._append(transaction, state.events, position)
+                    transaction.execute()
+                    return result
+            except self._errors.WatchError:
+                continue
+            except FactsError:
+                raise
+            except Exception as error:
+                self._raise(error, "write the facts")
+        raise FactsError(
+            f"could not write the facts: {self._where}, key {self.key!r} kept changing during {_MAX_ATTEMPTS} "
+            "attempts; nothing was changed"
+        )
+
+    def _append(self, transaction: Any, events: list[ReviewEvent], position: int) -> None:
+        """Queue ``events`` at the end of the trail; their values go to one hash per key, so that
+        forgetting a key deletes one hash instead of reading the whole trail."""
+        if not events:
+            return
+        bodies = []
+        for offset, event in enumerate(events):
+            detached = event.key is not None and (event.value is not None or event.evidence is not None)
+            bodies.append(encode_event(erase(event) if detached else event, detached=detached))
+            if detached and event.key is not None:
+                details = json.dumps({"value": event.value, "evidence": event.evidence}, ensure_ascii=False)
+                transaction.hset(self._values_key(event.key), str(position + offset), details)
+                transaction.sadd(self.valued_keys, event.key)
+        transaction.rpush(self.trail_key, *bodies)
+
+    def _peek(self) -> State:
         try:
             raw = self._client.hgetall(self.key)
         except Exception as error:
             self._raise(error, "read the facts")
         return self._decode(raw)
 
-    @property
-    def epoch(self) -> int:
-        """Advanced by every ``forget``; 0 until the owner's hash first exists."""
-        return self._read().epoch or 0
-
-    @property
-    def turn(self) -> int:
-        """The number of the latest turn begun (0 before the first, and after an expiry)."""
-        return self._read().turn
-
-    def facts(self) -> list[Fact]:
-        """Oldest turn first, then by key (the eviction order), read in one step."""
-        return in_order(self._read().facts)
-
-    def get(self, key: str) -> Fact | None:
-        """The fact for ``key`` (any case), or ``None``."""
-        if not isinstance(key, str):
-            raise FactsError(f"a fact key is a str such as 'module', got {type(key).__name__}")
-        name = key.strip().lower()
-        if name not in ALLOWED_KEYS:
-            return None
+    def _trail(self) -> list[ReviewEvent]:
         try:
-            body = self._client.hget(self.key, _FACT_PREFIX + name)
+            with self._client.pipeline(transaction=True) as transaction:
+                transaction.lrange(self.trail_key, 0, -1)
+                transaction.smembers(self.valued_keys)
+                bodies, keys = transaction.execute()
+                names = sorted(_text(key) for key in keys)
+                for name in names:
+                    transaction.hgetall(self._values_key(name))
+                values = dict(zip(names, transaction.execute())) if names else {}
         except Exception as error:
-            self._raise(error, f"read the fact {name!r}")
-        if body is None:
-            return None
+            self._raise(error, "read the review trail")
         try:
-            return self._decode_fact(_text(body))
-        except (ValueError, TypeError, KeyError) as error:
-            raise FactsError(
-                f"{self._where}, key {self.key!r} holds a field that is not a fact ({error}); another program "
-                "uses this key, so choose another namespace or owner"
-            ) from None
-
-    def to_prompt_block(self) -> str:
-        """The facts as labelled, quoted, unverified user data for a model's instructions."""
-        return render_prompt_block(self.facts())
-
-    def describe(self) -> str:
-        """The listing a person reads (``mem``): key, value, turn, recorded time, evidence."""
-        return describe_facts(self.facts())
-
-    # Writing -----------------------------------------------------------------------------------
-
-    def begin_turn(self, user_text: str) -> Ticket:
-        """Start a user turn (atomically numbered on the server); see :meth:`FactStore.begin_turn`."""
-        text = begin_text(user_text)
-        try:
-            epoch, turn = self._begin_script(keys=[self.key], args=[self._ttl_ms])
-        except Exception as error:
-            self._raise(error, "begin a turn")
-        return Ticket(int(_text(epoch)), int(turn), text)
-
-    def apply(self, ticket: Ticket, candidates: Sequence[Candidate]) -> Admission:
-        """Admit the whole batch or nothing; see :meth:`FactStore.apply`.
-
-        The ticket is checked and the facts written in one ``WATCH``/``MULTI`` transaction: if
-        anything changes the hash in between, the transaction is dropped and the ticket checked
-        again, so a write never lands after a newer turn or a ``forget``.
-        """
-        batch = check_batch(ticket, candidates)
-        recorded_at = recorded_now(self._clock)
-        for _ in range(_MAX_ATTEMPTS):
-            try:
-                with self._client.pipeline(transaction=True) as transaction:
-                    transaction.watch(self.key)
-                    state = self._decode(transaction.hgetall(self.key))
-                    if ticket.epoch != state.epoch or ticket.number != state.turn:
-                        raise stale_ticket(ticket, state.epoch, state.turn)
-                    if not batch:
-                        return Admission()
-                    facts, admission = settle(state.facts, batch, ticket.number, recorded_at)
-                    transaction.multi()
-                    gone = [fact.key for fact in admission.evicted if fact.key not in facts]
-                    if gone:
-                        transaction.hdel(self.key, *(_FACT_PREFIX + key for key in gone))
-                    transaction.hset(
-                        self.key, mapping={_FACT_PREFIX + fact.key: _encode_fact(fact) for fact in admission.admitted}
+            events = []
+            for position, body in enumerate(bodies):
+                event, detached = decode_event(_text(body), with_detached=True)
+                if detached and event.key is not None:
+                    stored = values.get(event.key, {}).get(str(position).encode()) or values.get(event.key, {}).get(
+                        str(position)
                     )
-                    self._refresh_expiry(transaction)
-                    transaction.execute()
-                    return admission
-            except self._errors.WatchError:
-                continue
-            except FactsError:
-                raise
-            except Exception as error:
-                self._raise(error, f"apply the extraction for turn {ticket.number}")
-        raise FactsError(
-            f"could not apply the extraction for turn {ticket.number}: {self._where}, key {self.key!r} kept "
-            f"changing during {_MAX_ATTEMPTS} attempts; nothing was admitted"
-        )
-
-    def forget(self, key: str | None = None) -> Forgotten:
-        """Remove one key (any case) or every fact, and start a new epoch, in one server-side step."""
-        name = None if key is None else check_forget_key(key)
-        try:
-            epoch, turn, bodies = self._forget_script(keys=[self.key], args=[self._ttl_ms, name or ""])
-        except Exception as error:
-            self._raise(error, "forget " + (repr(name) if name else "every fact"))
-        try:
-            removed = [self._decode_fact(_text(body)) for body in bodies]
+                    if stored is not None:
+                        details = json.loads(_text(stored))
+                        event = replace(event, value=details["value"], evidence=details["evidence"], erased=False)
+                events.append(event)
+            return events
         except (ValueError, TypeError, KeyError) as error:
             raise FactsError(
-                f"{self._where}, key {self.key!r} held a field that is not a fact ({error}); it was removed with "
-                "the others and the epoch advanced"
+                f"{self._where}, key {self.trail_key!r} holds data that is not a review trail ({error})"
             ) from None
-        return Forgotten(in_order({fact.key: fact for fact in removed}), epoch=int(epoch), turn=int(_text(turn)))
-
-    def _refresh_expiry(self, transaction: Any) -> None:
-        if self._ttl_ms:
-            transaction.pexpire(self.key, self._ttl_ms)
-        else:
-            transaction.persist(self.key)
 
     def _raise(self, error: Exception, action: str) -> NoReturn:
         """Turn a client error into :class:`FactsError`; anything unexpected propagates as is."""

@@ -19,11 +19,20 @@ from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection
-from contextledger.facts._records import ALLOWED_KEYS, MAX_FACTS, Admission, Candidate, Ticket
+from contextledger.facts._records import Admission, Candidate, Ticket
+from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import FactMemory
 from contextledger.messages import Message
 
-__all__ = ["WRITER_INSTRUCTIONS", "FactWriter", "ModelWriter", "Proposal", "RuleWriter", "extract"]
+__all__ = [
+    "WRITER_INSTRUCTIONS",
+    "FactWriter",
+    "ModelWriter",
+    "Proposal",
+    "RuleWriter",
+    "extract",
+    "writer_instructions",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,27 +55,36 @@ class FactWriter(Protocol):
 class RuleWriter:
     """The default writer: reads the declarations itself, with no model call and no cost."""
 
+    def __init__(self, schema: FactSchema = DEFAULT_SCHEMA) -> None:
+        self.schema = schema
+
     def __repr__(self) -> str:
         return "RuleWriter()"
 
     async def propose(self, user_text: str) -> Proposal:
         """The message's declarations; :class:`FactRejectedError` when they are invalid."""
-        return Proposal(parse_assertions(user_text))
+        return Proposal(parse_assertions(user_text, self.schema))
 
 
-WRITER_INSTRUCTIONS = f"""{FACT_WRITER_MARKER}
+def writer_instructions(schema: FactSchema = DEFAULT_SCHEMA) -> str:
+    """The model writer's system prompt for ``schema``'s keys and bound."""
+    return f"""{FACT_WRITER_MARKER}
 You copy explicit key=value declarations from one user message into JSON. You do not answer the message.
 - A declaration is key=value. Declarations are separated by ";" or by a line break. Split on the first "=".
-- Allowed keys: {", ".join(sorted(ALLOWED_KEYS))}. Write keys in lower case.
+  A declaration may follow prose: in "Sorry: database=SQL Server 2022" the declaration is "database=SQL Server 2022".
+- Allowed keys: {schema.listed_keys}. Write keys in lower case.
 - value: the text after "=", trimmed, copied character for character (keep inner spaces; never translate,
   correct, complete or paraphrase it).
 - evidence: the declaration exactly as the user wrote it, trimmed, for example "database=SQL Server 2022".
-- If a key is declared twice, keep only the last declaration. At most {MAX_FACTS} facts.
+- If a key is declared twice, keep only the last declaration. At most {schema.max_facts} facts.
 - Questions, requests and prose without "=" are not declarations. Never infer a fact.
 Reply with one JSON object and nothing else:
 {{"facts": [{{"key": "module", "value": "Billing", "evidence": "module=Billing"}}]}}
 If the message declares nothing, reply {{"facts": []}}."""
-"""The writer's system prompt; it starts with the marker the built-in offline model answers to."""
+
+
+WRITER_INSTRUCTIONS = writer_instructions()
+"""The writer's system prompt for the seed's schema; it starts with the marker the built-in offline model answers to."""
 
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL)
 
@@ -116,8 +134,10 @@ class ModelWriter:
     endpoint for a JSON response (``response_format``), for clients that accept options.
     """
 
-    def __init__(self, client: ChatClient, *, json_mode: bool = False) -> None:
+    def __init__(self, client: ChatClient, *, json_mode: bool = False, schema: FactSchema = DEFAULT_SCHEMA) -> None:
         self.client = client
+        self.schema = schema
+        self.instructions = writer_instructions(schema)
         self.json_mode = json_mode
         self.call_usage: list[Usage | None] = []
 
@@ -130,10 +150,10 @@ class ModelWriter:
         A failing model call raises the client's own error (:class:`ModelError`);
         :func:`extract` reports it as a rejected extraction.
         """
-        problems = check_user_text(user_text)
+        problems = check_user_text(user_text, self.schema)
         if problems:
             raise rejection(problems, what="the model writer's input")
-        messages = [Message.system(WRITER_INSTRUCTIONS), Message.user(user_text)]
+        messages = [Message.system(self.instructions), Message.user(user_text)]
         options: dict[str, Any] = {"response_format": {"type": "json_object"}} if self.json_mode else {}
         # The protocol's signature has no options; clients that take them accept keywords.
         ask: Callable[..., Awaitable[ChatResponse]] = self.client.get_response

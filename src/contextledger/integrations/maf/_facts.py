@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,22 +9,19 @@ import agent_framework as maf
 
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts import (
-    ALLOWED_KEYS,
     Admission,
     FactMemory,
     FactsTurn,
     FactWriter,
-    Forgotten,
+    ForgetReport,
+    HistoryTarget,
     RuleWriter,
-    extract,
-    parse_assertions,
-    scrub_history,
+    forget_facts,
 )
+from contextledger.facts._turns import TurnTracker
 from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
 from contextledger.integrations.maf._messages import from_maf_messages, to_maf_messages
-from contextledger.messages import (
-    Message,
-)
+from contextledger.messages import Message
 
 
 def _external_user_text(context: maf.SessionContext) -> str | None:
@@ -64,12 +60,16 @@ class FactsContextProvider(maf.ContextProvider):
             raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
         super().__init__(source_id)
         self.store = store
-        self.writer: FactWriter = writer if writer is not None else RuleWriter()
-        self.last_turn: FactsTurn | None = None
-        self._turns: weakref.WeakKeyDictionary[maf.SessionContext, FactsTurn] = weakref.WeakKeyDictionary()
+        self.writer: FactWriter = writer if writer is not None else RuleWriter(store.schema)
+        self._turns = TurnTracker(store, self.writer)
 
     def __repr__(self) -> str:
         return f"FactsContextProvider(store={self.store!r}, writer={self.writer!r}, source_id={self.source_id!r})"
+
+    @property
+    def last_turn(self) -> FactsTurn | None:
+        """The outcome of the latest run that finished (its admission or refusal and its diagnostics)."""
+        return self._turns.last_turn
 
     @property
     def last_admission(self) -> Admission | None:
@@ -83,43 +83,29 @@ class FactsContextProvider(maf.ContextProvider):
         self, *, agent: Any, session: maf.AgentSession, context: maf.SessionContext, state: dict[str, Any]
     ) -> None:
         context.extend_instructions(self.source_id, self.store.to_prompt_block())
-        text = _external_user_text(context)
-        if text is None:
-            return
-        try:
-            self._turns[context] = FactsTurn(self.store.begin_turn(text))
-        except FactsError as error:  # a message over the bound: the run goes on, the facts cannot change
-            self._turns[context] = FactsTurn(None, rejection=error)
+        self._turns.begin(context, _external_user_text(context))
 
     async def after_run(
         self, *, agent: Any, session: maf.AgentSession, context: maf.SessionContext, state: dict[str, Any]
     ) -> None:
-        begun = self._turns.pop(context, None)
-        if begun is None or context.response is None:
+        if context.response is None:
+            self._turns.forget_run(context)
             return
-        if begun.ticket is None:
-            self.last_turn = begun
-            return
-        try:
-            self.last_turn = FactsTurn(begun.ticket, await extract(self.store, self.writer, begun.ticket))
-        except FactsError as error:  # refused or stale: reported, never raised into a run that succeeded
-            self.last_turn = FactsTurn(begun.ticket, rejection=error)
+        await self._turns.finish(context, context.response)
 
     async def forget(
         self,
         key: str | None = None,
         *,
         histories: Sequence[tuple[maf.AgentSession, maf.HistoryProvider]] = (),
-    ) -> Forgotten:
+    ) -> ForgetReport:
         """Forget ``key`` (or every fact) in the store and in each (session, history) given.
 
-        Each history is rewritten as :func:`contextledger.facts.scrub_history` rewrites one:
-        the declarations of the forgotten keys are cut from user messages and the replies of
-        turns that declared or mention a forgotten value are dropped, so the old statement is
-        no longer in front of the model.  MAF's ``InMemoryHistoryProvider`` and
+        This is :func:`contextledger.facts.forget_facts`, the one forgetting of the library: the
+        declarations of the key are replaced by a marker in user messages, and any other message
+        holding a forgotten value is replaced whole.  MAF's ``InMemoryHistoryProvider`` and
         :class:`ContextLedgerHistoryProvider` can be rewritten; another history provider is
-        refused before anything changes.  The store is forgotten first, so no extraction in
-        flight can bring a fact back even if a history then fails.
+        refused before anything changes.
         """
         for _, history in histories:
             if not isinstance(history, (maf.InMemoryHistoryProvider, ContextLedgerHistoryProvider)):
@@ -127,33 +113,18 @@ class FactsContextProvider(maf.ContextProvider):
                     f"cannot rewrite {history!r}: forget rewrites MAF's InMemoryHistoryProvider and "
                     "ContextLedgerHistoryProvider; clear other histories yourself"
                 )
-        # The store validates the key (and refuses a bad one before anything changes).
-        name = key.strip().lower() if isinstance(key, str) else None
-        keys = ALLOWED_KEYS if name is None else frozenset({name})
-        loaded = [(session, history, await _load_history(session, history)) for session, history in histories]
-        forgotten = self.store.forget(key)
-        values = {fact.value for fact in forgotten}
-        for _, _, messages in loaded:
-            values |= _declared_values(messages, keys)
-        for session, history, messages in loaded:
-            scrubbed = scrub_history(messages, keys, values)
-            if len(scrubbed) != len(messages) or any(a is not b for a, b in zip(scrubbed, messages)):
-                await _replace_history(session, history, scrubbed)
-        return forgotten
+        targets = [_target(session, history) for session, history in histories]
+        return await forget_facts(self.store, key, histories=targets)
 
 
-def _declared_values(messages: Sequence[Message], keys: frozenset[str]) -> set[str]:
-    """Every value a user message in ``messages`` declared for one of ``keys``."""
-    values: set[str] = set()
-    for message in messages:
-        if message.role != "user":
-            continue
-        try:
-            declared = parse_assertions(message.text)
-        except FactsError:
-            continue  # a message whose declarations were refused declared nothing
-        values |= {candidate.value for candidate in declared if candidate.key in keys}
-    return values
+def _target(session: maf.AgentSession, history: maf.HistoryProvider) -> HistoryTarget:
+    async def load() -> list[Message]:
+        return await _load_history(session, history)
+
+    async def replace(messages: list[Message]) -> None:
+        await _replace_history(session, history, messages)
+
+    return HistoryTarget(f"{history.source_id}:{session.session_id}", load, replace)
 
 
 async def _load_history(session: maf.AgentSession, history: maf.HistoryProvider) -> list[Message]:

@@ -6,13 +6,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from contextledger.agents import Agent
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import FactsDesk, FactsProvider, FactStore, is_logs_question, scrub_history
+from contextledger.facts import FactsDesk, FactsProvider, FactStore, scrub_history
+from contextledger.facts._desk import is_logs_question
+from contextledger.facts._forget import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import FunctionCallContent, Message, validate
 from tests.facts.support import Clock, snapshot
@@ -22,82 +22,52 @@ def texts(messages: list[Message]) -> list[str]:
     return [message.text for message in messages]
 
 
-def test_scrub_removes_the_declarations_and_the_replies_built_on_them() -> None:
+def test_scrub_marks_user_declarations_and_replaces_replies_holding_a_forgotten_value() -> None:
     history = [
         Message.user("module=Reporting; database=PostgreSQL"),
         Message.assistant("module: Reporting"),
-        Message.user("Module = Billing\nplease check"),
+        Message.user("Sorry, I was wrong: Module=Billing\nplease check"),
         Message.assistant("ok"),
         Message.user("What runs Billing?"),
         Message.assistant("Billing runs on the new cluster."),
         Message.user("thanks"),
-        Message.assistant("welcome"),
+        Message.assistant("welcome to Billings"),
     ]
     scrubbed = scrub_history(history, frozenset({"module"}), set())
     assert texts(scrubbed) == [
-        "database=PostgreSQL",
-        "please check",
-        "What runs Billing?",
+        f"{FORGOTTEN_MARKER}; database=PostgreSQL",
+        REMOVED_MARKER,
+        f"Sorry, I was wrong: {FORGOTTEN_MARKER}\nplease check",
+        "ok",
+        f"What runs {FORGOTTEN_MARKER}?",
+        REMOVED_MARKER,
         "thanks",
-        "welcome",
+        "welcome to Billings",  # whole words only: "Billings" is another word
     ]
     assert scrub_history(history, frozenset({"product"}), set()) == history
 
 
-def test_scrub_drops_a_message_that_declared_nothing_else_and_keeps_tool_pairs_whole() -> None:
+def test_scrub_keeps_tool_pairs_whole_and_short_values_only_go_inside_declarations() -> None:
     call = FunctionCallContent("c1", "find_logs", '{"subject": "Billing"}')
     history = [
-        Message.user("module=Billing"),
-        Message.assistant("Noted."),
+        Message.user("module=Billing; priority=P1"),
+        Message.assistant("Noted P1."),
         Message.user("Where are the logs?"),
         Message.assistant(calls=[call]),
         Message.tool("c1", "Logs for Billing are in /var/log/billing"),
         Message.assistant("See /var/log/billing."),
-        Message.user("Where are the logs for the API?"),
-        Message.assistant(calls=[FunctionCallContent("c2", "find_logs", '{"subject": "api"}')]),
-        Message.tool("c2", "/var/log/api"),
-        Message.assistant("See /var/log/api."),
     ]
-    scrubbed = scrub_history(history, frozenset({"module"}), set())
+    scrubbed = scrub_history(history, frozenset({"module", "priority"}), set())
     assert texts(scrubbed) == [
+        f"{FORGOTTEN_MARKER}; {FORGOTTEN_MARKER}",
+        "Noted P1.",
         "Where are the logs?",
-        "Where are the logs for the API?",
         "",
-        "/var/log/api",
-        "See /var/log/api.",
+        REMOVED_MARKER,
+        "See /var/log/billing.",
     ]
+    assert [c.arguments for c in scrubbed[3].contents if isinstance(c, FunctionCallContent)] == ["{}"]
     assert validate(scrubbed) == []
-
-
-_KEYS = st.sampled_from(["module", "database", "product", "Module"])
-_VALUE = st.text(alphabet="abcXYZ 12", min_size=1, max_size=6).map(str.strip).filter(bool)
-_SEGMENT = st.one_of(st.tuples(_KEYS, _VALUE).map(lambda kv: f"{kv[0]}={kv[1]}"), st.sampled_from(["hello", "why?"]))
-_USER = st.lists(_SEGMENT, min_size=1, max_size=4).map("; ".join)
-
-
-@settings(max_examples=80, deadline=None)
-@given(turns=st.lists(st.tuples(_USER, st.text(alphabet="abcXYZ .", max_size=10)), max_size=6))
-def test_after_a_scrub_no_message_states_a_forgotten_key(turns: list[tuple[str, str]]) -> None:
-    history = [message for user, reply in turns for message in (Message.user(user), Message.assistant(reply))]
-    scrubbed = scrub_history(history, frozenset({"module"}), set())
-    forgotten_values = {
-        segment.partition("=")[2].strip()
-        for user, _ in turns
-        for segment in user.split(";")
-        if "=" in segment
-        if segment.partition("=")[0].strip().lower() == "module"
-    }
-    kept_segments = [
-        segment.strip()
-        for user, _ in turns
-        for segment in user.split(";")
-        if segment.partition("=")[0].strip().lower() != "module" and segment.strip()
-    ]
-    scrubbed_segments = [s.strip() for m in scrubbed if m.role == "user" for s in m.text.split(";") if s.strip()]
-    assert scrubbed_segments == kept_segments
-    for message in scrubbed:
-        if message.role == "assistant":
-            assert not any(value in message.text for value in forgotten_values)
 
 
 def sqlite_desk(tmp_path: Path, mode: str) -> FactsDesk:
@@ -136,7 +106,7 @@ def test_seed_sequence_on_sqlite_histories(tmp_path: Path, mode: str) -> None:
     assert [fact.key for fact in desk.store.facts()] == ["database"]
     for session in ("main", "logs"):
         assert not any("Reporting" in t or "Billing" in t or "module=" in t for t in stored(tmp_path, session))
-    assert "database=SQL Server 2022" in stored(tmp_path, "main")
+    assert any("database=SQL Server 2022" in text for text in stored(tmp_path, "main"))
     asyncio.run(desk.handle("forget"))
     reply = asyncio.run(desk.handle("What database and module do we use?"))
     assert reply.agent == "main"
