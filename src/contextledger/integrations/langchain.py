@@ -52,8 +52,17 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 
 from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
-from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, RuleWriter, extract  # noqa: E402
-from contextledger.integrations._shared import forget_in_histories, plain  # noqa: E402
+from contextledger.facts import (  # noqa: E402
+    FactMemory,
+    FactsTurn,
+    FactWriter,
+    ForgetReport,
+    HistoryTarget,
+    RuleWriter,
+    extract,
+    forget_facts,
+)
+from contextledger.integrations._shared import plain  # noqa: E402
 from contextledger.messages import (  # noqa: E402
     Content,
     FunctionCallContent,
@@ -579,25 +588,31 @@ class FactsMiddleware(AgentMiddleware):
 
     # Forgetting.
 
-    async def aforget(self, key: str | None = None, *, graphs: Sequence[tuple[Any, Any]] = ()) -> Forgotten:
+    async def aforget(self, key: str | None = None, *, graphs: Sequence[tuple[Any, Any]] = ()) -> ForgetReport:
         """Forget ``key`` (or every fact) in the store and in each ``(graph, config)``'s stored messages.
 
-        Each graph's messages are rewritten as :func:`contextledger.facts.scrub_history` rewrites
-        a history (declarations of the key cut from user messages, replies built on a forgotten
-        value dropped) through ``graph.aupdate_state``.  The store is forgotten first, so no
-        extraction in flight can bring a fact back even if a graph then fails.
+        :func:`contextledger.facts.forget_facts` does the work (the store first, so no extraction
+        in flight can bring a fact back; then each history scrubbed); a graph's messages are read
+        with ``aget_state`` and written back whole through ``aupdate_state``.
         """
-        loaded = []
-        for graph, config in graphs:
-            snapshot = await graph.aget_state(config)
-            loaded.append(from_langchain(list(snapshot.values.get("messages", []))))
-        forgotten, rewritten = forget_in_histories(self.store, key, loaded)
-        for (graph, config), scrubbed in zip(graphs, rewritten):
-            if scrubbed is not None:
-                update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *to_langchain(scrubbed)]
-                await graph.aupdate_state(config, {"messages": update})
-        return forgotten
+        targets = [_graph_history(graph, config, position) for position, (graph, config) in enumerate(graphs)]
+        return await forget_facts(self.store, key, histories=targets)
 
-    def forget(self, key: str | None = None, *, graphs: Sequence[tuple[Any, Any]] = ()) -> Forgotten:
+    def forget(self, key: str | None = None, *, graphs: Sequence[tuple[Any, Any]] = ()) -> ForgetReport:
         """:meth:`aforget` for synchronous code."""
         return _run_sync(self.aforget(key, graphs=graphs))
+
+
+def _graph_history(graph: Any, config: Any, position: int) -> HistoryTarget:
+    """A LangGraph graph's stored ``messages`` for one thread, as a history ``forget`` can rewrite."""
+
+    async def load() -> list[Message]:
+        snapshot = await graph.aget_state(config)
+        return from_langchain(list(snapshot.values.get("messages", [])))
+
+    async def replace(messages: list[Message]) -> None:
+        await graph.aupdate_state(
+            config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *to_langchain(messages)]}
+        )
+
+    return HistoryTarget(f"graph {position}", load, replace)

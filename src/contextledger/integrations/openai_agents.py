@@ -39,9 +39,18 @@ from agents.run_config import CallModelData, ModelInputData  # noqa: E402
 from agents import Agent, RunConfig, Runner, RunResult  # noqa: E402
 from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
-from contextledger.facts import FactMemory, FactsTurn, FactWriter, Forgotten, RuleWriter, extract  # noqa: E402
+from contextledger.facts import (  # noqa: E402
+    FactMemory,
+    FactsTurn,
+    FactWriter,
+    ForgetReport,
+    HistoryTarget,
+    RuleWriter,
+    extract,
+    forget_facts,
+)
 from contextledger.history import HistoryProvider  # noqa: E402
-from contextledger.integrations._shared import forget_in_histories, plain  # noqa: E402
+from contextledger.integrations._shared import plain  # noqa: E402
 from contextledger.messages import (  # noqa: E402
     ApprovalRequestContent,
     ApprovalResponseContent,
@@ -597,27 +606,32 @@ class AgentsFacts:
                     self.last_turn = FactsTurn(begun.ticket, rejection=error)
         return result
 
-    async def forget(self, key: str | None = None, *, sessions: Sequence[Any] = ()) -> Forgotten:
+    async def forget(self, key: str | None = None, *, sessions: Sequence[Any] = ()) -> ForgetReport:
         """Forget ``key`` (or every fact) in the store and in each session's stored items.
 
-        Each session is rewritten as :func:`contextledger.facts.scrub_history` rewrites a history:
-        a :class:`ContextLedgerSession` replaces its stored history at once; any other SDK session
-        is cleared and refilled.  The store is forgotten first, so no extraction in flight can
-        bring a fact back even if a session then fails.
+        :func:`contextledger.facts.forget_facts` does the work (the store first, so no extraction
+        in flight can bring a fact back; then each history scrubbed).  A
+        :class:`ContextLedgerSession` replaces its stored history at once; any other SDK session is
+        cleared and refilled.
         """
-        loaded = []
-        for session in sessions:
-            if isinstance(session, ContextLedgerSession):
-                loaded.append(await session.messages())
-            else:
-                loaded.append(from_responses([_plain_item(item) for item in await session.get_items()]))
-        forgotten, rewritten = forget_in_histories(self.store, key, loaded)
-        for session, scrubbed in zip(sessions, rewritten):
-            if scrubbed is None:
-                continue
-            if isinstance(session, ContextLedgerSession):
-                await session.history.replace(session.session_id, scrubbed)
-            else:
-                await session.clear_session()
-                await session.add_items(to_responses(scrubbed))
-        return forgotten
+        targets = [_session_history(session) for session in sessions]
+        return await forget_facts(self.store, key, histories=targets)
+
+
+def _session_history(session: Any) -> HistoryTarget:
+    """An Agents SDK session as a history ``forget`` can rewrite."""
+    if isinstance(session, ContextLedgerSession):
+
+        async def replace_stored(messages: list[Message]) -> None:
+            await session.history.replace(session.session_id, messages)
+
+        return HistoryTarget(session.session_id, session.messages, replace_stored)
+
+    async def load() -> list[Message]:
+        return from_responses([_plain_item(item) for item in await session.get_items()])
+
+    async def refill(messages: list[Message]) -> None:
+        await session.clear_session()
+        await session.add_items(to_responses(messages))
+
+    return HistoryTarget(str(getattr(session, "session_id", "session")), load, refill)
