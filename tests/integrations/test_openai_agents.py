@@ -41,6 +41,7 @@ from contextledger.messages import (
     HostedResultContent,
     Message,
     ReasoningContent,
+    TextContent,
     validate,
 )
 from tests.history.support import RedisServer
@@ -541,3 +542,31 @@ def test_a_failed_run_admits_nothing(chat_server: ChatServer) -> None:
         assert await session.all_items() == [{"role": "user", "content": turns.FIRST}]
 
     asyncio.run(scenario())
+
+
+def test_messages_from_elsewhere_with_hosted_contents_become_items_in_order() -> None:
+    search = HostedCallContent("ws_9", "web_search", arguments='{"query": "logs"}')
+    shell = HostedCallContent("sh_9", "shell", arguments='{"commands": ["ls"]}')
+    messages = [
+        Message.user("Find the logs."),
+        Message(
+            "assistant",
+            (
+                ReasoningContent("look it up"),
+                TextContent("Searching."),
+                search,
+                HostedResultContent("ws_9", "web_search", "3 hits"),
+                shell,
+            ),
+        ),
+        Message("assistant", (HostedResultContent("sh_9", "shell", "a.log"),)),
+    ]
+    assert to_responses(messages) == [
+        {"role": "user", "content": "Find the logs."},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "look it up"}]},
+        {"role": "assistant", "content": "Searching."},
+        {"type": "web_search_call", "id": "ws_9", "arguments": '{"query": "logs"}'},
+        {"type": "shell_call", "call_id": "sh_9", "arguments": '{"commands": ["ls"]}'},
+        {"type": "shell_call_output", "call_id": "sh_9", "output": "a.log"},
+    ]
+    assert pairing_problems(to_responses(messages)) == []

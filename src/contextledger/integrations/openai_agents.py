@@ -379,18 +379,35 @@ def _split(message: Message) -> list[Item]:
             run.clear()
 
     for content in message.contents:
-        if run and (
-            isinstance(content, ReasoningContent) != isinstance(run[-1], ReasoningContent)
-            or (isinstance(content, FunctionCallContent) != isinstance(run[-1], FunctionCallContent))
-        ):
-            flush()
         if isinstance(content, FunctionResultContent):
             raise InvalidMessageError(f"an {message.role} message cannot carry a tool result in a Responses item")
+        if isinstance(content, (HostedResultContent, ApprovalResponseContent)):
+            answers_last_call = (
+                isinstance(content, HostedResultContent)
+                and bool(run)
+                and isinstance(run[-1], HostedCallContent)
+                and run[-1].call_id == content.call_id
+                and content.tool in _SELF_CONTAINED_TOOLS
+            )
+            if not answers_last_call:  # a self-contained hosted call's outcome travels in its call item
+                flush()
+                items.append(_native_item(content))
+            continue
+        if run and _kind(content) != _kind(run[-1]):
+            flush()
         run.append(content)
     flush()
     return items
 
 
+def _kind(content: Content) -> str:
+    """Which item a content goes to: reasoning, a call, or a message."""
+    if isinstance(content, ReasoningContent):
+        return "reasoning"
+    return "call" if isinstance(content, _CALL_KINDS) else "message"
+
+
+_SELF_CONTAINED_TOOLS = frozenset(tool for tool, _ in _SELF_CONTAINED.values())
 _HOSTED_ITEM_TYPES = {
     "computer": ("computer_call", "call_id"),
     "shell": ("shell_call", "call_id"),
