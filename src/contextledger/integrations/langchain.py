@@ -167,8 +167,10 @@ def _content_out(parts: Sequence[Content], strings: Sequence[int], as_list: bool
             blocks.append({**_hosted_block(part), **plain(part.data)})
         elif isinstance(part, HostedResultContent):
             blocks.append(_hosted_block(part))
-        else:  # pragma: no cover - calls and results never reach here
-            raise InvalidMessageError(f"{part!r} cannot be a LangChain content block")
+        else:  # approvals: LangChain asks for them by interrupting the graph, not in messages
+            raise InvalidMessageError(
+                f"{type(part).__name__} has no LangChain content block; resolve the approval before converting"
+            )
     return blocks
 
 
