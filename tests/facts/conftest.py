@@ -1,7 +1,8 @@
 """Fixtures for the facts tests: each store the conformance suite runs against (memory, SQLite, Redis).
 
 The Redis store runs against the real redis-server the history tests start (same fixture), in
-an owner namespace no other test uses.
+an owner namespace no other test uses.  Stores are built with the ``schema`` fixture's schema:
+the seed's here; the conformance suite overrides ``schema`` to run under the seed's and a custom one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.facts import FactMemory, FactStore, RedisFactStore, SQLiteFactStore
+from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, FactStore, RedisFactStore, SQLiteFactStore
 from tests.facts.support import Clock
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer
@@ -27,8 +28,14 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture
+def schema() -> FactSchema:
+    """The schema every store a test builds follows, unless the test passes its own."""
+    return DEFAULT_SCHEMA
+
+
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeStore]:
+def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema) -> Iterator[MakeStore]:
     """Builds stores of one backend; every store it builds in a test shares that test's storage
     (a Redis owner of its own), the way several agents or processes would share it.  The
     in-memory backend has one store per test: options apply to the first one built."""
@@ -37,7 +44,8 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
 
         def memory(**options: object) -> FactMemory:
             if not shared:
-                shared.append(FactStore(**options) if options else FactStore(clock=clock))  # type: ignore[arg-type]
+                defaults: dict[str, object] = {"schema": schema} if options else {"clock": clock, "schema": schema}
+                shared.append(FactStore(**{**defaults, **options}))  # type: ignore[arg-type]
             return shared[0]
 
         yield memory
@@ -47,7 +55,7 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
         files: list[SQLiteFactStore] = []
 
         def sqlite(**options: object) -> FactMemory:
-            store = SQLiteFactStore(path, **{"owner": "test", "clock": clock, **options})  # type: ignore[arg-type]
+            store = SQLiteFactStore(path, **{"owner": "test", "clock": clock, "schema": schema, **options})  # type: ignore[arg-type]
             files.append(store)
             return store
 
@@ -60,7 +68,7 @@ def make_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[MakeSto
     opened: list[RedisFactStore] = []
 
     def redis(**options: object) -> FactMemory:
-        store = RedisFactStore(server.url, **{"owner": owner, "clock": clock, **options})  # type: ignore[arg-type]
+        store = RedisFactStore(server.url, **{"owner": owner, "clock": clock, "schema": schema, **options})  # type: ignore[arg-type]
         opened.append(store)
         return store
 

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from contextledger.facts import Fact, FactMemory
+from contextledger.facts import Fact, FactMemory, FactSchema
 
-__all__ = ["Clock", "snapshot"]
+__all__ = ["CUSTOM_SCHEMA", "Clock", "snapshot"]
+
+CUSTOM_SCHEMA = FactSchema(
+    frozenset({"team", "service", "region", "tier", "owner", "site", "stage", "queue", "vendor"}),
+    max_facts=4,
+    max_value_chars=40,
+    max_evidence_chars=90,
+    max_message_chars=300,
+)
+"""A schema sharing no key and no bound with the seed's, small enough that every bound is reached
+in a few words.  Four facts, not fewer: with three, the second eviction of the tie-break case
+would evict every remaining fact and the smallest-key rule would choose nothing."""
 
 
 class Clock:
