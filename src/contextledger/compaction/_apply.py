@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contextledger._tracing import traced_compaction
 from contextledger.compaction._index import CompactionEvent, MessageIndex
 from contextledger.compaction._strategies import CompactionStrategy
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
@@ -72,6 +73,7 @@ def _check_messages(messages: Sequence[Message]) -> list[Message]:
     return messages if isinstance(messages, list) else list(messages)
 
 
+@traced_compaction
 async def compact_with_report(
     messages: Sequence[Message],
     *,
