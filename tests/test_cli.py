@@ -270,9 +270,20 @@ def test_dev_help_ends_with_the_commands_not_the_shell_options() -> None:
     assert completed.stdout.strip().splitlines()[-1].lstrip("# ").startswith("./dev bench")
 
 
+def _interruptible() -> None:
+    """Give the child a terminal's SIGINT: a shell running this suite in the background starts it
+    ignored, and Python then never turns Ctrl-C into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_chat_says_goodbye_without_a_traceback() -> None:
     child = subprocess.Popen(
-        [str(SCRIPT), "chat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(SCRIPT), "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_interruptible,  # noqa: PLW1509  (the suite starts no threads that could deadlock here)
     )
     assert child.stdin is not None
     assert child.stdout is not None
