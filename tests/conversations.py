@@ -50,8 +50,12 @@ from contextledger.exceptions import TokenizerUnavailableError
 from contextledger.messages import (
     SUMMARY_PROPERTY,
     SUMMARY_SOURCE_PROPERTY,
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     OpaqueContent,
     ReasoningContent,
@@ -61,6 +65,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, OpenAITokenize
 
 __all__ = [
     "COMPOSITE_KINDS",
+    "SHAPES",
     "Conversation",
     "ScriptedReply",
     "StrategySpec",
@@ -71,6 +76,7 @@ __all__ = [
     "gentlest_first_specs",
     "leaf_specs",
     "selective_specs",
+    "shapes_of",
     "sliding_window_specs",
     "specs_for",
     "strategy_specs",
@@ -157,6 +163,13 @@ _BODY_BLOCKS = ("user",) * 4 + ("assistant",) * 3 + ("tools",) * 4 + ("system", 
 _BODY_BLOCK = st.sampled_from(_BODY_BLOCKS)
 # What may come before the first user message (turn 0): anything but a user message.
 _PREAMBLE_BLOCKS = ("system", "system", "assistant", "tools", "summary", "reasoning")
+# Real agent traffic adds layouts chat-completions payloads do not have (SPEC §11): results apart
+# from their call (after a note or a user message), approvals, and hosted tool calls.
+_TRAFFIC_BLOCKS = (*_BODY_BLOCKS, "interleaved", "interleaved", "approval", "approval", "hosted", "hosted")
+_TRAFFIC_BLOCK = st.sampled_from(_TRAFFIC_BLOCKS)
+_HOSTED_TOOLS = st.sampled_from(("mcp", "code_interpreter", "web_search", "file_search", "image_generation", "shell"))
+SHAPES = ("interleaved results", "user between call and result", "hosted calls", "reasoning items", "approvals")
+"""The real-traffic shapes a generated conversation may have (see :func:`shapes_of`)."""
 
 
 class Conversation(list[Message]):
@@ -165,6 +178,32 @@ class Conversation(list[Message]):
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text("[\n" + "".join(f"    {describe(m)},\n" for m in self) + "]")
+
+
+def shapes_of(messages: Sequence[Message]) -> set[str]:
+    """Which of :data:`SHAPES` a message list has, read from the messages themselves."""
+    found: set[str] = set()
+    opened: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        if message.is_reasoning_only:
+            found.add("reasoning items")
+        for content in message.contents:
+            if isinstance(content, (HostedCallContent, HostedResultContent)):
+                found.add("hosted calls")
+            elif isinstance(content, (ApprovalRequestContent, ApprovalResponseContent)):
+                found.add("approvals")
+        for call_id in message.answered_ids:
+            start = opened.get(call_id)
+            if start is None or start == position:
+                continue
+            between = messages[start + 1 : position]
+            if any(m.role not in ("tool",) and not m.is_reasoning_only for m in between):
+                found.add("interleaved results")
+            if any(m.role == "user" for m in between):
+                found.add("user between call and result")
+        for call_id in message.opened_ids:
+            opened.setdefault(call_id, position)
+    return found
 
 
 def describe(message: Message) -> str:
@@ -179,6 +218,14 @@ def describe(message: Message) -> str:
             parts.append(f"result({content.call_id!r}, {content.result!r})")
         elif isinstance(content, ReasoningContent):
             parts.append(f"reasoning({content.text!r})")
+        elif isinstance(content, HostedCallContent):
+            parts.append(f"hosted_call({content.call_id!r}, {content.tool!r})")
+        elif isinstance(content, HostedResultContent):
+            parts.append(f"hosted_result({content.call_id!r}, {content.output!r})")
+        elif isinstance(content, ApprovalRequestContent):
+            parts.append(f"approval_request({content.request_id!r}, call({content.call.call_id!r}))")
+        elif isinstance(content, ApprovalResponseContent):
+            parts.append(f"approval_response({content.request_id!r}, {content.approved!r})")
         else:
             parts.append("opaque(...)")
     if message.author_name is not None:
@@ -231,8 +278,72 @@ class _Builder:
         elif kind == "opaque":
             image = OpaqueContent({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}})
             out.append(Message("user", (TextContent(draw(_TEXT)), image), author_name=draw(_AUTHOR)))
+        elif kind == "interleaved":
+            self.interleaved_exchange()
+        elif kind == "approval":
+            self.approval()
+        elif kind == "hosted":
+            self.hosted()
         else:
             self.tool_exchange()
+
+    def between(self) -> None:
+        """What real traffic puts between a call and its result: a note, a user reply, reasoning."""
+        kind = self.draw(_upto(3))
+        if kind == 0:
+            self.messages.append(Message.assistant(self.draw(_TEXT)))
+        elif kind == 1:
+            self.messages.append(Message.user(self.draw(_TEXT)))
+        elif kind == 2:
+            self.messages.append(self.reasoning())
+
+    def interleaved_exchange(self) -> None:
+        """A call message, then its results with other messages before and between them."""
+        draw, out = self.draw, self.messages
+        calls = [
+            FunctionCallContent(self.call_id(), draw(_TOOL_NAME), draw(_TOOL_ARGUMENTS))
+            for _ in range(draw(_between(1, 3)))
+        ]
+        out.append(Message.assistant(draw(_OPTIONAL_TEXT), calls=calls))
+        for _ in range(draw(_between(1, 2))):
+            self.between()
+        for position in draw(_PERMUTATIONS[len(calls)]):
+            if draw(_upto(2)) == 0:
+                self.between()
+            out.append(Message.tool(calls[position].call_id, draw(_RESULT_TEXT)))
+
+    def approval(self) -> None:
+        """An approval request for a call, the user's answer, then (if approved) the call's result,
+        sometimes after a note."""
+        draw, out = self.draw, self.messages
+        call = FunctionCallContent(self.call_id(), draw(_TOOL_NAME), draw(_TOOL_ARGUMENTS))
+        request_id = f"approval_{call.call_id}"
+        approved = draw(_BOOLEANS)
+        out.append(Message("assistant", (ApprovalRequestContent(request_id, call),)))
+        out.append(Message("user", (ApprovalResponseContent(request_id, approved),)))
+        if approved:
+            if draw(_BOOLEANS):
+                out.append(Message.assistant("approval completed"))
+            out.append(Message.tool(call.call_id, draw(_RESULT_TEXT)))
+
+    def hosted(self) -> None:
+        """A hosted call (reasoning before it, sometimes), its output in the same message, the
+        next one, or after a note; or no output at all."""
+        draw, out = self.draw, self.messages
+        out.extend(self.reasoning() for _ in range(draw(_upto(1))))
+        tool = draw(_HOSTED_TOOLS)
+        call = HostedCallContent(self.call_id(), tool, draw(_TOOL_NAME), draw(_TOOL_ARGUMENTS))
+        result = HostedResultContent(call.call_id, tool, draw(_RESULT_TEXT))
+        where = draw(_upto(3))
+        if where == 0:
+            out.append(Message("assistant", (call, result)))
+            return
+        out.append(Message("assistant", (call,)))
+        if where == 3:
+            return
+        if where == 2:
+            self.between()
+        out.append(Message("assistant", (result,)))
 
     def tool_exchange(self) -> None:
         """Reasoning before the call, one call message with 1-3 parallel calls, then every result in
@@ -260,20 +371,27 @@ def _block_lists(blocks: tuple[str, ...], max_size: int) -> st.SearchStrategy[li
 
 @cache
 @st.composite
-def conversations(draw: st.DrawFn, *, max_blocks: int = 18, max_preamble: int = 3) -> Conversation:
+def conversations(
+    draw: st.DrawFn, *, max_blocks: int = 18, max_preamble: int = 3, traffic: bool = False
+) -> Conversation:
     """An API-valid conversation: ``validate()`` reports nothing for it.
 
     Optional turn-0 blocks come first (system prompts, a greeting, a tool exchange or a carried-over
     summary before any user message), then a body where any block may follow any other, so system
     messages and summaries also land mid-conversation.  Every call id is unique.
+
+    With ``traffic`` the body also holds the layouts of real agent traffic (:data:`SHAPES`):
+    ``validate()`` then reports results that sit apart from their call, as it should for a
+    chat-completions payload, but every call id is still unique.
     """
     builder = _Builder(draw)
     for kind in draw(_block_lists(_PREAMBLE_BLOCKS, max_preamble)):
         builder.block(kind)
     # The length is drawn uniformly rather than left to st.lists, whose sizes cluster around five:
     # strategies only show their floors and targets on histories long enough to need compacting.
+    body = _TRAFFIC_BLOCK if traffic else _BODY_BLOCK
     for _ in range(draw(_upto(max_blocks))):
-        builder.block(draw(_BODY_BLOCK))
+        builder.block(draw(body))
     return Conversation(builder.messages)
 
 

@@ -40,6 +40,9 @@ def test_a_broken_dependency_of_an_installed_package_is_not_reported_as_a_missin
     [
         ("agent_framework", "contextledger.integrations.maf", "maf"),
         ("llama_cpp", "contextledger.clients.local", "local"),
+        ("langchain_core", "contextledger.integrations.langchain", "langchain"),
+        ("langgraph", "contextledger.integrations.langchain", "langchain"),
+        ("agents", "contextledger.integrations.openai_agents", "openai-agents"),
     ],
 )
 def test_integration_modules_raise_missing_extra_error_on_import(

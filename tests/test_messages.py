@@ -21,8 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     InvalidMessageError,
     Message,
     OpaqueContent,
@@ -900,3 +904,186 @@ def test_a_message_the_library_writes_is_an_ordinary_frozen_message(text: str, s
         written.role = "user"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         written.contents[0].text = "changed"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hosted calls, their results and approvals (SPEC §11)
+# ---------------------------------------------------------------------------------------------
+
+HOSTED_ROUND_TRIP_CASES: dict[str, list[Json]] = {
+    "mcp_call_and_result_in_one_message": [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "hosted_call",
+                    "call_id": "mcp_1",
+                    "tool": "mcp",
+                    "name": "search",
+                    "arguments": "{}",
+                    "server_label": "docs",
+                    "status": "completed",
+                },
+                {"type": "hosted_result", "call_id": "mcp_1", "tool": "mcp", "output": "3 hits", "status": "ok"},
+            ],
+        }
+    ],
+    "code_interpreter_then_output_later": [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "hosted_call",
+                    "call_id": "ci_1",
+                    "tool": "code_interpreter",
+                    "arguments": "print(1)",
+                    "container_id": "c9",
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "hosted_result",
+                    "call_id": "ci_1",
+                    "tool": "code_interpreter",
+                    "output": "1",
+                    "outputs": [{"type": "logs", "logs": "1"}],
+                }
+            ],
+        },
+    ],
+    "search_and_image_without_optional_fields": [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "hosted_call", "call_id": "ws_1", "tool": "web_search"},
+                {"type": "hosted_call", "call_id": "ig_1", "tool": "image_generation"},
+                {"type": "text", "text": "done"},
+            ],
+        },
+    ],
+    "function_approval_request_and_response": [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "approval_request",
+                    "request_id": "a1",
+                    "call": {"id": "c1", "type": "function", "function": {"name": "pay", "arguments": "{}"}},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "approval_response", "request_id": "a1", "approved": True, "reason": "fine"}],
+        },
+    ],
+    "mcp_approval_of_a_hosted_call": [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "approval_request",
+                    "request_id": "mcpr_1",
+                    "call": {
+                        "type": "hosted_call",
+                        "call_id": "mcp_2",
+                        "tool": "mcp",
+                        "name": "delete",
+                        "arguments": "{}",
+                    },
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "approval_response",
+                    "request_id": "mcpr_1",
+                    "approved": False,
+                    "call": {"type": "hosted_call", "call_id": "mcp_2", "tool": "mcp", "name": "delete"},
+                }
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTED_ROUND_TRIP_CASES))
+def test_hosted_calls_and_approvals_survive_the_openai_round_trip(case: str) -> None:
+    source = HOSTED_ROUND_TRIP_CASES[case]
+    assert round_trip(source) == source
+    assert load_jsonl(json.dumps(m) for m in to_openai(from_openai(source), metadata=True)) == from_openai(source)
+
+
+def test_hosted_parts_become_typed_contents_with_their_ids_and_provider_fields() -> None:
+    [message] = from_openai(HOSTED_ROUND_TRIP_CASES["mcp_call_and_result_in_one_message"])
+    call_content, result = message.contents
+    assert call_content == HostedCallContent(
+        "mcp_1", "mcp", "search", "{}", {"server_label": "docs", "status": "completed"}
+    )
+    assert result == HostedResultContent("mcp_1", "mcp", "3 hits", {"status": "ok"})
+    assert message.opened_ids == ["mcp_1"]
+    assert message.answered_ids == ["mcp_1"]
+    assert list(message.payload_texts()) == ["search", "{}", "3 hits"]
+
+
+def test_an_approval_request_opens_its_own_id_and_its_calls_id() -> None:
+    request, response = from_openai(HOSTED_ROUND_TRIP_CASES["function_approval_request_and_response"])
+    [content] = request.contents
+    assert isinstance(content, ApprovalRequestContent)
+    assert content.call == call("c1", "pay")
+    assert request.opened_ids == ["a1", "c1"]
+    assert response.answered_ids == ["a1"]
+    assert response.opened_ids == []
+    assert response.contents == (ApprovalResponseContent("a1", True, None, {"reason": "fine"}),)
+
+
+@pytest.mark.parametrize(
+    ("part", "shown"),
+    [
+        ({"type": "hosted_call", "tool": "mcp"}, "HostedCallContent.call_id must be a string"),
+        ({"type": "hosted_call", "call_id": "x", "tool": ""}, "HostedCallContent.tool is empty"),
+        ({"type": "hosted_result", "call_id": "x", "tool": "mcp", "output": 3}, "HostedResultContent.output"),
+        ({"type": "approval_request", "request_id": "a"}, "needs the 'call'"),
+        ({"type": "approval_response", "request_id": "a", "approved": "yes"}, "must be True or False"),
+    ],
+)
+def test_a_malformed_hosted_part_is_rejected_naming_it(part: Json, shown: str) -> None:
+    with pytest.raises(InvalidMessageError, match="content part 0") as raised:
+        message_from_openai({"role": "assistant", "content": [part]})
+    assert shown in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["tool_calls", "reasoning_content"])
+@pytest.mark.parametrize("value", [[], [{"id": "c", "function": {"name": "f"}}], "x", {"a": 1}])
+def test_a_tool_message_carrying_calls_or_reasoning_is_rejected_not_dropped(key: str, value: object) -> None:
+    """Regression: `tool_calls` on a tool message vanished on the round trip, silently."""
+    data = {"role": "tool", "tool_call_id": "c1", "content": "ok", key: value}
+    with pytest.raises(InvalidMessageError, match=f"a tool message carries one result, not '{key}'"):
+        from_openai([data])
+
+
+def test_a_tool_message_with_an_explicit_null_tool_calls_keeps_it() -> None:
+    data: Json = {"role": "tool", "tool_call_id": "c1", "content": "ok", "tool_calls": None}
+    assert round_trip([data]) == [data]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        call("c1"),
+        HostedCallContent("h1", "shell"),
+        ApprovalRequestContent("a1", call("c1")),
+        TextContent("x"),
+        FunctionResultContent("c2", "y"),
+    ],
+)
+def test_a_tool_message_openai_cannot_hold_is_refused_on_output_not_cut_down(content: Any) -> None:
+    """Other frameworks allow any content in a tool message; OpenAI's format holds one result."""
+    message = Message("tool", (FunctionResultContent("c0", "x"), content))
+    with pytest.raises(InvalidMessageError, match="exactly one FunctionResultContent"):
+        to_openai([message])

@@ -16,8 +16,12 @@ from contextledger.exceptions import (
     UnknownRoleError,
 )
 from contextledger.messages import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     OpaqueContent,
     Problem,
@@ -34,12 +38,16 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, OpenAITokenize
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalRequestContent",
+    "ApprovalResponseContent",
     "CharacterEstimatorTokenizer",
     "CompactionError",
     "ConfigurationError",
     "ContextLedgerError",
     "FunctionCallContent",
     "FunctionResultContent",
+    "HostedCallContent",
+    "HostedResultContent",
     "InvalidMessageError",
     "Message",
     "OpaqueContent",

@@ -30,16 +30,17 @@ from importlib import metadata
 from typing import Any
 
 from contextledger._cli_facts import register_facts_command
-from contextledger.compaction import triggers as trigger_module
-from contextledger.compaction._apply import CompactionResult, compact_messages
-from contextledger.compaction._strategies import (
+from contextledger.compaction import (
+    CompactionResult,
     CompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
+    compact_messages,
 )
+from contextledger.compaction import triggers as trigger_module
 from contextledger.exceptions import ConfigurationError, ContextLedgerError, TranscriptError
 from contextledger.messages import Message, from_openai, load_jsonl, to_openai, validate, write_jsonl
 from contextledger.serve import add_serve_command

@@ -8,6 +8,13 @@ OpenAI Chat Completions dicts convert both ways without loss: several
 ``tool_calls`` in one message, ``tool_call_id``, ``name``, list-of-parts
 content, ``reasoning_content`` and any key this module does not know are all
 kept and written back as they came.
+
+Hosted (server-side) tool calls — MCP calls, code interpreter, web or file
+search, image generation, shell and computer use — and approval requests and
+responses are real contents, not opaque parts: each carries its id, and
+compaction pairs it with its output by that id (SPEC §11).  Chat Completions
+has no field for them, so they travel as content parts of our own
+(``{"type": "hosted_call", ...}``) that convert back to the same contents.
 """
 
 from __future__ import annotations
@@ -24,22 +31,29 @@ from typing import Any, Literal, TypeAlias
 from contextledger.exceptions import InvalidMessageError, TranscriptError, UnknownRoleError
 
 __all__ = [
+    "HOSTED_TOOLS",
     "ROLES",
     "SUMMARY_PROPERTY",
     "SUMMARY_SOURCE_PROPERTY",
+    "ApprovalRequestContent",
+    "ApprovalResponseContent",
     "Content",
     "FunctionCallContent",
     "FunctionResultContent",
+    "HostedCallContent",
+    "HostedResultContent",
     "Message",
     "OpaqueContent",
     "Problem",
     "ReasoningContent",
     "TextContent",
+    "answered_ids",
     "dump_jsonl",
     "from_openai",
     "load_jsonl",
     "message_from_openai",
     "message_to_openai",
+    "opened_ids",
     "read_jsonl",
     "to_openai",
     "validate",
@@ -173,8 +187,154 @@ class OpaqueContent:
         object.__setattr__(self, "data", _frozen(self.data, "OpaqueContent.data"))
 
 
-Content: TypeAlias = TextContent | ReasoningContent | FunctionCallContent | FunctionResultContent | OpaqueContent
-_CONTENT_TYPES = (TextContent, ReasoningContent, FunctionCallContent, FunctionResultContent, OpaqueContent)
+HOSTED_TOOLS: frozenset[str] = frozenset(
+    {"mcp", "code_interpreter", "web_search", "file_search", "image_generation", "shell", "computer"}
+)
+"""The hosted tools this library names; ``HostedCallContent.tool`` may hold any other name too."""
+
+
+def _require_id(value: object, what: str) -> str:
+    if not _require_str(value, what):
+        raise InvalidMessageError(f"{what} is empty; calls, results and approvals are paired by this id")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class HostedCallContent:
+    """A tool call run by the provider or a server it calls (an MCP tool, the code interpreter,
+    web or file search, image generation, a shell or computer action).
+
+    ``tool`` says which (see :data:`HOSTED_TOOLS`), ``name`` the tool's own name where it has one
+    (an MCP tool), ``arguments`` the input as text (JSON arguments, code, a command, a query).
+    ``data`` keeps every provider field this class has no attribute for (server label, status,
+    container id...), written back unchanged.  Its output, when the provider reports one, is a
+    :class:`HostedResultContent` with the same ``call_id`` — in the same message or a later one.
+    """
+
+    call_id: str
+    tool: str
+    name: str = ""
+    arguments: str = ""
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    type: Literal["hosted_call"] = field(default="hosted_call", init=False)
+
+    def __post_init__(self) -> None:
+        _require_id(self.call_id, "HostedCallContent.call_id")
+        _require_id(self.tool, "HostedCallContent.tool")
+        _require_str(self.name, "HostedCallContent.name")
+        _require_str(self.arguments, "HostedCallContent.arguments")
+        object.__setattr__(self, "data", _frozen(self.data, "HostedCallContent.data"))
+
+
+@dataclass(frozen=True, slots=True)
+class HostedResultContent:
+    """The output of a hosted call (:class:`HostedCallContent` with the same ``call_id``), as text;
+    ``data`` keeps the provider's other fields (images, files, exit codes...)."""
+
+    call_id: str
+    tool: str
+    output: str = ""
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    type: Literal["hosted_result"] = field(default="hosted_result", init=False)
+
+    def __post_init__(self) -> None:
+        _require_id(self.call_id, "HostedResultContent.call_id")
+        _require_id(self.tool, "HostedResultContent.tool")
+        _require_str(self.output, "HostedResultContent.output")
+        object.__setattr__(self, "data", _frozen(self.data, "HostedResultContent.data"))
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequestContent:
+    """A request that the user approve a call before it runs (MCP approvals, MAF's function
+    approvals).  ``request_id`` pairs it with its :class:`ApprovalResponseContent`; ``call`` is the
+    call awaiting approval, whose results (if it runs) pair with this request too."""
+
+    request_id: str
+    call: FunctionCallContent | HostedCallContent
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    type: Literal["approval_request"] = field(default="approval_request", init=False)
+
+    def __post_init__(self) -> None:
+        _require_id(self.request_id, "ApprovalRequestContent.request_id")
+        if not isinstance(self.call, (FunctionCallContent, HostedCallContent)):
+            raise InvalidMessageError(
+                f"ApprovalRequestContent.call must be a FunctionCallContent or HostedCallContent, got {self.call!r}"
+            )
+        object.__setattr__(self, "data", _frozen(self.data, "ApprovalRequestContent.data"))
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResponseContent:
+    """The user's answer to the :class:`ApprovalRequestContent` with the same ``request_id``.
+    ``call`` repeats the call it answers for when the sender includes it (a reference, not a new
+    call)."""
+
+    request_id: str
+    approved: bool
+    call: FunctionCallContent | HostedCallContent | None = None
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    type: Literal["approval_response"] = field(default="approval_response", init=False)
+
+    def __post_init__(self) -> None:
+        _require_id(self.request_id, "ApprovalResponseContent.request_id")
+        if not isinstance(self.approved, bool):
+            raise InvalidMessageError(f"ApprovalResponseContent.approved must be True or False, got {self.approved!r}")
+        if self.call is not None and not isinstance(self.call, (FunctionCallContent, HostedCallContent)):
+            raise InvalidMessageError(
+                "ApprovalResponseContent.call must be a FunctionCallContent, HostedCallContent or None, "
+                f"got {self.call!r}"
+            )
+        object.__setattr__(self, "data", _frozen(self.data, "ApprovalResponseContent.data"))
+
+
+Content: TypeAlias = (
+    TextContent
+    | ReasoningContent
+    | FunctionCallContent
+    | FunctionResultContent
+    | HostedCallContent
+    | HostedResultContent
+    | ApprovalRequestContent
+    | ApprovalResponseContent
+    | OpaqueContent
+)
+_CONTENT_TYPES = (
+    TextContent,
+    ReasoningContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
+    ApprovalRequestContent,
+    ApprovalResponseContent,
+    OpaqueContent,
+)
+
+
+def opened_ids(contents: Iterable[Content]) -> list[str]:
+    """The ids these contents open, in order: each call's id, and for an approval request its
+    request id and the id of the call it holds (that call's results answer it too)."""
+    ids: list[str] = []
+    for c in contents:
+        if isinstance(c, (FunctionCallContent, HostedCallContent)):
+            ids.append(c.call_id)
+        elif isinstance(c, ApprovalRequestContent):
+            ids.append(c.request_id)
+            ids.append(c.call.call_id)
+    return ids
+
+
+def answered_ids(contents: Iterable[Content]) -> list[str]:
+    """The ids these contents answer, in order: each result's call id, each approval response's
+    request id."""
+    ids: list[str] = []
+    for c in contents:
+        if isinstance(c, (FunctionResultContent, HostedResultContent)):
+            ids.append(c.call_id)
+        elif isinstance(c, ApprovalResponseContent):
+            ids.append(c.request_id)
+    return ids
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -213,8 +373,8 @@ class Message:
         for item in contents:
             if not isinstance(item, _CONTENT_TYPES):
                 raise InvalidMessageError(
-                    f"Message.contents holds {type(item).__name__} {item!r}; use TextContent, "
-                    "ReasoningContent, FunctionCallContent, FunctionResultContent or OpaqueContent"
+                    f"Message.contents holds {type(item).__name__} {item!r}; use one of "
+                    + ", ".join(t.__name__ for t in _CONTENT_TYPES)
                 )
         object.__setattr__(self, "contents", contents)
         if self.author_name is not None:
@@ -280,6 +440,16 @@ class Message:
         return tuple(c for c in self.contents if isinstance(c, FunctionResultContent))
 
     @property
+    def opened_ids(self) -> list[str]:
+        """Ids of the calls and approval requests this message opens (see :func:`opened_ids`)."""
+        return opened_ids(self.contents)
+
+    @property
+    def answered_ids(self) -> list[str]:
+        """Ids of the calls and approval requests this message answers (see :func:`answered_ids`)."""
+        return answered_ids(self.contents)
+
+    @property
     def is_summary(self) -> bool:
         return self.role == "assistant" and self.additional_properties.get(SUMMARY_PROPERTY) is True
 
@@ -303,6 +473,16 @@ class Message:
                 yield c.arguments
             elif isinstance(c, FunctionResultContent):
                 yield c.result
+            elif isinstance(c, HostedCallContent):
+                yield c.name
+                yield c.arguments
+            elif isinstance(c, HostedResultContent):
+                yield c.output
+            elif isinstance(c, ApprovalRequestContent):
+                yield c.call.name
+                yield c.call.arguments
+            elif isinstance(c, ApprovalResponseContent):
+                continue
             else:
                 text = c.data.get("text")
                 if isinstance(text, str):
@@ -373,13 +553,107 @@ def assistant_text_message(
 _KNOWN_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"})
 
 
+# Hosted calls, their results and approvals travel in Chat Completions as content parts of these
+# types; each part holds the content's fields and, beside them, its ``data`` (provider fields).
+_HOSTED_PART_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "hosted_call": ("type", "call_id", "tool", "name", "arguments"),
+        "hosted_result": ("type", "call_id", "tool", "output"),
+        "approval_request": ("type", "request_id", "call"),
+        "approval_response": ("type", "request_id", "approved", "call"),
+    }
+)
+
+
+def _part_data(part: Mapping[str, Any]) -> dict[str, Any]:
+    known = _HOSTED_PART_FIELDS[part["type"]]
+    return {key: value for key, value in part.items() if key not in known}
+
+
+def _approval_call(value: object, where: str) -> FunctionCallContent | HostedCallContent:
+    if isinstance(value, Mapping) and value.get("type") == "hosted_call":
+        call = _parse_hosted_part(value, where)
+        assert isinstance(call, HostedCallContent)
+        return call
+    return _parse_tool_call(value, where)
+
+
+def _parse_hosted_part(part: Mapping[str, Any], where: str) -> Content:
+    """A hosted call, hosted result or approval part (see ``_HOSTED_PART_FIELDS``) as its content."""
+    kind = part["type"]
+    try:
+        if kind == "hosted_call":
+            return HostedCallContent(
+                part.get("call_id"),  # type: ignore[arg-type]
+                part.get("tool"),  # type: ignore[arg-type]
+                part.get("name", ""),
+                part.get("arguments", ""),
+                _part_data(part),
+            )
+        if kind == "hosted_result":
+            return HostedResultContent(
+                part.get("call_id"),  # type: ignore[arg-type]
+                part.get("tool"),  # type: ignore[arg-type]
+                part.get("output", ""),
+                _part_data(part),
+            )
+        if kind == "approval_request":
+            if "call" not in part:
+                raise InvalidMessageError("an approval request needs the 'call' it asks about")
+            return ApprovalRequestContent(
+                part.get("request_id"),  # type: ignore[arg-type]
+                _approval_call(part["call"], where),
+                _part_data(part),
+            )
+        call = part.get("call")
+        return ApprovalResponseContent(
+            part.get("request_id"),  # type: ignore[arg-type]
+            part.get("approved"),  # type: ignore[arg-type]
+            None if call is None else _approval_call(call, where),
+            _part_data(part),
+        )
+    except InvalidMessageError as error:
+        raise InvalidMessageError(f"{where}: {kind} part {dict(part)!r}: {error}") from None
+
+
+def _hosted_part(content: Content) -> dict[str, Any]:
+    """The content part that carries a hosted call, hosted result or approval (inverse of
+    ``_parse_hosted_part``); fields left at their default are not written."""
+    part: dict[str, Any] = {"type": content.type}
+    if isinstance(content, HostedCallContent):
+        part.update(call_id=content.call_id, tool=content.tool)
+        if content.name:
+            part["name"] = content.name
+        if content.arguments:
+            part["arguments"] = content.arguments
+    elif isinstance(content, HostedResultContent):
+        part.update(call_id=content.call_id, tool=content.tool)
+        if content.output:
+            part["output"] = content.output
+    elif isinstance(content, ApprovalRequestContent):
+        part.update(request_id=content.request_id, call=_call_part(content.call))
+    elif isinstance(content, ApprovalResponseContent):
+        part.update(request_id=content.request_id, approved=content.approved)
+        if content.call is not None:
+            part["call"] = _call_part(content.call)
+    part.update(_thaw(content.data))  # type: ignore[union-attr]
+    return part
+
+
+def _call_part(call: FunctionCallContent | HostedCallContent) -> dict[str, Any]:
+    return _tool_call_item(call) if isinstance(call, FunctionCallContent) else _hosted_part(call)
+
+
 def _parse_parts(parts: list[Any], where: str) -> list[Content]:
     contents: list[Content] = []
     for position, part in enumerate(parts):
         if not isinstance(part, Mapping):
             raise InvalidMessageError(f"{where}: content part {position} is {part!r}; parts must be objects")
-        if part.get("type") == "text" and set(part) == {"type", "text"}:
+        kind = part.get("type")
+        if kind == "text" and set(part) == {"type", "text"}:
             contents.append(TextContent(_require_str(part["text"], f"{where}: content part {position} text")))
+        elif isinstance(kind, str) and kind in _HOSTED_PART_FIELDS:
+            contents.append(_parse_hosted_part(part, f"{where}: content part {position}"))
         else:
             contents.append(OpaqueContent(part))
     return contents
@@ -450,6 +724,12 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
         )
 
     if role == "tool":
+        for key in ("tool_calls", "reasoning_content"):
+            if data.get(key) is not None:
+                raise InvalidMessageError(
+                    f"{where}: a tool message carries one result, not {key!r} (got {data[key]!r}); "
+                    "put calls and reasoning in an assistant message"
+                )
         call_id = data.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             raise InvalidMessageError(
@@ -526,6 +806,14 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
             texts.append(c)
     form = message.content_form
     if message.role == "tool":
+        unwritable = [c for c in message.contents if not isinstance(c, FunctionResultContent)]
+        if unwritable or len(results) > 1:
+            # Chat Completions has one result per tool message and nowhere to put anything else.
+            raise InvalidMessageError(
+                "a tool message can be written to OpenAI's format with exactly one FunctionResultContent; "
+                f"this one holds {len(results)} results and {unwritable!r}: move calls and reasoning to an "
+                "assistant message and give each result its own tool message"
+            )
         result = results[0] if results else None
         if result is not None and result.parts is not None:
             out["content"] = [_thaw(p) for p in result.parts]
@@ -546,24 +834,13 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
             else:
                 form = "parts"
         if form == "parts" or not only_text or len(texts) > 1:
-            out["content"] = [
-                {"type": "text", "text": c.text} if isinstance(c, TextContent) else _thaw(c.data)  # type: ignore[union-attr]
-                for c in texts
-            ]
+            out["content"] = [_part(c) for c in texts]
         elif form == "text":
             out["content"] = texts[0].text if texts else ""  # type: ignore[union-attr]
         elif form == "null":
             out["content"] = None
         if calls:
-            tool_calls = []
-            for call in calls:
-                item: dict[str, Any] = {"id": call.call_id}
-                if call.openai_type is not None:
-                    item["type"] = call.openai_type
-                item["function"] = {"name": call.name, "arguments": call.arguments, **_thaw(call.function_extra)}
-                item.update(_thaw(call.extra))
-                tool_calls.append(item)
-            out["tool_calls"] = tool_calls
+            out["tool_calls"] = [_tool_call_item(call) for call in calls]
     if message.author_name is not None:
         out["name"] = message.author_name
     out.update(_thaw(message.extra))
@@ -576,6 +853,25 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
         if block:
             out[_METADATA_KEY] = block
     return out
+
+
+def _part(content: Content) -> dict[str, Any]:
+    """A content part of a list-of-parts ``content``."""
+    if isinstance(content, TextContent):
+        return {"type": "text", "text": content.text}
+    if isinstance(content, OpaqueContent):
+        return _thaw(content.data)  # type: ignore[no-any-return]
+    return _hosted_part(content)
+
+
+def _tool_call_item(call: FunctionCallContent) -> dict[str, Any]:
+    """One ``tool_calls`` entry, as it came in (inverse of ``_parse_tool_call``)."""
+    item: dict[str, Any] = {"id": call.call_id}
+    if call.openai_type is not None:
+        item["type"] = call.openai_type
+    item["function"] = {"name": call.name, "arguments": call.arguments, **_thaw(call.function_extra)}
+    item.update(_thaw(call.extra))
+    return item
 
 
 def to_openai(messages: Iterable[Message], *, metadata: bool = False) -> list[dict[str, Any]]:

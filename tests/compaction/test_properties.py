@@ -15,7 +15,8 @@ falsifying conversation and a constructor-like repr of the strategy, which is th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,12 +52,14 @@ from contextledger.messages import (
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 from tests.conversations import (
+    SHAPES,
     ScriptedReply,
     StrategySpec,
     conversations,
     dirty_conversations,
     gentlest_first_specs,
     selective_specs,
+    shapes_of,
     sliding_window_specs,
     specs_for,
     strategy_specs,
@@ -197,6 +200,33 @@ def newest_non_system(groups: Iterable[MessageGroup], count: int, kinds: set[Gro
     return kept
 
 
+def check_units(messages: Sequence[Message], projection: Sequence[Message], index: MessageIndex) -> None:
+    """SPEC §11, read from the ids alone: a call and every message that answers it after it (a
+    result, an approval response) are sent together or not at all, wherever they sit.  Checked
+    when every id is opened once (generated traffic; dirty input has its own check above).  A
+    tool group collapsed into a summary counts as sent whole."""
+    opened: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        for call_id in message.opened_ids:
+            if call_id in opened and opened[call_id] != position:
+                return  # a reused id: pairing is ambiguous, validate() covers such input
+            opened[call_id] = position
+    answers = [call_id for message in messages for call_id in message.answered_ids]
+    if len(answers) != len(set(answers)):
+        return  # an id answered twice: only the first answer belongs to the call
+    collapsed = {id(m) for g in index.groups if g.excluded and g.exclusion_reason == "collapsed" for m in g.messages}
+    sent = {id(m) for m in projection} | collapsed
+    for position, message in enumerate(messages):
+        for call_id in message.answered_ids:
+            start = opened.get(call_id)
+            if start is None or start > position:
+                continue
+            call_sent, answer_sent = id(messages[start]) in sent, id(message) in sent
+            assert call_sent == answer_sent, (
+                f"{call_id!r}: {'call' if call_sent else 'answer'} sent without its {'answer' if call_sent else 'call'}"
+            )
+
+
 def flagged(messages: Sequence[Message]) -> set[int]:
     """Identities of the messages ``validate`` complains about."""
     return {id(messages[p.index]) for p in validate(messages)}
@@ -240,6 +270,8 @@ def check_compaction(messages: list[Message], spec: StrategySpec) -> None:
         assert validate(projection) == [], validate(projection)
     else:
         assert flagged(projection) <= flagged(messages), validate(projection)
+
+    check_units(messages, projection, index)
 
     # System messages: all of them, the same objects, in the same order, unless dropping is allowed.
     systems_in = [m for m in messages if m.role == "system"]
@@ -332,24 +364,52 @@ def check_oldest_first(
     candidates: Sequence[MessageGroup],
     taken: Sequence[MessageGroup],
     replacements: dict[int, MessageGroup] | None = None,
+    keep: set[int] | None = None,
 ) -> None:
     """``taken`` is the oldest prefix of ``candidates``, and it stops exactly where the target says:
     the target was not met before the last step, and it is met after the last one unless every
     candidate was used.  ``replacements`` maps a collapsed group to the summary that took its place."""
-    j = len(taken)
-    assert [id(g) for g in taken] == [id(g) for g in candidates[:j]], "groups were not taken oldest first"
+    steps = unit_steps(candidates, keep)
+    taken_ids = {id(g) for g in taken}
+    j = 0
+    while j < len(steps) and all(id(g) in taken_ids for g in steps[j]):
+        j += 1
+    done = [g for step in steps[:j] for g in step]
+    assert taken_ids == {id(g) for g in done}, "groups were not taken oldest first, a unit at a time"
 
-    def state(steps: int) -> MessageIndex:
-        gone = {id(g) for g in candidates[:steps]}
+    def state(count: int) -> MessageIndex:
+        dropped = [g for step in steps[:count] for g in step]
+        gone = {id(g) for g in dropped}
         remaining = [g for g in live if id(g) not in gone]
         if replacements is not None:
-            remaining += [replacements[id(g)] for g in candidates[:steps]]
+            remaining += [replacements[id(g)] for g in dropped]
         return metrics_of(remaining).as_index()
 
     if j:
         assert not strategy.target_met(state(j - 1)), "one step more than the target needed"
-    if j < len(candidates):
+    if j < len(steps):
         assert strategy.target_met(state(j)), "stopped before the target was met with candidates left"
+
+
+def unit_steps(candidates: Sequence[MessageGroup], keep: set[int] | None = None) -> list[list[MessageGroup]]:
+    """The steps an oldest-first strategy takes through ``candidates``: each a whole unit (a call
+    with results that sit apart is one step, SPEC §11), oldest first; a unit with a member that
+    must stay (in ``keep``, or by default any included group that is not a candidate) is kept
+    whole, so it is no step at all."""
+    ids = {id(g) for g in candidates}
+    if keep is not None:
+        ids = {id(m) for g in candidates for m in g.unit if id(m) not in keep}
+    steps: list[list[MessageGroup]] = []
+    seen: set[int] = set()
+    for group in candidates:
+        if id(group) in seen:
+            continue
+        members = [m for m in group.unit if not m.excluded]
+        if any(id(m) not in ids for m in members):
+            continue
+        seen.update(id(m) for m in members)
+        steps.append(members)
+    return steps
 
 
 def check_truncation(
@@ -367,7 +427,8 @@ def check_truncation(
     if strategy.max_n is not None and strategy.compact_to is not None:
         # Keyword style, stated directly: at or under compact_to, or only protected groups left.
         metric = result.index.included_tokens if strategy.tokenizer is not None else result.index.included_messages
-        assert metric <= strategy.compact_to or len(taken) == len(candidates)
+        takeable = {id(g) for step in unit_steps(candidates) for g in step}
+        assert metric <= strategy.compact_to or {id(g) for g in taken} == takeable
 
 
 def _kept_by_window(group: MessageGroup) -> bool:
@@ -381,6 +442,8 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
         keep = {id(g) for g in eligible[-strategy.keep_last_groups :]}
         for group in live:
             should_go = not _kept_by_window(group) and id(group) not in keep
+            # A unit with a kept member is kept whole: a kept result keeps its call (SPEC §11).
+            should_go = should_go and not any(id(m) in keep or _kept_by_window(m) for m in group.unit)
             assert after(group).excluded == should_go, group
         return
     turns: dict[int, list[MessageGroup]] = {}
@@ -393,23 +456,42 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
     newest = [g for g in live if g.kind is not SYSTEM][-1]
     if candidates and candidates[-1] == newest.turn:
         candidates.pop()  # the turn of the latest exchange is kept whatever the floor
-    excluded = [g for g in live if after(g).excluded]
-    gone = sorted({g.turn for g in excluded if g.turn is not None})
-    assert all(g.turn in turns for g in excluded), "a group outside the eligible turns was excluded"
-    assert all(after(g).excluded for t in gone for g in turns[t]), "a turn was excluded only in part"
-    assert gone == candidates[: len(gone)], "turns were not excluded oldest first, or a preserved turn was"
+    # Turns a unit spans go together, and not at all when the unit reaches a kept turn (SPEC §11).
+    joined: set[int] = set()
+    for group in live:
+        if len(group.unit) > 1:
+            spanned = [m.turn or 0 for m in group.unit if not m.excluded]
+            joined.update(range(min(spanned) + 1, max(spanned) + 1))
+    steps: list[list[int]] = []
+    for turn in candidates:
+        if turn not in joined:
+            steps.append([turn])
+        elif steps:
+            steps[-1].append(turn)
+        else:
+            break
+    if steps and steps[-1][-1] + 1 in joined:
+        steps.pop()
+    step_groups = [[g for t in step for g in turns[t]] for step in steps]
+    excluded = {id(g) for g in live if after(g).excluded}
+    done = 0
+    while done < len(steps) and all(id(g) in excluded for g in step_groups[done]):
+        done += 1
+    assert excluded == {id(g) for groups in step_groups[:done] for g in groups}, (
+        "turns were not excluded oldest first and whole, or a preserved turn was"
+    )
 
-    def state(steps: int) -> MessageIndex:
-        dropped = {id(g) for t in candidates[:steps] for g in turns[t]}
+    def state(count: int) -> MessageIndex:
+        dropped = {id(g) for groups in step_groups[:count] for g in groups}
         return metrics_of(g for g in live if id(g) not in dropped).as_index()
 
-    for step, turn in enumerate(gone):
+    for step in range(done):
         now = state(step)
         assert not strategy.target_met(now)
-        assert len(turns[turn]) < now.included_non_system_groups
-    if len(gone) < len(candidates):
-        now = state(len(gone))
-        assert strategy.target_met(now) or len(turns[candidates[len(gone)]]) >= now.included_non_system_groups
+        assert len(step_groups[step]) < now.included_non_system_groups
+    if done < len(steps):
+        now = state(done)
+        assert strategy.target_met(now) or len(step_groups[done]) >= now.included_non_system_groups
 
 
 def keyword_only(strategy: CompactionStrategy) -> bool:
@@ -432,10 +514,16 @@ def check_selective(strategy: SelectiveToolCallCompactionStrategy, before: Messa
     newest = newest_non_system(live, 1)
     candidates = [g for g in _tool_eligible(strategy, live) if id(g) not in newest]
     taken = [g for g in live if after(g).excluded]
-    check_oldest_first(strategy, live, candidates, taken)
+    if strategy.keep_last_tool_call_groups is not None:
+        floor = newest_non_system(live, strategy.keep_last_tool_call_groups, {TOOL_CALL})
+    else:
+        floor = newest_non_system(live, strategy.minimum_preserved)
+    protected = set(floor) | set(newest)
+    check_oldest_first(strategy, live, candidates, taken, keep=protected)
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive.
-        survivors = [g for g in live if g.kind is TOOL_CALL and not after(g).excluded]
+        # A unit whose results sit apart from its call counts once (SPEC §11).
+        survivors = {id(g.unit[0]) for g in live if g.kind is TOOL_CALL and not after(g).excluded}
         assert len(survivors) <= max(strategy.keep_last_tool_call_groups, 1)
 
 
@@ -443,7 +531,8 @@ def check_tool_results(
     strategy: ToolResultCompactionStrategy, before: MessageIndex, after: Lookup, result: CompactionResult
 ) -> None:
     live = before.live
-    candidates = [g for g in _tool_eligible(strategy, live) if not g.orphan and g.is_complete]
+    # A call whose results sit apart from it is left whole, never collapsed (SPEC §11).
+    candidates = [g for g in _tool_eligible(strategy, live) if not g.orphan and g.is_complete and len(g.unit) == 1]
     taken = [g for g in live if after(g).excluded]
     groups = result.index.groups
     replacements: dict[int, MessageGroup] = {}
@@ -472,7 +561,11 @@ def check_tool_results(
     check_oldest_first(strategy, live, candidates, taken, replacements)
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed.
-        verbatim = [g for g in live if g.kind is TOOL_CALL and not g.orphan and g.is_complete and not after(g).excluded]
+        verbatim = [
+            g
+            for g in live
+            if g.kind is TOOL_CALL and not g.orphan and g.is_complete and len(g.unit) == 1 and not after(g).excluded
+        ]
         assert len(verbatim) <= strategy.keep_last_tool_call_groups
 
 
@@ -528,6 +621,8 @@ def check_summarization(
         """Taking ``steps`` groups and no more is what the rules allow."""
         if steps == len(available):
             return True
+        if len(available[steps].unit) > 1:
+            return True  # a call whose results sit apart: summarising it would move them (SPEC §11)
         if trigger_style and strategy.target_met(state(steps)):
             return True
         return too_big(available[: steps + 1])
@@ -550,6 +645,11 @@ def check_summarization(
         return
     chosen = [g for g in live if after(g).excluded]
     assert chosen
+    # Groups too large to be summarised on their own are left as they are, and the ones after
+    # them are summarised (SPEC §11): the choice starts after them.
+    skipped = [id(g) for g in available].index(id(chosen[0]))
+    assert all(too_big([g]) for g in available[:skipped]), "a group that fitted was skipped"
+    available = available[skipped:]
     assert all(after(g).exclusion_reason == "summarized" for g in chosen)
     assert [id(g) for g in chosen] == [id(g) for g in available[: len(chosen)]], "not the oldest groups"
     assert justified_stop(len(chosen)), "stopped early: the next group fitted and the target was not met"
@@ -575,15 +675,21 @@ def check_token_budget(
     """Within budget, or down to the newest group; and the fallback took the oldest groups, no more
     than it needed (checked when no nested budget strategy logs fallbacks of its own)."""
     index = result.index
-    assert index.included_tokens <= strategy.token_budget or index.included_non_system_groups <= 1
+    live = [g for g in index.live if g.kind is not SYSTEM]
+    # The newest group's unit (its call, when its result sits apart: SPEC §11) is always sent.
+    newest_unit = {id(m) for m in live[-1].unit} if live else set()
+    assert index.included_tokens <= strategy.token_budget or all(id(g) in newest_unit for g in live)
     fallback = [e for e in result.events if e.detail.endswith("token_budget_fallback")]
     if fallback and check_fallback:
         (event,) = fallback
         groups = index.groups
-        last = max(groups.index(g) for g in event.groups)
-        older = [g for g in groups[:last] if g.kind is not SYSTEM]
+        # Each step takes a whole unit, chosen by its oldest member (SPEC §11).
+        leaders = [g for g in event.groups if g.unit[0] is g]
+        last = max(groups.index(g) for g in leaders)
+        older = [g for g in groups[:last] if g.kind is not SYSTEM and id(g) not in newest_unit]
         assert all(g.excluded for g in older), "the fallback skipped an older group"
-        assert index.included_tokens + groups[last].token_count > strategy.token_budget, "fallback went too far"
+        step = sum(m.token_count for m in groups[last].unit if m in event.groups)
+        assert index.included_tokens + step > strategy.token_budget, "fallback went too far"
 
 
 # Tests -------------------------------------------------------------------------------------------
@@ -595,14 +701,18 @@ def cases(
     *,
     family: SpecFactory | None = None,
     dirty: bool | None = False,
+    traffic: bool | None = False,
 ) -> tuple[list[Message], StrategySpec]:
-    """A conversation (valid, dirty, or either when ``dirty`` is None) and a strategy spec; the
-    spec is a single strategy of ``family`` when given, else any nesting."""
+    """A conversation (valid, dirty, or either when ``dirty`` is None; with real-traffic layouts
+    when ``traffic``, or either when None, for valid ones) and a strategy spec; the spec is a
+    single strategy of ``family`` when given, else any nesting."""
     tokenizer: Tokenizer = draw(tokenizers())
     spec = draw(specs_for(family, tokenizer) if family is not None else strategy_specs(tokenizer))
     if dirty is None:
         dirty = draw(st.booleans())
-    messages = draw(dirty_conversations() if dirty else conversations())
+    if traffic is None:
+        traffic = draw(st.booleans())
+    messages = draw(dirty_conversations() if dirty else conversations(traffic=bool(traffic)))
     return messages, spec
 
 
@@ -610,6 +720,26 @@ def cases(
 @given(case=cases())
 def test_any_strategy_on_valid_conversations(case: tuple[list[Message], StrategySpec]) -> None:
     check_compaction(*case)
+
+
+@DEFAULT
+@given(case=cases(traffic=True))
+def test_any_strategy_on_real_traffic(case: tuple[list[Message], StrategySpec]) -> None:
+    """Results apart from their call (after notes and user messages), approvals, hosted calls
+    and reasoning items: every property holds, and no unit is split (SPEC §11)."""
+    check_compaction(*case)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [truncation_specs, sliding_window_specs, tool_result_specs, selective_specs, summarization_specs],
+    ids=["truncation", "sliding_window", "tool_results", "selective", "summarization"],
+)
+@DEFAULT
+@given(data=st.data())
+def test_each_strategy_on_real_traffic(family: SpecFactory, data: st.DataObject) -> None:
+    """Alone at the root, so each strategy's stopping rule is checked on real-traffic layouts."""
+    check_compaction(*data.draw(cases(family=family, traffic=True)))
 
 
 @DEFAULT
@@ -729,7 +859,27 @@ def test_entry_points_agree(data: st.DataObject, messages: list[Message]) -> Non
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-@given(case=cases(dirty=None))
-def test_stress_every_property(case: tuple[list[Message], StrategySpec]) -> None:
-    """100,000 cases over every strategy, nesting, tokenizer and conversation shape."""
+@given(case=cases(dirty=None, traffic=None))
+def test_stress_every_property(case: tuple[list[Message], StrategySpec], stress_shapes: Counter[str]) -> None:
+    """100,000 cases over every strategy, nesting, tokenizer and conversation shape; how many had
+    each real-traffic shape is printed at the end."""
+    messages, _ = case
+    stress_shapes["conversations"] += 1
+    stress_shapes.update(shapes_of(messages))
     check_compaction(*case)
+
+
+@pytest.fixture(scope="module")
+def stress_shapes(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
+    """Counts of generated shapes, written to the terminal when the module's tests are done."""
+    counts: Counter[str] = Counter()
+    yield counts
+    if counts:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"stress run: {counts['conversations']:,} conversations"]
+        lines += [f"  {shape}: {counts[shape]:,}" for shape in SHAPES]
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line)
+            else:
+                print(line)

@@ -535,8 +535,23 @@ def test_summariser_request_fits_max_input_tokens_at_the_boundary() -> None:
         assert sum(ESTIMATE.count_messages(request)) <= budget
 
 
-def test_summariser_is_not_called_when_the_oldest_group_alone_is_too_big() -> None:
+def test_a_group_too_big_to_summarise_is_left_as_it_is_and_the_rest_summarised() -> None:
+    """SPEC §11: one oversized group never stalls summarisation."""
     messages = [Message.system("s"), Message.user("x" * 4000), *exchanges(8, system=None)]
+    client = ScriptedChatClient(["gist"])
+    changed, index = run(SummarizationStrategy(client=client, max_input_tokens=500), messages)
+
+    assert changed is True
+    assert len(client.requests) == 1
+    assert "x" * 100 not in client.requests[0][1].text
+    projection = index.projection()
+    assert projection[:2] == messages[:2]
+    assert projection[2].is_summary
+    assert [e.action for e in index.events] == ["summarized"]
+
+
+def test_summariser_is_not_called_when_every_group_alone_is_too_big() -> None:
+    messages = [Message.system("s"), *(Message.user("x" * 4000) for _ in range(8))]
     client = ScriptedChatClient(["never"])
     changed, index = run(SummarizationStrategy(client=client, max_input_tokens=500), messages)
 

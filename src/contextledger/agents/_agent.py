@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from contextledger._forgotten import same_input
+from contextledger._tracing import traced_agent_run
 from contextledger.agents._context import (
     INSTRUCTIONS_PROPERTY,
     ContextProvider,
@@ -173,6 +174,7 @@ class Agent:
     def create_session(self, session_id: str | None = None) -> Session:
         return Session(session_id)
 
+    @traced_agent_run
     async def run(
         self,
         messages: str | Message | Sequence[Message],

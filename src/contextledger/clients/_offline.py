@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import FunctionCallContent, FunctionResultContent, Message
@@ -85,6 +86,7 @@ class OfflineModel:
     def __repr__(self) -> str:
         return f"OfflineModel(summary_chars={self.summary_chars})"
 
+    @traced_model_call
     async def get_response(
         self,
         messages: Sequence[Message],

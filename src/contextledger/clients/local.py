@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.exceptions import (
     ConfigurationError,
@@ -191,6 +192,7 @@ class LocalChatClient:
             except RuntimeError as error:
                 raise ModelResponseError(f"the local model {self.model} failed: {error}") from error
 
+    @traced_model_call
     async def get_response(
         self,
         messages: Sequence[Message],

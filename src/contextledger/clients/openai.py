@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from contextledger._extras import require_extra
+from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse, Usage
 from contextledger.exceptions import (
     ConfigurationError,
@@ -113,6 +114,7 @@ class OpenAIChatClient:
     def _where(self) -> str:
         return f"model {self.model!r} at {self.base_url}"
 
+    @traced_model_call
     async def get_response(
         self,
         messages: Sequence[Message],

@@ -1,6 +1,17 @@
 """Compaction: atomic message groups, triggers, strategies, and running them.
 
 >>> from contextledger.compaction import TruncationStrategy, apply_compaction_sync
+
+Where things live:
+
+- ``_index.py`` — :class:`MessageIndex`: grouping (SPEC §3 and §11: the plain-history fast loop
+  and the general loop, units of a call and its results that sit apart), the group table
+  (``_Table``: one column per attribute), the included metrics (``_count``/``_tally``), and
+  marking (``_exclude``/``_include``, which take whole units; ``whole_units`` for boundaries).
+- ``_strategies.py`` — every built-in strategy and both argument styles: truncation, sliding
+  window, tool-result collapse, selective removal, summarisation, pipeline and token budget.
+- ``_context_window.py`` — :class:`ContextWindowCompactionStrategy`, built from the above.
+- ``triggers.py`` — triggers and targets.  ``_apply.py`` — running a strategy on a message list.
 """
 
 from contextledger.compaction import triggers
@@ -9,7 +20,9 @@ from contextledger.compaction._apply import (
     apply_compaction,
     apply_compaction_sync,
     compact_messages,
+    compact_with_report,
 )
+from contextledger.compaction._context_window import ContextWindowCompactionStrategy
 from contextledger.compaction._index import CompactionEvent, GroupKind, MessageGroup, MessageIndex
 from contextledger.compaction._strategies import (
     DEFAULT_SUMMARIZATION_PROMPT,
@@ -44,6 +57,7 @@ __all__ = [
     "CompactionEvent",
     "CompactionResult",
     "CompactionStrategy",
+    "ContextWindowCompactionStrategy",
     "GroupKind",
     "MessageGroup",
     "MessageIndex",
@@ -61,6 +75,7 @@ __all__ = [
     "apply_compaction",
     "apply_compaction_sync",
     "compact_messages",
+    "compact_with_report",
     "format_tool_results",
     "groups_exceed",
     "has_tool_calls",

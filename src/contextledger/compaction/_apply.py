@@ -6,13 +6,21 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contextledger._tracing import traced_compaction
 from contextledger.compaction._index import CompactionEvent, MessageIndex
 from contextledger.compaction._strategies import CompactionStrategy
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["CompactionResult", "apply_compaction", "apply_compaction_sync", "compact_messages", "resolve_tokenizer"]
+__all__ = [
+    "CompactionResult",
+    "apply_compaction",
+    "apply_compaction_sync",
+    "compact_messages",
+    "compact_with_report",
+    "resolve_tokenizer",
+]
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -65,7 +73,8 @@ def _check_messages(messages: Sequence[Message]) -> list[Message]:
     return messages if isinstance(messages, list) else list(messages)
 
 
-async def compact_messages(
+@traced_compaction
+async def compact_with_report(
     messages: Sequence[Message],
     *,
     strategy: CompactionStrategy | None,
@@ -92,7 +101,7 @@ async def apply_compaction(
     tokenizer: Tokenizer | None = None,
 ) -> list[Message]:
     """Return the messages ``strategy`` would send, leaving ``messages`` untouched."""
-    return (await compact_messages(messages, strategy=strategy, tokenizer=tokenizer)).messages
+    return (await compact_with_report(messages, strategy=strategy, tokenizer=tokenizer)).messages
 
 
 def apply_compaction_sync(
@@ -107,3 +116,7 @@ def apply_compaction_sync(
     except RuntimeError:
         return asyncio.run(apply_compaction(messages, strategy=strategy, tokenizer=tokenizer))
     raise RuntimeError("apply_compaction_sync was called inside a running event loop; await apply_compaction instead")
+
+
+compact_messages = compact_with_report
+"""The first release's name for :func:`compact_with_report`; kept so existing code runs, prefer the new name."""

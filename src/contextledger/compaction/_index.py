@@ -37,7 +37,9 @@ from contextledger.messages import (
     Message,
     ReasoningContent,
     TextContent,
+    answered_ids,
     assistant_text_message,
+    opened_ids,
 )
 from contextledger.tokenizers import CALL_OVERHEAD, MESSAGE_OVERHEAD, CharacterEstimatorTokenizer, Tokenizer
 
@@ -110,6 +112,7 @@ class _Table:
         "tokens",
         "turn",
         "unanswered",
+        "unit",
         "views",
     )
 
@@ -126,6 +129,10 @@ class _Table:
         self.call_ids: dict[int, str | frozenset[str]] = {}
         self.unanswered: dict[int, str | frozenset[str]] = {}  # calls still waiting for a result
         self.orphan: set[int] = set()
+        # Groups of one unit that are not adjacent (a result after an approval note or a user
+        # message, an approval and its response): each member -> the unit's members, one shared
+        # list (SPEC §11).  Such members are excluded and included together, always.
+        self.unit: dict[int, list[int]] = {}
         self.origin: list[str] = []  # "input", or what wrote a summary
         # What a summary group stands in for: one group's id, several ids, or None.
         self.replaces: list[int | tuple[int, ...] | None] = []
@@ -207,6 +214,43 @@ class _Table:
             first[target], size[target] = len(self.pool), len(messages)
             self.pool.extend(messages)
         self.tokens[target] += sum(self.tokens[group] for group in groups if group != target)
+
+    def link(self, call_group: int, answer_group: int) -> None:
+        """Make two groups one unit (and so every group already in a unit with either)."""
+        unit = self.unit
+        first = unit.get(call_group) or [call_group]
+        second = unit.get(answer_group) or [answer_group]
+        if first is second:
+            return
+        members = sorted(set(first).union(second))
+        for member in members:
+            unit[member] = members
+
+    def answer(self, group: int, ids: Iterable[str]) -> None:
+        """Record that ``ids`` of ``group``'s waiting calls got a result."""
+        waiting = self.unanswered.get(group)
+        if waiting is None:
+            return
+        left = (
+            (frozenset() if waiting in ids else frozenset((waiting,)))
+            if isinstance(waiting, str)
+            else waiting.difference(ids)
+        )
+        if left:
+            self.unanswered[group] = left
+        else:
+            del self.unanswered[group]
+
+    def with_units(self, groups: Iterable[int]) -> list[int]:
+        """``groups`` and every group in a unit with one of them, each once, in the given order."""
+        unit = self.unit
+        out: dict[int, None] = {}
+        for group in groups:
+            out[group] = None
+            members = unit.get(group)
+            if members is not None:
+                out.update(dict.fromkeys(members))
+        return list(out)
 
     def view(self, group: int) -> MessageGroup:
         found = self.views.get(group)
@@ -323,6 +367,13 @@ class MessageGroup:
         return frozenset((asked,)) if isinstance(asked, str) else asked
 
     @property
+    def unit(self) -> tuple[MessageGroup, ...]:
+        """The groups kept or excluded together with this one, itself included, in order: more
+        than one when a call's results sit apart from it (SPEC §11)."""
+        members = self._table.unit.get(self._id)
+        return (self,) if members is None else tuple(map(self._table.view, members))
+
+    @property
     def message_count(self) -> int:
         return self._table.size[self._id]
 
@@ -437,6 +488,8 @@ class MessageIndex:
         self._turn = 0
         self._open_tool: int | None = None
         self._provisional: list[int] = []  # trailing reasoning-only groups that may still join a call
+        self._waiting: dict[str, int] = {}  # call id -> the group whose call still waits for it
+        self._linked: list[int] = []  # earlier groups the last append linked a new result to
         self.total_groups = 0
         self.total_messages = 0
         self.total_tokens = 0
@@ -673,13 +726,13 @@ class MessageIndex:
             else:
                 if open_call is not None:
                     break
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if type(content) is not text_type:  # an approval response, say: the general loop
+                    break
                 if estimate:
-                    try:
-                        (content,) = message.contents
-                    except ValueError:
-                        break
-                    if type(content) is not text_type:
-                        break
                     add_count(overhead + (len(content.text) + rounding) // per_token)
                 if role == "user":
                     turn += 1
@@ -725,6 +778,7 @@ class MessageIndex:
         table.call_ids.update(zip(map(add, calls, repeat(first)), asked))
         if open_call is not None:
             table.unanswered[first + count - 1] = open_call
+            self._waiting[open_call] = first + count - 1
         if open_call is not None or answered:
             self._open_tool = first + count - 1  # results may still join it, as in the general loop
         self._turn = self.total_turns = turn
@@ -757,8 +811,36 @@ class MessageIndex:
         return position
 
     def _append_any(self, new: list[Message], counts: list[int]) -> None:
+        """The general loop (see :meth:`_group_any`); then a new result linked to a call that a
+        strategy had excluded is excluded with it, for the same reason: exclusions survive an
+        append, and a unit is never split (SPEC §11)."""
+        self._linked = []
+        self._group_any(new, counts)
+        reasons = self._table.reason
+        for group in self._linked:
+            reason = reasons[group]
+            if reason is not None:
+                self._exclude([group], reason)
+
+    def _link_answers(self, group: int, ids: Iterable[str]) -> bool:
+        """Link ``group`` to the earlier groups whose waiting calls ``ids`` answer; True if every
+        id answered such a call."""
+        table, waiting = self._table, self._waiting
+        matched = True
+        for call_id in ids:
+            call_group = waiting.pop(call_id, None)
+            if call_group is None or call_group == group:
+                matched = matched and call_group == group
+                continue
+            table.answer(call_group, (call_id,))
+            table.link(call_group, group)
+            self._linked.append(call_group)
+        return matched
+
+    def _group_any(self, new: list[Message], counts: list[int]) -> None:
         """The general loop: every grouping rule, and an open tail from the last append."""
         table = self._table
+        waiting = self._waiting
         kinds, turns, tokens, firsts, sizes = table.kind, table.turn, table.tokens, table.first, table.size
         call_ids_of, unanswered, orphans = table.call_ids, table.unanswered, table.orphan
         open_tool = self._open_tool
@@ -797,6 +879,38 @@ class MessageIndex:
         )
         position = len(table.pool) - 1
         table.pool.extend(new)
+
+        def join(group: int, message: Message, count: int, position: int, answers: list[str], belongs: bool) -> None:
+            """Add a result message to the open call group ``group`` (``belongs``: it answers it)."""
+            nonlocal provisional
+            if provisional:  # reasoning between results joins the tool group
+                table.merge(group, [group, *provisional])
+                dead.extend(provisional)
+                provisional = []
+            tokens[group] += count
+            if firsts[group] + sizes[group] == position:
+                sizes[group] += 1
+            else:  # not adjacent (something was added to the pool since): move the group
+                table.relocate(group, [message])
+            for call_id in answers:
+                if waiting.get(call_id) == group:
+                    del waiting[call_id]
+            table.answer(group, answers)
+            if not belongs:
+                orphans.add(group)
+
+        def answer_group(count: int, position: int, answers: list[str], turn: int) -> None:
+            """A message answering earlier calls (not the open one): its own tool group, one
+            unit with theirs (SPEC §11); flagged orphan if some id answers no waiting call."""
+            group = len(kinds)
+            kinds.append(_TOOL_CALL)
+            turns.append(turn)
+            tokens.append(count)
+            firsts.append(position)
+            sizes.append(1)
+            if not self._link_answers(group, answers):
+                orphans.add(group)
+
         for message, count in zip(new, counts):
             position += 1
             contents = message.contents
@@ -806,20 +920,27 @@ class MessageIndex:
                 if only is text_type and not message.additional_properties:
                     # The common case, decided without scanning anything.
                     open_tool = None
-                    if provisional:
-                        provisional = []
+                    group = len(kinds)
                     add_kind(_TEXT)
                     add_turn(turn)
                     add_tokens(count)
                     add_first(position)
                     add_size(1)
+                    if provisional:  # reasoning right before a reply belongs to it
+                        table.merge(group, [*provisional, group])
+                        dead.extend(provisional)
+                        provisional = []
                     continue
                 asked: str | frozenset[str]
+                answers: list[str] = []
                 if only is call_type:
                     asked = contents[0].call_id  # type: ignore[union-attr]
+                    opened = [asked]
                 else:
-                    asked = frozenset(c.call_id for c in contents if type(c) is call_type)
-                if asked:
+                    opened = opened_ids(contents)
+                    answers = answered_ids(contents)
+                    asked = frozenset(opened)
+                if opened:
                     group = len(kinds)
                     add_kind(_TOOL_CALL)
                     add_turn(turn)
@@ -830,8 +951,29 @@ class MessageIndex:
                         table.merge(group, [*provisional, group])
                         dead.extend(provisional)
                         provisional = []
-                    call_ids_of[group] = unanswered[group] = asked
+                    call_ids_of[group] = asked
+                    left = [call_id for call_id in opened if call_id not in answers] if answers else opened
+                    if left:
+                        unanswered[group] = left[0] if len(left) == 1 else frozenset(left)
+                        waiting.update(dict.fromkeys(left, group))
+                    earlier = [call_id for call_id in answers if call_id not in asked]
+                    if earlier and not self._link_answers(group, earlier):
+                        orphans.add(group)
                     open_tool = group
+                    tool_groups += 1
+                    continue
+                if answers:  # a hosted result or similar, with no call of its own
+                    asked_open = call_ids_of.get(open_tool) if open_tool is not None else None
+                    if (
+                        open_tool is not None
+                        and asked_open is not None
+                        and all(_asked(call_id, asked_open) for call_id in answers)
+                    ):
+                        join(open_tool, message, count, position, answers, True)
+                        continue
+                    open_tool = None
+                    provisional = []
+                    answer_group(count, position, answers, turn)
                     tool_groups += 1
                     continue
                 group = len(kinds)
@@ -861,6 +1003,10 @@ class MessageIndex:
                 if provisional:
                     provisional = []
                 turn += 1
+                if only is not text_type:  # an approval response answers its request, wherever it is
+                    answers = answered_ids(contents)
+                    if answers:
+                        self._link_answers(len(kinds), answers)
                 add_kind(_USER)
                 add_turn(turn)
                 add_tokens(count)
@@ -868,44 +1014,31 @@ class MessageIndex:
                 add_size(1)
             elif role == "tool":
                 asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
-                if asked_ids is not None and len(contents) == 1 and isinstance(contents[0], result_type):
-                    answer = contents[0].call_id
-                    belongs = answer == asked_ids if type(asked_ids) is str else answer in asked_ids
+                if asked_ids is not None and only is result_type:
+                    answers = [contents[0].call_id]  # type: ignore[union-attr]
+                    belongs = answers[0] == asked_ids if type(asked_ids) is str else answers[0] in asked_ids
                 else:
-                    result_ids = [c.call_id for c in contents if type(c) is result_type]
+                    answers = answered_ids(contents)
                     belongs = (
                         asked_ids is not None
-                        and bool(result_ids)
-                        and all(_asked(call_id, asked_ids) for call_id in result_ids)
+                        and bool(answers)
+                        and all(_asked(call_id, asked_ids) for call_id in answers)
                     )
+                if open_tool is not None and belongs:
+                    join(open_tool, message, count, position, answers, True)
+                    continue
+                if answers and any(call_id in waiting for call_id in answers):
+                    # A result of an earlier call, after other messages (an approval, a note, a
+                    # user reply): its own group, one unit with its call (SPEC §11).
+                    open_tool = None
+                    provisional = []
+                    answer_group(count, position, answers, turn)
+                    tool_groups += 1
+                    continue
                 # A result nobody asked for, while a call still waits for its own, stays inside the
                 # open group (flagged), so that call and its results are never split apart.
-                if open_tool is not None and (belongs or open_tool in unanswered):
-                    if provisional:  # reasoning between results joins the tool group
-                        table.merge(open_tool, [open_tool, *provisional])
-                        dead.extend(provisional)
-                        provisional = []
-                    tokens[open_tool] += count
-                    if firsts[open_tool] + sizes[open_tool] == position:
-                        sizes[open_tool] += 1
-                    else:  # not adjacent (something was added to the pool since): move the group
-                        table.relocate(open_tool, [message])
-                    waiting = unanswered.get(open_tool)
-                    if waiting is not None:
-                        if type(waiting) is str and belongs and len(contents) == 1:  # the one call answered
-                            del unanswered[open_tool]
-                        else:
-                            answered = [c.call_id for c in contents if isinstance(c, result_type)]
-                            if isinstance(waiting, str):
-                                left: frozenset[str] = frozenset() if waiting in answered else frozenset((waiting,))
-                            else:
-                                left = waiting.difference(answered)
-                            if left:
-                                unanswered[open_tool] = left
-                            else:
-                                del unanswered[open_tool]
-                    if not belongs:
-                        orphans.add(open_tool)
+                if open_tool is not None and open_tool in unanswered:
+                    join(open_tool, message, count, position, answers, False)
                 else:
                     open_tool = None
                     if provisional:
@@ -1002,7 +1135,10 @@ class MessageIndex:
         """Exclude groups by id; returns those that were not already excluded, in order.
 
         ``fresh`` says every group is included and listed once (the strategies' case), which
-        saves checking."""
+        saves checking.  A group in a unit with others (SPEC §11) takes them with it."""
+        unit = self._table.unit
+        if unit and not unit.keys().isdisjoint(groups):
+            groups, fresh = self._table.with_units(groups), False
         if len(groups) == 1:  # the per-step path of strategies with an arbitrary target
             group = groups[0]
             if self._table.reason[group] is not None:
@@ -1027,11 +1163,31 @@ class MessageIndex:
 
     def _include(self, groups: Iterable[int]) -> None:
         table = self._table
+        if table.unit:
+            groups = table.with_units(groups)
         for group in groups:
             if table.reason[group] is not None:
                 table.reason[group] = None
                 self._count(group, 1)
         self._relive()
+
+    def whole_units(self, groups: list[int], keep: set[int] | None = None) -> list[int]:
+        """``groups`` without those in a unit with a group that must stay: when a boundary falls
+        inside a unit, the unit is kept whole (a kept result keeps its call).  What must stay is
+        ``keep``, or by default every included group not in ``groups``."""
+        table = self._table
+        unit = table.unit
+        if not unit or unit.keys().isdisjoint(groups):
+            return groups
+        reasons = table.reason
+        if keep is None:
+            chosen = set(groups)
+            return [
+                group
+                for group in groups
+                if group not in unit or all(member in chosen or reasons[member] is not None for member in unit[group])
+            ]
+        return [group for group in groups if group not in unit or keep.isdisjoint(unit[group])]
 
     def _relive(self) -> None:
         """Rebuild the ordered set of included groups from the full order (O(n); only on restores)."""

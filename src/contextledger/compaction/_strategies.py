@@ -38,12 +38,8 @@ from contextledger.compaction._index import (
     gc_paused,
 )
 from contextledger.compaction.triggers import (
+    Threshold,
     Trigger,
-    _GroupsExceed,
-    _MessagesExceed,
-    _TokensBelow,
-    _TokensExceed,
-    _TurnsExceed,
     always,
     messages_exceed,
     never,
@@ -55,6 +51,8 @@ from contextledger.messages import (
     SUMMARY_SOURCE_PROPERTY,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     TextContent,
     assistant_text_message,
@@ -107,15 +105,8 @@ class _Not:
         return f"not {self.trigger!r}"
 
 
-@dataclass(frozen=True, slots=True)
-class _NonSystemMessagesExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_non_system_messages > self.limit
-
-    def __repr__(self) -> str:
-        return f"non_system_messages_exceed({self.limit})"
+# The thresholds a strategy can turn into arithmetic: excluding a group moves these by its own size.
+_GROUP_METRICS = frozenset({"included_tokens", "included_messages", "included_groups"})
 
 
 def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = False) -> tuple[str, int] | None:
@@ -127,18 +118,14 @@ def _threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = Fal
         check: object = trigger
     elif isinstance(target, _Not):
         check = target.trigger
-    elif isinstance(target, _TokensBelow):
+    elif isinstance(target, Threshold) and target.below and target.metric == "included_tokens":
         return ("included_tokens", target.limit - 1)
     else:
         return None
-    if isinstance(check, _TokensExceed):
-        return ("included_tokens", check.limit)
-    if isinstance(check, _MessagesExceed):
-        return ("included_messages", check.limit)
-    if isinstance(check, _GroupsExceed):
-        return ("included_groups", check.limit)
-    if turns and isinstance(check, _TurnsExceed):
-        return ("included_turns", check.limit)
+    if not isinstance(check, Threshold) or check.below:
+        return None
+    if check.metric in _GROUP_METRICS or (turns and check.metric == "included_turns"):
+        return (check.metric, check.limit)
     return None
 
 
@@ -285,7 +272,9 @@ class CompactionStrategy(ABC):
         )
         return True
 
-    def _exclude_oldest(self, index: MessageIndex, candidates: list[int], reason: str) -> bool:
+    def _exclude_oldest(
+        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None
+    ) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
         When the target is a plain threshold on tokens, messages or groups (the
@@ -293,11 +282,14 @@ class CompactionStrategy(ABC):
         groups are excluded in one batch; any other target is re-evaluated on
         the index after every step.
         """
+        # A unit with a member that must stay (by default: any included group that is not a
+        # candidate, such as a protected newest result) is kept whole; the others go whole.
+        candidates = index.whole_units(candidates, keep)
         threshold = _threshold_of(self.target, self.trigger)
         doomed: list[int] = []
         if _stops_never(self.target, self.trigger):
             doomed = index._exclude(candidates, reason, fresh=True)
-        elif threshold is not None:
+        elif threshold is not None and index._table.unit.keys().isdisjoint(candidates):
             metric, limit = threshold
             doomed = index._exclude(_oldest_until(index, candidates, metric, limit), reason, fresh=True)
         else:
@@ -393,6 +385,41 @@ class TruncationStrategy(CompactionStrategy):
 # Sliding window --------------------------------------------------------------------------------
 
 
+def _turn_steps(index: MessageIndex, turns: dict[int, list[int]], candidates: list[int]) -> list[tuple[int, list[int]]]:
+    """The steps a turn window takes through the ``candidates`` turns (the oldest, in order): one
+    turn each, except that the turns a unit spans (a call in one turn, its approval answer or
+    result in a later one: SPEC §11) form one step.  A step joined to a turn that may not go
+    (turn 0, a preserved turn) is no step, and the window stops there: the unit is kept whole.
+    Each step is (how many turns, their groups)."""
+    table = index._table
+    joined: set[int] = set()  # turns that go with the turn before them
+    seen: set[int] = set()
+    for groups in turns.values():
+        for group in groups:
+            members = table.unit.get(group)
+            if members is None or id(members) in seen:
+                continue
+            seen.add(id(members))
+            spanned = [table.turn[m] or 0 for m in members if table.reason[m] is None]
+            if not spanned:
+                continue
+            joined.update(range(min(spanned) + 1, max(spanned) + 1))
+    if not joined:
+        return [(1, turns[turn]) for turn in candidates]
+    steps: list[tuple[list[int], list[int]]] = []
+    for turn in candidates:
+        if turn not in joined:
+            steps.append(([turn], list(turns[turn])))
+        elif steps:
+            steps[-1][0].append(turn)
+            steps[-1][1].extend(turns[turn])
+        else:
+            break  # joined to turn 0
+    if steps and steps[-1][0][-1] + 1 in joined:
+        steps.pop()  # joined to a turn the window keeps
+    return [(len(step_turns), groups) for step_turns, groups in steps]
+
+
 class SlidingWindowStrategy(CompactionStrategy):
     """Keep only the most recent part of the conversation.
 
@@ -465,7 +492,7 @@ class SlidingWindowStrategy(CompactionStrategy):
         newest = _newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
-        excluded = index._exclude(doomed, "sliding_window", fresh=True)
+        excluded = index._exclude(index.whole_units(doomed), "sliding_window", fresh=True)
         return self._log(index, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
@@ -489,31 +516,30 @@ class SlidingWindowStrategy(CompactionStrategy):
         newest = _newest_non_system(index)
         if newest is not None and candidates and candidates[-1] == turn_of[newest]:
             candidates.pop()  # the latest exchange is always sent, whatever the floor
+        steps = _turn_steps(index, turns, candidates)
         reason = "sliding_window"
         left = index.included_non_system_groups
         threshold = _threshold_of(self.target, self.trigger, turns=True)
         if threshold is None:
-            # Any other target: exclude a turn at a time and ask the index after each.
+            # Any other target: exclude a step at a time and ask the index after each.
             excluded: list[int] = []
-            for turn in candidates:
+            for _, groups in steps:
                 if self.target_met(index):
                     break
-                groups = turns[turn]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
                 excluded.extend(index._exclude(groups, reason, fresh=True))
             return self._log(index, "excluded", excluded, "sliding_window (whole turns)")
         # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
-        # A turn's groups are all of its included groups (no system group has a turn), so dropping
-        # it takes exactly one turn off the count.
+        # A step's groups are all of its turns' included groups (no system group has a turn), so
+        # dropping it takes exactly its turns off the count.
         metric, limit = threshold
         remaining = getattr(index, metric)
         doomed: list[int] = []
         tokens, sizes = index._table.tokens, index._table.size
-        for turn in candidates:
+        for step_turns, groups in steps:
             if remaining <= limit:
                 break
-            groups = turns[turn]
             if len(groups) >= left:
                 break  # excluding this turn would leave nothing but system messages
             left -= len(groups)
@@ -525,7 +551,7 @@ class SlidingWindowStrategy(CompactionStrategy):
             elif metric == "included_groups":
                 remaining -= len(groups)
             else:
-                remaining -= 1
+                remaining -= step_turns
         return self._log(index, "excluded", index._exclude(doomed, reason, fresh=True), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
@@ -588,14 +614,17 @@ def _any_tool_results(messages: Sequence[Message], max_result_chars: int, max_ch
         for c in message.contents:
             if isinstance(c, FunctionCallContent):
                 names[c.call_id] = c.name
+            elif isinstance(c, HostedCallContent):
+                names[c.call_id] = c.name or c.tool  # an MCP tool's name, else the hosted tool
     items: list[str] = []
     answered: set[str] = set()
     for message in messages:
         for c in message.contents:
-            if isinstance(c, FunctionResultContent):
+            if isinstance(c, (FunctionResultContent, HostedResultContent)):
                 answered.add(c.call_id)
                 name = names.get(c.call_id, "tool")
-                items.append(f"{name}: {_preview(c.result, max_result_chars) or '(empty)'}")
+                output = c.result if isinstance(c, FunctionResultContent) else c.output
+                items.append(f"{name}: {_preview(output, max_result_chars) or '(empty)'}")
     for call_id, name in names.items():
         if call_id not in answered:
             items.append(f"{name}: (no result)")
@@ -741,7 +770,12 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         table = index._table
         orphans, waiting = table.orphan, table.unanswered
         candidates = [
-            g for g in _live_tool_groups(index) if g not in protected and g not in orphans and g not in waiting
+            g
+            for g in _live_tool_groups(index)
+            if g not in protected
+            and g not in orphans
+            and g not in waiting
+            and g not in table.unit  # a call whose results sit apart is left whole, never collapsed
         ]
         threshold = _threshold_of(self.target, self.trigger)
         originals: list[int] = []
@@ -808,7 +842,10 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
         newest = _newest_non_system(index)
         protected = self._protected(index)
         candidates = [g for g in _live_tool_groups(index) if g not in protected and g != newest]
-        return self._exclude_oldest(index, candidates, "tool_call_removed")
+        # A tool group goes with its whole unit (an approval's user answer too), unless the unit
+        # holds a protected group.
+        keep = protected if newest is None else {*protected, newest}
+        return self._exclude_oldest(index, candidates, "tool_call_removed", keep)
 
 
 # Summarisation ---------------------------------------------------------------------------------
@@ -842,6 +879,16 @@ def _transcript(groups: Iterable[Sequence[Message]]) -> str:
     return "\n".join(lines)
 
 
+class _Unset:
+    """The type of a keyword argument left out (to tell it from an explicit None)."""
+
+
+_UNSET = _Unset()
+
+FAILURES_BEFORE_ERROR = 3
+"""Summariser failures in a row after which :class:`SummarizationStrategy` logs once at ERROR."""
+
+
 class SummarizationStrategy(CompactionStrategy):
     """Replace older groups with one ``[Summary]`` message written by a separate chat model.
 
@@ -855,8 +902,11 @@ class SummarizationStrategy(CompactionStrategy):
     had excluded is restored, nothing is inserted, the failure is logged and
     recorded as an event (and raised as :class:`SummarizationError` with
     ``on_error="raise"``).  Cancellation restores and propagates.  Input is
-    bounded by ``max_input_tokens``: older groups that do not fit wait for a
-    later round.
+    bounded by ``max_input_tokens`` (MAF spells it ``max_summary_input_tokens``):
+    older groups that do not fit wait for a later round, and a group too large to
+    fit on its own is left as it is while the groups after it are summarised, so
+    one huge message never stalls summarisation.  After
+    :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
     """
 
     name = "summarization"
@@ -874,7 +924,9 @@ class SummarizationStrategy(CompactionStrategy):
         threshold: int | None = None,
         prompt: str | None = None,
         summarization_prompt: str | None = None,
-        max_input_tokens: int | None = 16_000,
+        max_input_tokens: int | _Unset | None = _UNSET,
+        max_summary_input_tokens: int | _Unset | None = _UNSET,
+        tokenizer: Tokenizer | None = None,
         on_error: Literal["report", "raise"] = "report",
     ) -> None:
         if client is not None and chat_client is not None:
@@ -907,14 +959,24 @@ class SummarizationStrategy(CompactionStrategy):
                 raise ConfigurationError("SummarizationStrategy: target= and minimum_preserved= need a trigger=")
             self.target_count = 4 if target_count is None else _count(target_count, "target_count", minimum=1)
             self.threshold = 2 if threshold is None else _count(threshold, "threshold")
-            trigger = _NonSystemMessagesExceed(self.target_count + self.threshold)
+            trigger = Threshold(
+                "included_non_system_messages", self.target_count + self.threshold, "non_system_messages_exceed"
+            )
             self.minimum_preserved = 1
+        if not isinstance(max_input_tokens, _Unset) and not isinstance(max_summary_input_tokens, _Unset):
+            raise ConfigurationError(
+                "SummarizationStrategy: max_input_tokens and max_summary_input_tokens are the same setting; give one"
+            )
+        budget = max_input_tokens if not isinstance(max_input_tokens, _Unset) else max_summary_input_tokens
+        if isinstance(budget, _Unset):
+            budget = 16_000
         super().__init__(trigger, target)
         self.client = client
         self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
-        self.max_input_tokens = (
-            None if max_input_tokens is None else _count(max_input_tokens, "max_input_tokens", minimum=1)
-        )
+        self.max_input_tokens = None if budget is None else _count(budget, "max_input_tokens", minimum=1)
+        # Counts the summariser's input (and, like every strategy's tokenizer, the index).
+        self.tokenizer = tokenizer
+        self._failures = 0  # in a row
         if on_error not in ("report", "raise"):
             raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
         self.on_error = on_error
@@ -930,6 +992,7 @@ class SummarizationStrategy(CompactionStrategy):
         """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
         budget (rather than the floor or the target) is what stopped the choice."""
         chosen: list[int] = []
+        over = False
         budget = self.max_input_tokens
         tokenizer = index.tokenizer
         kind_of, sizes = index._table.kind, index._table.size
@@ -946,19 +1009,22 @@ class SummarizationStrategy(CompactionStrategy):
                 retained += sizes[group]
         else:
             kept = _newest(index, max(self.minimum_preserved, 1))
-        for group in _live_ids(index):
-            if kind_of[group] is SYSTEM or group in kept:
-                continue
+        candidates = [g for g in _live_ids(index) if kind_of[g] is not SYSTEM and g not in kept]
+        for group in candidates:
+            if group in index._table.unit:
+                break  # a call whose results sit apart: summarising it would move them; stop before it
             if self.target_count is None and self.target_met(index):
                 break
             if budget is not None:
                 cost = tokenizer.count_text(_transcript([index._table.messages(group)]) + "\n")
                 if spent + cost > budget:
-                    return chosen, True
+                    if chosen:
+                        return chosen, True
+                    over = True  # too large on its own: left as it is, the groups after it go on
+                    continue
                 spent += cost
-            index._exclude([group], "summarized")
-            chosen.append(group)
-        return chosen, False
+            chosen.extend(index._exclude([group], "summarized"))
+        return chosen, over and not chosen
 
     def _restore(self, index: MessageIndex, groups: list[int]) -> None:
         index._include(groups)
@@ -967,6 +1033,12 @@ class SummarizationStrategy(CompactionStrategy):
         self._restore(index, groups)
         index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
         logger.warning("summarization skipped: %s; the history is unchanged", why)
+        self._failures += 1
+        if self._failures == FAILURES_BEFORE_ERROR:  # once per run of failures, as MAF does
+            logger.error(
+                "summarization has failed %d times in a row; the history is no longer being summarised",
+                self._failures,
+            )
         if self.on_error == "raise":
             raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
         return False
@@ -984,9 +1056,9 @@ class SummarizationStrategy(CompactionStrategy):
                 groups, over_budget = [], True
         if not groups:
             if over_budget:
-                why = "the oldest group alone exceeds max_input_tokens; nothing was replaced"
+                why = "every group that could be summarised exceeds max_input_tokens on its own; nothing was replaced"
                 index.events.append(CompactionEvent(self.name, "failed", detail=why))
-                logger.warning("summarization skipped: the oldest group alone exceeds max_input_tokens")
+                logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
             return False
         try:
             response = await self.client.get_response(request)
@@ -1002,6 +1074,7 @@ class SummarizationStrategy(CompactionStrategy):
         if not text.startswith(SUMMARY_PREFIX.strip()):
             text = SUMMARY_PREFIX + text
         self.last_usage = getattr(response, "usage", None)
+        self._failures = 0
         summary = Message(
             "assistant",
             (TextContent(text),),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from contextledger.compaction._index import MessageIndex
 
 __all__ = [
+    "Threshold",
     "Trigger",
     "all_of",
     "always",
@@ -63,58 +64,26 @@ class _Never:
 
 
 @dataclass(frozen=True, slots=True)
-class _TokensExceed:
+class Threshold:
+    """A trigger that compares one included metric of the index with a limit, strictly:
+    ``metric > limit``, or ``metric < limit`` with ``below``.  Every count trigger is one of
+    these, so a strategy can read the limit back and find its stopping point with arithmetic.
+
+    ``metric`` names a :class:`MessageIndex` attribute (``"included_tokens"``...); ``name`` is
+    the factory that made it, for its repr.
+    """
+
+    metric: str
     limit: int
+    name: str
+    below: bool = False
 
     def __call__(self, index: MessageIndex) -> bool:
-        return index.included_tokens > self.limit
+        value: int = getattr(index, self.metric)
+        return value < self.limit if self.below else value > self.limit
 
     def __repr__(self) -> str:
-        return f"tokens_exceed({self.limit})"
-
-
-@dataclass(frozen=True, slots=True)
-class _TokensBelow:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_tokens < self.limit
-
-    def __repr__(self) -> str:
-        return f"tokens_below({self.limit})"
-
-
-@dataclass(frozen=True, slots=True)
-class _MessagesExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_messages > self.limit
-
-    def __repr__(self) -> str:
-        return f"messages_exceed({self.limit})"
-
-
-@dataclass(frozen=True, slots=True)
-class _TurnsExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_turns > self.limit
-
-    def __repr__(self) -> str:
-        return f"turns_exceed({self.limit})"
-
-
-@dataclass(frozen=True, slots=True)
-class _GroupsExceed:
-    limit: int
-
-    def __call__(self, index: MessageIndex) -> bool:
-        return index.included_groups > self.limit
-
-    def __repr__(self) -> str:
-        return f"groups_exceed({self.limit})"
+        return f"{self.name}({self.limit})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,27 +129,27 @@ def never() -> Trigger:
 
 def tokens_exceed(limit: int) -> Trigger:
     """Included tokens > ``limit``."""
-    return _TokensExceed(_threshold(limit, "tokens_exceed"))
+    return Threshold("included_tokens", _threshold(limit, "tokens_exceed"), "tokens_exceed")
 
 
 def tokens_below(limit: int) -> Trigger:
     """Included tokens < ``limit`` (useful as a target: stop once under it)."""
-    return _TokensBelow(_threshold(limit, "tokens_below"))
+    return Threshold("included_tokens", _threshold(limit, "tokens_below"), "tokens_below", below=True)
 
 
 def messages_exceed(limit: int) -> Trigger:
     """Included messages > ``limit``."""
-    return _MessagesExceed(_threshold(limit, "messages_exceed"))
+    return Threshold("included_messages", _threshold(limit, "messages_exceed"), "messages_exceed")
 
 
 def turns_exceed(limit: int) -> Trigger:
     """User turns with at least one included group > ``limit``."""
-    return _TurnsExceed(_threshold(limit, "turns_exceed"))
+    return Threshold("included_turns", _threshold(limit, "turns_exceed"), "turns_exceed")
 
 
 def groups_exceed(limit: int) -> Trigger:
     """Included groups, system groups counted, > ``limit``."""
-    return _GroupsExceed(_threshold(limit, "groups_exceed"))
+    return Threshold("included_groups", _threshold(limit, "groups_exceed"), "groups_exceed")
 
 
 def has_tool_calls() -> Trigger:

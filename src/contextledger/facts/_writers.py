@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from contextledger._tracing import traced_fact_extraction
 from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.exceptions import FactRejectedError
@@ -161,6 +162,7 @@ class ModelWriter:
         return Proposal(read_writer_reply(response.text), response.usage, 1)
 
 
+@traced_fact_extraction
 async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket) -> Admission:
     """Propose from the ticket's message, then apply: the whole batch or nothing.
 

@@ -4,8 +4,9 @@ An application that already runs MAF agents keeps its agents, clients and
 sessions and swaps in contextledger where it wants its guarantees:
 
 - **Messages** convert both ways without loss for text, reasoning, function
-  calls and results, ids, author names and additional properties
-  (:func:`from_maf_message`, :func:`to_maf_message`).  What contextledger has no
+  calls and results, hosted tool calls and outputs (MCP, code interpreter,
+  search, image generation, shell, computer use), approvals, ids, author names
+  and additional properties (:func:`from_maf_message`, :func:`to_maf_message`).  What contextledger has no
   field for travels in a reserved property and comes back on the return trip.
 - **Compaction strategies** carry the names and arguments of MAF's own
   (``TruncationStrategy(max_n=..., compact_to=..., tokenizer=...)``,
@@ -16,7 +17,10 @@ sessions and swaps in contextledger where it wants its guarantees:
   ``compaction_strategy``, and MAF's own ``CompactionProvider``.  The grouping,
   the exclusions and the summaries are contextledger's, so the projection MAF
   sends is exactly what :func:`contextledger.compaction.apply_compaction`
-  returns for the same messages.
+  returns for the same messages.  Summaries they insert carry a message id and
+  MAF's trace links; :class:`CharacterEstimatorTokenizer` also answers MAF's
+  ``count_tokens``; :func:`apply_compaction` also runs a strategy written
+  against MAF's own API.
 - **Models**: :class:`ContextLedgerChatClient` runs a MAF agent on any contextledger chat
   client (the local model, the offline model, an OpenAI-compatible endpoint), and
   :class:`AgentFrameworkChatClient` lends a MAF client to contextledger (a summariser).
@@ -37,14 +41,15 @@ try:  # checked first, so a missing extra says what to install before any submod
 except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError(feature="contextledger.integrations.maf", extra="maf", module="agent_framework") from error
 
-from contextledger.compaction import CharacterEstimatorTokenizer
 from contextledger.integrations.maf._clients import (
     AgentFrameworkChatClient,
     AgentFrameworkTokenizer,
+    CharacterEstimatorTokenizer,
     ContextLedgerChatClient,
 )
 from contextledger.integrations.maf._compaction import (
     AgentFrameworkStrategy,
+    ContextWindowCompactionStrategy,
     PipelineStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
@@ -74,6 +79,7 @@ __all__ = [
     "CharacterEstimatorTokenizer",
     "ContextLedgerChatClient",
     "ContextLedgerHistoryProvider",
+    "ContextWindowCompactionStrategy",
     "FactsContextProvider",
     "PipelineStrategy",
     "SelectiveToolCallCompactionStrategy",

@@ -16,6 +16,22 @@ from contextledger.messages import (
     Message,
 )
 from contextledger.tokenizers import MESSAGE_OVERHEAD, Tokenizer
+from contextledger.tokenizers import CharacterEstimatorTokenizer as _CharacterEstimate
+
+
+class CharacterEstimatorTokenizer(_CharacterEstimate):
+    """contextledger's character estimate, usable by MAF too: it adds MAF's ``count_tokens(text)``.
+
+    A sample imports ``CharacterEstimatorTokenizer`` from this package and hands the
+    same object to a strategy and to MAF (``Agent(tokenizer=...)``, a chat client's
+    ``tokenizer``, ``annotate_message_groups(tokenizer=...)``), which calls
+    ``count_tokens`` on its own serialisation of each message.  Both sides then
+    count with one rule: four characters per token, rounded up.
+    """
+
+    def count_tokens(self, text: str) -> int:
+        """MAF's tokenizer protocol: the estimate for ``text``."""
+        return self.count_text(text)
 
 
 class AgentFrameworkTokenizer:

@@ -9,7 +9,7 @@ from typing import Any, Final
 import agent_framework as maf
 
 from contextledger import compaction
-from contextledger.compaction import compact_messages
+from contextledger.compaction import compact_with_report
 from contextledger.exceptions import ConfigurationError, HistoryError
 from contextledger.history import HistoryProvider
 from contextledger.integrations.maf._clients import _as_tokenizer
@@ -114,7 +114,7 @@ class ContextLedgerHistoryProvider(maf.HistoryProvider):
             await self.provider.append(key, converted)
         if self.reducer is not None:
             stored = await self.provider.load(key)
-            result = await compact_messages(stored, strategy=self.reducer, tokenizer=self.tokenizer)
+            result = await compact_with_report(stored, strategy=self.reducer, tokenizer=self.tokenizer)
             projection = result.messages
             if len(projection) != len(stored) or any(a is not b for a, b in zip(projection, stored)):
                 await self.provider.replace(key, projection)

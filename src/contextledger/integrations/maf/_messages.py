@@ -9,10 +9,15 @@ from typing import Any, Final
 import agent_framework as maf
 
 from contextledger.exceptions import InvalidMessageError
+from contextledger.integrations.maf._hosted import HOSTED_TYPES, hosted_from_maf, hosted_to_maf
 from contextledger.messages import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     Content,
     FunctionCallContent,
     FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
     Message,
     OpaqueContent,
     ReasoningContent,
@@ -65,10 +70,17 @@ def _typed_content(content: maf.Content, where: str) -> Content:
         result = content.result
         text = result if isinstance(result, str) else "" if result is None else _json_text(result)
         return FunctionResultContent(content.call_id, text)
+    if kind in HOSTED_TYPES:
+        hosted = hosted_from_maf(content.to_dict())
+        if hosted is not None:
+            return hosted
     return OpaqueContent(content.to_dict())
 
 
-def _baseline(content: Content) -> maf.Content:
+_HOSTED_CLASSES: Final = (HostedCallContent, HostedResultContent, ApprovalRequestContent, ApprovalResponseContent)
+
+
+def _baseline(content: Content, where: str = "message") -> maf.Content:
     """The MAF content contextledger's typed fields alone describe (no stashed extras)."""
     if isinstance(content, TextContent):
         return maf.Content.from_text(content.text)
@@ -78,6 +90,8 @@ def _baseline(content: Content) -> maf.Content:
         return maf.Content.from_function_call(content.call_id, content.name, arguments=content.arguments)
     if isinstance(content, FunctionResultContent):
         return maf.Content.from_function_result(content.call_id, result=content.result)
+    if isinstance(content, _HOSTED_CLASSES):
+        return hosted_to_maf(content, where)
     return maf.Content.from_dict(_thaw(content.data))
 
 
@@ -106,14 +120,15 @@ def _thaw(value: Any) -> Any:
 def from_maf_message(message: maf.Message, *, position: int | None = None) -> Message:
     """Convert one MAF message; :func:`to_maf_message` gives back an equal one.
 
-    Text, reasoning, function calls and results become typed contents; MAF
-    content kinds contextledger has no type for (data, uri, errors, hosted
-    tools...) are carried as :class:`OpaqueContent` holding MAF's own
-    serialisation.  The MAF-only fields of typed contents are kept under
-    :data:`MAF_CONTENTS_PROPERTY`.  ``raw_representation`` (a provider's SDK
-    object) is not carried, as MAF itself does not serialise it, and a content's
-    ``exception`` diagnostics come back redacted the way MAF's serialisation
-    redacts them.
+    Text, reasoning, function calls and results, hosted tool calls and their
+    outputs (MCP, code interpreter, search, image generation, shell, computer
+    use) and function approvals become typed contents (see ``_hosted``); MAF
+    content kinds contextledger has no type for (data, uri, errors...) are
+    carried as :class:`OpaqueContent` holding MAF's own serialisation.  The
+    MAF-only fields of typed contents are kept under :data:`MAF_CONTENTS_PROPERTY`.
+    ``raw_representation`` (a provider's SDK object) is not carried, as MAF
+    itself does not serialise it, and a content's ``exception`` diagnostics come
+    back redacted the way MAF's serialisation redacts them.
     """
     where = "message" if position is None else f"message {position}"
     if not isinstance(message, maf.Message):
@@ -207,7 +222,7 @@ def _maf_content(content: Content, residual: Mapping[str, Any] | None, where: st
             f"{where}: content part of type {data.get('type')!r} has no Agent Framework equivalent; "
             "convert it to text or to an image_url part first"
         )
-    built = _baseline(content)
+    built = _baseline(content, where)
     if residual:
         data = built.to_dict()
         absent = residual.get(_ABSENT, ())

@@ -1,0 +1,572 @@
+"""The OpenAI Agents SDK: Responses API items converted both ways, sessions over our SQLite and
+Redis histories, and a Runner on the Responses API against a real server on 127.0.0.1 for 35
+turns, every request valid and compacted while the session keeps every item."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("agents", reason="the 'openai-agents' extra")
+
+from openai import AsyncOpenAI
+
+from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+from contextledger.compaction import SlidingWindowStrategy, compact_messages
+from contextledger.exceptions import ConfigurationError, InvalidMessageError
+from contextledger.facts import FactStore
+from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.integrations.openai_agents import (
+    AgentsFacts,
+    CompactingSession,
+    ContextLedgerSession,
+    from_responses,
+    to_responses,
+)
+from contextledger.messages import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
+    Message,
+    ReasoningContent,
+    TextContent,
+    validate,
+)
+from tests.history.support import RedisServer
+from tests.integrations import scripted_turns as turns
+from tests.integrations.conftest import ChatServer
+from tests.integrations.json_data import identifiers, json_values, words
+
+set_tracing_disabled(True)  # the SDK would otherwise export its own traces over the network
+
+# Conversion ----------------------------------------------------------------------------------
+
+text_parts = st.builds(
+    lambda kind, text, extra: {"type": kind, "text": text, **extra},
+    st.sampled_from(["input_text", "output_text"]),
+    words,
+    st.fixed_dictionaries({}, optional={"annotations": st.just([]), "logprobs": st.just([])}),
+)
+contents = words | st.lists(text_parts | st.just({"type": "input_image", "image_url": "data:,"}), max_size=3)
+item_ids = st.fixed_dictionaries(
+    {}, optional={"id": identifiers, "status": st.sampled_from(["completed", "incomplete"])}
+)
+
+
+def message(role: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.builds(
+        lambda content, extra: {"role": role, "content": content, **extra},
+        contents,
+        st.fixed_dictionaries({}, optional={"type": st.just("message"), "id": identifiers}),
+    )
+
+
+reasoning = st.builds(
+    lambda summary, extra: {"type": "reasoning", "summary": summary, **extra},
+    st.lists(st.builds(lambda text: {"type": "summary_text", "text": text}, words), max_size=2),
+    st.fixed_dictionaries({"id": identifiers}, optional={"encrypted_content": words}),
+)
+hosted: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
+    [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {"type": "file_search_call", "id": "fs_1", "queries": ["q"], "status": "completed", "results": None},
+        {
+            "type": "code_interpreter_call",
+            "id": "ci_1",
+            "code": "1+1",
+            "container_id": "c",
+            "outputs": [],
+            "status": "completed",
+        },
+        {"type": "image_generation_call", "id": "ig_1", "result": None, "status": "completed"},
+        {"type": "mcp_call", "id": "mcp_1", "arguments": "{}", "name": "t", "server_label": "s", "output": "ok"},
+    ]
+)
+counter = itertools.count()
+
+
+@st.composite
+def tool_rounds(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Reasoning, then parallel function and hosted calls, then every output in some order."""
+    items: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        items.append(draw(reasoning))
+    calls: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        call_id = f"call_{next(counter)}"
+        kind = draw(st.sampled_from(["function", "function", "computer", "custom", "mcp_approval"]))
+        if kind == "function":
+            calls.append(
+                {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": draw(identifiers),
+                    "arguments": json.dumps(draw(json_values)),
+                    **draw(item_ids),
+                }
+            )
+            output: Any = draw(
+                words | st.lists(text_parts.map(lambda p: {"type": "input_text", "text": p["text"]}), max_size=2)
+            )
+            outputs.append({"type": "function_call_output", "call_id": call_id, "output": output})
+        elif kind == "computer":
+            calls.append(
+                {
+                    "type": "computer_call",
+                    "call_id": call_id,
+                    "id": f"cu_{call_id}",
+                    "action": {"type": "click", "x": 1, "y": 2},
+                    "pending_safety_checks": [],
+                    "status": "completed",
+                }
+            )
+            outputs.append(
+                {
+                    "type": "computer_call_output",
+                    "call_id": call_id,
+                    "output": {"type": "computer_screenshot", "image_url": "data:,"},
+                }
+            )
+        elif kind == "custom":
+            calls.append({"type": "custom_tool_call", "call_id": call_id, "name": "grammar", "input": draw(words)})
+            outputs.append({"type": "custom_tool_call_output", "call_id": call_id, "output": draw(words)})
+        else:
+            calls.append(
+                {"type": "mcp_approval_request", "id": call_id, "arguments": "{}", "name": "t", "server_label": "s"}
+            )
+            outputs.append(
+                {"type": "mcp_approval_response", "approval_request_id": call_id, "approve": draw(st.booleans())}
+            )
+    items += calls
+    items += draw(st.permutations(outputs))
+    return items
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        items.append(draw(message(draw(st.sampled_from(["system", "developer"])))))
+    for _ in range(draw(st.integers(1, 4))):
+        items.append(draw(message("user")))
+        for _ in range(draw(st.integers(0, 2))):
+            items += draw(tool_rounds())
+        if draw(st.booleans()):
+            items.append(draw(hosted))
+        if draw(st.booleans()):
+            items.append(draw(reasoning))
+        items.append(draw(message("assistant")))
+    return items
+
+
+_CALL_ID_KEYS = {
+    "function_call": "call_id",
+    "custom_tool_call": "call_id",
+    "computer_call": "call_id",
+    "mcp_approval_request": "id",
+}
+_OUTPUT_ID_KEYS = {
+    "function_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "computer_call_output": "call_id",
+    "mcp_approval_response": "approval_request_id",
+}
+
+
+def pairing_problems(items: Sequence[dict[str, Any]]) -> list[str]:
+    """What the Responses API refuses: an output whose call is not before it, a call with no
+    output after it, a reasoning item that is last or followed by a user message."""
+    problems: list[str] = []
+    opened: set[str] = set()
+    answered: set[str] = set()
+    for position, item in enumerate(items):
+        kind = item.get("type")
+        if kind in _CALL_ID_KEYS:
+            opened.add(item[_CALL_ID_KEYS[kind]])
+        elif kind in _OUTPUT_ID_KEYS:
+            call_id = item[_OUTPUT_ID_KEYS[kind]]
+            if call_id not in opened:
+                problems.append(f"item {position}: output for {call_id} before or without its call")
+            answered.add(call_id)
+        elif kind == "reasoning":
+            following = items[position + 1] if position + 1 < len(items) else None
+            if following is None or following.get("role") in ("user", "system", "developer"):
+                problems.append(f"item {position}: reasoning item not followed by the item it belongs to")
+    problems += [f"call {call_id} has no output" for call_id in sorted(opened - answered)]
+    return problems
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations())
+def test_responses_items_survive_a_round_trip_through_ours(items: list[dict[str, Any]]) -> None:
+    assert pairing_problems(items) == []
+    ours = from_responses(items)
+    assert to_responses(ours) == items
+    opened: set[str] = set()  # every answer names an id a message before it opened
+    for message in ours:
+        assert set(message.answered_ids) <= opened | set(message.opened_ids)
+        opened.update(message.opened_ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversations(), st.integers(1, 12))
+def test_compacted_items_are_still_valid_to_send(items: list[dict[str, Any]], keep: int) -> None:
+    """A window boundary anywhere never leaves a call without its outputs, an output without its
+    call, or a reasoning item without the item it precedes."""
+    projection = asyncio.run(
+        compact_messages(from_responses(items), strategy=SlidingWindowStrategy(keep_last_groups=keep))
+    ).messages
+    assert pairing_problems(to_responses(projection)) == []
+
+
+@st.composite
+def our_conversations(draw: st.DrawFn) -> list[Message]:
+    messages: list[Message] = [Message.user(draw(words.filter(bool)))]
+    for round_number in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            messages.append(Message("assistant", (ReasoningContent(draw(words)),)))
+        calls = [
+            FunctionCallContent(f"c{round_number}-{k}", draw(identifiers), json.dumps(draw(json_values)))
+            for k in range(draw(st.integers(1, 3)))
+        ]
+        messages.append(Message("assistant", tuple(calls)))
+        messages += [Message("tool", (FunctionResultContent(call.call_id, draw(words)),)) for call in calls]
+    messages.append(Message.assistant(draw(words.filter(bool))))
+    return messages
+
+
+@settings(max_examples=200, deadline=None)
+@given(our_conversations())
+def test_our_messages_survive_a_round_trip_through_items(messages: list[Message]) -> None:
+    assert from_responses(to_responses(messages)) == messages
+
+
+def test_a_message_holding_several_kinds_of_content_becomes_one_item_per_kind() -> None:
+    call = FunctionCallContent("c1", "lookup", '{"order": 1}')
+    items = to_responses([Message.assistant("Checking.", calls=[call], reasoning="the user wants order 1")])
+    assert items == [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "the user wants order 1"}]},
+        {"role": "assistant", "content": "Checking."},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"order": 1}'},
+    ]
+
+
+def test_items_that_cannot_be_read_are_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidMessageError, match="no call_id"):
+        from_responses([{"type": "function_call_output", "output": "x"}])
+    with pytest.raises(InvalidMessageError, match="role"):
+        from_responses([{"role": "critic", "content": "x"}])
+    with pytest.raises(InvalidMessageError, match="not a Responses API item"):
+        from_responses([{"content": "x"}])
+    with pytest.raises(ConfigurationError):
+        CompactingSession(InMemoryHistoryProvider(), "s", "window")  # type: ignore[arg-type]
+
+
+# Sessions ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def history(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "sqlite":
+        provider: Any = SQLiteHistoryProvider(tmp_path / "history.db")
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        provider = RedisHistoryProvider(server.url, namespace=f"agents-{uuid.uuid4().hex}")
+    return provider  # each test closes it inside its own event loop (a Redis connection belongs to one)
+
+
+def test_the_session_keeps_items_as_they_came(history: Any) -> None:
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1", "status": "completed"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": "2"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        },
+    ]
+
+    async def scenario() -> None:
+        session = ContextLedgerSession(history, "user-1")
+        await session.add_items(items[:4])
+        await session.add_items(items[4:])
+        assert await session.get_items() == items
+        assert await session.get_items(limit=2) == items[-2:]
+        assert await ContextLedgerSession(history, "user-1").get_items() == items  # what the store holds
+        assert await session.pop_item() == items[-1]
+        assert await session.get_items() == items[:-1]
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await history.close()
+
+    asyncio.run(scenario())
+
+
+# A Runner on the Responses API against a server on 127.0.0.1 --------------------------------
+
+
+def responses_reply(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted model, speaking the Responses API: a reasoning item before every answer or call."""
+    items = body["input"]
+    serial = uuid.uuid4().hex[:8]
+    output: list[dict[str, Any]] = [
+        {
+            "type": "reasoning",
+            "id": f"rs_{serial}",
+            "summary": [{"type": "summary_text", "text": "Planning the reply."}],
+        }
+    ]
+    last = items[-1]
+    if last.get("type") == "function_call_output":
+        results = []
+        for item in reversed(items):
+            if item.get("type") != "function_call_output":
+                break
+            results.append(item["output"] if isinstance(item["output"], str) else json.dumps(item["output"]))
+        text = turns.answer_after_tools(results)
+    else:
+        content = last["content"]
+        number = turns.order_number(content if isinstance(content, str) else json.dumps(content))
+        text = "Noted."
+        if number is not None:
+            for call_id, name, args in turns.calls_for(number):
+                output.append(
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{call_id}",
+                        "call_id": call_id,
+                        "name": name,
+                        "arguments": json.dumps(args),
+                        "status": "completed",
+                    }
+                )
+            text = ""
+    if text:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{serial}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+    return {
+        "id": f"resp_{serial}",
+        "object": "response",
+        "created_at": 0,
+        "model": body["model"],
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 60,
+            "output_tokens": 8,
+            "total_tokens": 68,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 4},
+        },
+    }
+
+
+def check_request(body: dict[str, Any]) -> None:
+    """Valid to send: every call with all its outputs, every reasoning item followed by the item it
+    belongs to; and compacted: at most the window's turns of history, plus the turn being run."""
+    items = body["input"]
+    assert validate(from_responses(items)) == [], items
+    for position, item in enumerate(items):
+        if item.get("type") == "reasoning":
+            assert position + 1 < len(items)
+            assert (
+                items[position + 1].get("type") in ("function_call", "message")
+                or items[position + 1].get("role") == "assistant"
+            )
+    assert sum(1 for item in items if item.get("role") == "user") <= turns.WINDOW_TURNS + 1
+    assert body["instructions"].startswith(turns.INSTRUCTIONS)
+
+
+def stored_texts(items: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(items, ensure_ascii=False)
+
+
+def test_a_runner_on_the_responses_api_with_our_compacting_session_runs_the_whole_script(
+    chat_server: ChatServer, tmp_path: Path
+) -> None:
+    chat_server.respond = responses_reply
+    client = AsyncOpenAI(base_url=chat_server.url, api_key="test-key", max_retries=0)
+    agent = Agent(
+        name="desk",
+        instructions=turns.INSTRUCTIONS,
+        model=OpenAIResponsesModel(model="test-model", openai_client=client),
+        tools=[function_tool(turns.lookup_order), function_tool(turns.lookup_status)],
+    )
+    store = FactStore()
+    facts = AgentsFacts(store)
+    history = SQLiteHistoryProvider(tmp_path / "desk.db")
+    session = CompactingSession(history, "desk-1", turns.strategy())
+
+    async def scenario() -> None:
+        for number, text in enumerate(turns.script()):
+            result = await facts.run(agent, text, session=session)
+            assert result.final_output
+            if number == 0:
+                assert {f.key: f.value for f in store.facts()} == {"module": "Reporting", "database": "PostgreSQL"}
+        assert {f.key: f.value for f in store.facts()} == {"module": "Billing", "database": "SQL Server 2022"}
+        assert facts.last_turn is not None
+
+        requests = chat_server.requests
+        assert len(requests) >= 2 * turns.TOOL_TURNS
+        for body in requests:
+            check_request(body)
+        collapsed = sum(any("[Tool results" in json.dumps(item) for item in body["input"]) for body in requests)
+        assert collapsed > turns.TOOL_TURNS / 2
+        last = requests[-1]
+        assert 'module = "Billing"' in last["instructions"]
+        assert 'database = "SQL Server 2022"' in last["instructions"]
+        assert "Reporting" not in json.dumps(last)
+        assert "PostgreSQL" not in json.dumps(last)
+
+        # The session's store kept every item: compaction changed only what the model saw.
+        everything = await session.all_items()
+        users = [item["content"] for item in everything if item.get("role") == "user"]
+        assert users == turns.script()
+        expected_outputs = sum(len(turns.calls_for(n)) for n in range(turns.TOOL_TURNS))
+        assert sum(1 for item in everything if item.get("type") == "function_call_output") == expected_outputs
+        assert sum(1 for item in everything if item.get("type") == "reasoning") == len(requests)
+        assert not any("[Tool results" in json.dumps(item) for item in everything)
+        assert len(await session.get_items()) < len(everything)
+
+        await facts.forget("module", sessions=[session])
+        assert [fact.key for fact in store.facts()] == ["database"]
+        stored = stored_texts(await session.all_items())
+        for forgotten in ("module=", "Reporting", "Billing"):
+            assert forgotten not in stored
+        assert "database=SQL Server 2022" in stored
+        await facts.forget(sessions=[session])
+        assert store.facts() == []
+        await facts.run(agent, turns.QUESTION, session=session)
+        assert store.facts() == []
+        sent = json.dumps(chat_server.requests[-1])
+        for value in ("Reporting", "Billing", "PostgreSQL", "SQL Server 2022"):
+            assert value not in sent
+        await history.close()
+
+    asyncio.run(scenario())
+
+
+def test_hosted_calls_become_typed_contents_and_come_back_whole() -> None:
+
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "q"},
+    }
+    computer = [
+        {
+            "type": "computer_call",
+            "call_id": "cc_1",
+            "id": "cu_1",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
+        {
+            "type": "computer_call_output",
+            "call_id": "cc_1",
+            "output": {"type": "computer_screenshot", "image_url": "data:,"},
+        },
+    ]
+    approval = [
+        {"type": "mcp_approval_request", "id": "ap_1", "name": "pay", "arguments": "{}", "server_label": "bank"},
+        {"type": "mcp_approval_response", "approval_request_id": "ap_1", "approve": True},
+    ]
+    (hosted,) = from_responses([search])
+    assert [type(c) for c in hosted.contents] == [HostedCallContent, HostedResultContent]
+    assert hosted.opened_ids == hosted.answered_ids == ["ws_1"]  # a complete unit by itself
+    ours = from_responses([*computer, *approval])
+    assert to_responses(ours) == [*computer, *approval]
+    assert [type(message.contents[0]) for message in ours] == [
+        HostedCallContent,
+        HostedResultContent,
+        ApprovalRequestContent,
+        ApprovalResponseContent,
+    ]
+    assert [message.role for message in ours] == ["assistant", "assistant", "assistant", "user"]
+    assert [m.opened_ids for m in ours] == [["cc_1"], [], ["ap_1", "ap_1"], []]
+    assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]
+
+
+def test_a_failed_run_admits_nothing(chat_server: ChatServer) -> None:
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("the model is down")
+
+    chat_server.respond = respond
+    client = AsyncOpenAI(base_url=chat_server.url, api_key="test-key", max_retries=0)
+    agent = Agent(
+        name="desk", instructions=turns.INSTRUCTIONS, model=OpenAIResponsesModel(model="m", openai_client=client)
+    )
+    store = FactStore()
+    facts = AgentsFacts(store)
+    session = CompactingSession(InMemoryHistoryProvider(), "desk-2", turns.strategy())
+
+    async def scenario() -> None:
+        with pytest.raises(Exception, match="model is down"):
+            await facts.run(agent, turns.FIRST, session=session)
+        assert store.facts() == []
+        assert facts.last_turn is None
+        assert chat_server.requests[-1]["instructions"].endswith(store.to_prompt_block())
+        # The SDK itself stores a turn's input before calling the model; the facts never saw it admitted.
+        assert await session.all_items() == [{"role": "user", "content": turns.FIRST}]
+
+    asyncio.run(scenario())
+
+
+def test_messages_from_elsewhere_with_hosted_contents_become_items_in_order() -> None:
+    search = HostedCallContent("ws_9", "web_search", arguments='{"query": "logs"}')
+    shell = HostedCallContent("sh_9", "shell", arguments='{"commands": ["ls"]}')
+    messages = [
+        Message.user("Find the logs."),
+        Message(
+            "assistant",
+            (
+                ReasoningContent("look it up"),
+                TextContent("Searching."),
+                search,
+                HostedResultContent("ws_9", "web_search", "3 hits"),
+                shell,
+            ),
+        ),
+        Message("assistant", (HostedResultContent("sh_9", "shell", "a.log"),)),
+    ]
+    assert to_responses(messages) == [
+        {"role": "user", "content": "Find the logs."},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "look it up"}]},
+        {"role": "assistant", "content": "Searching."},
+        {"type": "web_search_call", "id": "ws_9", "arguments": '{"query": "logs"}'},
+        {"type": "shell_call", "call_id": "sh_9", "arguments": '{"commands": ["ls"]}'},
+        {"type": "shell_call_output", "call_id": "sh_9", "output": "a.log"},
+    ]
+    assert pairing_problems(to_responses(messages)) == []
