@@ -378,6 +378,109 @@ def test_undo_turn_takes_back_the_turn_and_its_messages(backend: Backend) -> Non
     backend.run(scenario)
 
 
+def by_id(turns: list[StoredTurn]) -> dict[str, StoredTurn]:
+    """Turns keyed by id, each id once (load_turns promises no order)."""
+    keyed = {turn.turn_id: turn for turn in turns}
+    assert len(keyed) == len(turns)
+    return keyed
+
+
+def test_load_turns_returns_every_recorded_turn_of_the_session(backend: Backend) -> None:
+    first, second = turn_of("a", replies=2), turn_of("b")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert await history.load_turns("s") == []
+        await history.append_turn("s", "turn-a", *first)
+        await history.append_turn("s", "turn-b", *second)
+        await history.append_turn("other", "turn-c", *turn_of("c"))
+        await history.replace("s", numbered("reduced", 1))  # a reduction keeps the turn records
+        assert by_id(await history.load_turns("s")) == {
+            "turn-a": StoredTurn("turn-a", tuple(first[0]), tuple(first[1])),
+            "turn-b": StoredTurn("turn-b", tuple(second[0]), tuple(second[1])),
+        }
+        await history.undo_turn("s", "turn-b", [])
+        assert [turn.turn_id for turn in await history.load_turns("s")] == ["turn-a"]
+        await history.clear("s")
+        assert await history.load_turns("s") == []
+        assert [turn.turn_id for turn in await history.load_turns("other")] == ["turn-c"]
+
+    backend.run(scenario)
+
+
+def test_rewrite_turns_changes_the_records_and_nothing_else(backend: Backend) -> None:
+    first, second = turn_of("a"), turn_of("b", replies=2)
+    new_inputs = (Message.user("a? [forgotten]", message_id="a-q"),)
+    new_reply = (Message.assistant("[removed]", message_id="a-a0"), Message.assistant("more"))
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append_turn("s", "turn-a", *first)
+        await history.append_turn("s", "turn-b", *second)
+        before_messages, before_version = await history.load("s"), await history.version("s")
+        await history.rewrite_turns(
+            "s", [StoredTurn("turn-a", new_inputs, new_reply), StoredTurn("turn-gone", new_inputs, ())]
+        )
+        assert by_id(await history.load_turns("s")) == {
+            "turn-a": StoredTurn("turn-a", new_inputs, new_reply),
+            "turn-b": StoredTurn("turn-b", tuple(second[0]), tuple(second[1])),
+        }
+        assert await history.load_turn("s", "turn-a") == StoredTurn("turn-a", new_inputs, new_reply)
+        assert await history.load_turn("s", "turn-gone") is None  # an unrecorded id is skipped, not recorded
+        assert await history.load("s") == before_messages
+        assert await history.version("s") == before_version
+        assert await history.append_turn("s", "turn-a", *first) is False  # the id is still recorded
+        await history.rewrite_turns("s", [])
+        await history.rewrite_turns("never-seen", [StoredTurn("turn-a", new_inputs, ())])
+        assert await history.load_turns("never-seen") == []
+
+    backend.run(scenario)
+
+
+def test_rewritten_turns_survive_reopening_the_provider(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+    rewritten = StoredTurn("turn-1", (Message.user("t? [forgotten]", message_id="t-q"),), ())
+
+    async def write(history: HistoryProvider) -> None:
+        await history.append_turn("s", "turn-1", inputs, reply)
+        await history.rewrite_turns("s", [rewritten])
+
+    async def read(history: HistoryProvider) -> list[StoredTurn]:
+        return await history.load_turns("s")
+
+    backend.run(write)
+    assert backend.run(read) == [rewritten]
+
+
+@pytest.mark.parametrize(
+    ("make_bad", "match"),
+    [
+        (lambda good: [*good, "not a turn"], "item 1 is str"),
+        (lambda good: good[0], "expected a sequence of StoredTurn"),
+        (lambda good: [*good, good[0]], "given twice"),
+        (lambda good: [StoredTurn("turn-1", (), good[0].reply)], "no input message"),
+        (lambda good: [StoredTurn("turn-1", (Message.user("x"),), ("not a message",))], "not a Message"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_rewrite_turns_raises_and_writes_nothing(
+    backend: Backend, make_bad: Callable[[list[StoredTurn]], Any], match: str
+) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        await history.append_turn("s", "turn-1", inputs, reply)
+        stored = await history.load_turns("s")
+        good = [StoredTurn("turn-1", (Message.user("changed"),), ())]
+        with pytest.raises(InvalidMessageError, match=match):
+            await history.rewrite_turns("s", make_bad(good))
+        assert await history.load_turns("s") == stored
+        with pytest.raises(ConfigurationError, match="turn_id must be printable text"):
+            await history.rewrite_turns("s", [StoredTurn("", (Message.user("x"),), ())])
+        with pytest.raises(ConfigurationError, match="session_id"):
+            await history.load_turns("")
+        assert await history.load_turns("s") == stored
+
+    backend.run(scenario)
+
+
 @pytest.mark.parametrize("turn_id", ["", None, 7, "x" * 257, "line\nbreak"])
 def test_bad_turn_id_raises_and_writes_nothing(backend: Backend, turn_id: Any) -> None:
     inputs, reply = turn_of("t")

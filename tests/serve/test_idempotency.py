@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
+import redis
+from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, StartProxy
+
+from contextledger._forgotten import REMOVED_MARKER
 
 KEY = "sk-idempotent-tenant-31"
 
@@ -65,3 +73,54 @@ def test_a_turn_that_failed_upstream_can_be_retried_with_its_key_and_then_stored
         assert json.dumps(answer).count("echo: customer=Acme") == 1
         assert [m["content"] for m in proxy.messages("later", KEY)] == ["customer=Acme", "echo: customer=Acme"]
         assert proxy.facts("later", KEY) == {"customer": "Acme"}
+
+
+def _stored_turn_records(store: str, tmp_path: Path, redis_port: int) -> list[str]:
+    """Every turn record the proxy's store holds, read straight from the SQLite file or Redis."""
+    if store == "sqlite":
+        with contextlib.closing(sqlite3.connect(tmp_path / "sessions.db")) as connection:
+            return [record for (record,) in connection.execute("SELECT record FROM contextledger_turns")]
+    client = redis.Redis(port=redis_port, db=5, decode_responses=True)
+    try:
+        return [
+            str(value)
+            for name in client.scan_iter()
+            if client.type(name) == "hash"
+            for value in client.hgetall(name).values()
+        ]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path, store: str
+) -> None:
+    """SPEC §11 through the proxy: an Idempotency-Key retry reads the turn record, which forget rewrote."""
+    args = ("--store", f"redis://127.0.0.1:{redis_server.port}/5") if store == "redis" else ()
+    if store == "redis":
+        redis.Redis(port=redis_server.port, db=5).flushdb()
+    body: Any = {"model": "fake", "messages": [{"role": "user", "content": "We run on database=PostgreSQL 15"}]}
+    headers = {"X-Contextledger-Session": "db", "Idempotency-Key": "turn-db"}
+    with start_proxy(*args) as proxy:
+        proxy.create_session("db", KEY)
+        status, first = proxy.call("POST", "/v1/chat/completions", body, KEY, headers)
+        assert status == 200, first
+        assert "PostgreSQL 15" in first["choices"][0]["message"]["content"]
+        assert any("PostgreSQL" in record for record in _stored_turn_records(store, tmp_path, redis_server.port))
+        calls = len(fake_upstream.received())
+
+        status, report = proxy.call("POST", "/v1/contextledger/sessions/db/forget", {"key": "database"}, KEY)
+        assert status == 200, report
+        assert (report["messages_changed"], report["turns_changed"]) == (2, 1)
+
+        status, again = proxy.call("POST", "/v1/chat/completions", body, KEY, headers)
+        assert status == 200, again
+        assert len(fake_upstream.received()) == calls  # replayed, no upstream call
+        assert "PostgreSQL" not in json.dumps(again)
+        assert again["choices"][0]["message"]["content"] == REMOVED_MARKER
+        assert "PostgreSQL" not in json.dumps(proxy.messages("db", KEY))
+        records = _stored_turn_records(store, tmp_path, redis_server.port)
+        assert records  # the turn id is still recorded, so the retry was known
+        assert not any("PostgreSQL" in record for record in records)
+        assert proxy.facts("db", KEY) == {}

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from contextledger._forgotten import same_input
 from contextledger._tracing import traced_agent_run
 from contextledger.agents._context import (
     INSTRUCTIONS_PROPERTY,
@@ -299,7 +300,7 @@ class Agent:
 
         A history that missed the turn (its store failed after another had stored it) gets it now.
         """
-        if list(stored.inputs) != list(inputs):
+        if not same_input(stored.inputs, inputs):  # equal, or equal but for what a forget took out
             raise TurnIdReusedError(
                 f"turn {stored.turn_id!r} of session {session.session_id!r} is already stored with other input "
                 f"({len(stored.inputs)} message(s) starting {stored.inputs[0].text[:60]!r}); "

@@ -511,6 +511,13 @@ class ReducedHistoryProvider:
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         return await self.inner.load_turn(session_id, turn_id)
 
+    async def load_turns(self, session_id: str) -> list[StoredTurn]:
+        return await self.inner.load_turns(session_id)
+
+    async def rewrite_turns(self, session_id: str, turns: Sequence[StoredTurn]) -> None:
+        """Written as given: turn records are kept whole, never reduced."""
+        await self.inner.rewrite_turns(session_id, turns)
+
     async def version(self, session_id: str) -> HistoryVersion:
         return await self.inner.version(session_id)
 

@@ -28,7 +28,7 @@ extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
 from contextledger.facts._block import EMPTY_BLOCK
 from contextledger.facts._desk import DeskReply, FactsDesk
 from contextledger.facts._diagnostics import Diagnostic, diagnose
-from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, scrub_history
+from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
 from contextledger.facts._parse import parse_assertions
 from contextledger.facts._provider import FactsProvider, run_with_facts
 from contextledger.facts._records import (
@@ -85,6 +85,7 @@ __all__ = [
     "diagnose",
     "extract",
     "forget_facts",
+    "history_target",
     "parse_assertions",
     "run_with_facts",
     "scrub_history",

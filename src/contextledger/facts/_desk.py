@@ -17,12 +17,11 @@ from typing import Literal
 from contextledger.agents import Agent, Session, tool
 from contextledger.clients._protocol import ChatClient
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts
+from contextledger.facts._forget import ForgetReport, forget_facts, history_target
 from contextledger.facts._provider import FactsProvider, run_with_facts
 from contextledger.facts._store import FactMemory, FactStore
 from contextledger.facts._turns import FactsTurn
 from contextledger.facts._writers import FactWriter, RuleWriter
-from contextledger.history import HistoryProvider
 from contextledger.messages import Message
 
 __all__ = ["COMMANDS", "DeskReply", "FactsDesk", "Mode", "is_logs_question"]
@@ -206,18 +205,8 @@ class FactsDesk:
         A key outside the store's schema raises :class:`FactsError` before anything changes.
         """
         targets = [
-            _target(agent_name, history, self.sessions[agent_name].session_id)
+            history_target(history, self.sessions[agent_name].session_id, agent_name)
             for agent_name, agent in self.agents.items()
             for history in agent.history_providers.values()
         ]
         return await forget_facts(self.store, key, histories=targets)
-
-
-def _target(name: str, history: HistoryProvider, session_id: str) -> HistoryTarget:
-    async def load() -> list[Message]:
-        return await history.load(session_id)
-
-    async def replace(messages: list[Message]) -> None:
-        await history.replace(session_id, messages)
-
-    return HistoryTarget(name, load, replace)

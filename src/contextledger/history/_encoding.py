@@ -25,6 +25,7 @@ __all__ = [
     "decode_turn",
     "encode_messages",
     "encode_turn",
+    "encode_turns",
     "last_run",
 ]
 
@@ -173,6 +174,41 @@ def encode_turn(
     bodies = [*input_bodies, *reply_bodies]
     record = f'{{"inputs":{len(input_bodies)},"messages":[{",".join(bodies)}]}}'
     return checked_session, checked_turn, bodies, [*input_messages, *reply_messages], record
+
+
+def encode_turns(session_id: object, turns: object) -> tuple[str, list[tuple[str, str]], list[StoredTurn]]:
+    """Check a batch of turn records for ``rewrite_turns`` before anything is written.
+
+    Returns the session id, each turn's id and record text (as :func:`encode_turn` makes it),
+    and the turns as they will read back.  Each item must be a :class:`StoredTurn` with at least
+    one input message, and no turn id may come twice: the first bad item raises, so a batch is
+    written whole or not at all.
+    """
+    checked_session = check_session_id(session_id)
+    if isinstance(turns, (str, bytes, Mapping, StoredTurn)) or not isinstance(turns, Iterable):
+        raise InvalidMessageError(
+            f"cannot rewrite the turns of session {checked_session!r}: expected a sequence of StoredTurn "
+            f"objects (as load_turns returns them), got {type(turns).__name__} {_short(turns)}"
+        )
+    records: list[tuple[str, str]] = []
+    stored: list[StoredTurn] = []
+    seen: set[str] = set()
+    for position, item in enumerate(list(turns)):
+        if not isinstance(item, StoredTurn):
+            raise InvalidMessageError(
+                f"cannot rewrite the turns of session {checked_session!r}: item {position} is "
+                f"{type(item).__name__} {_short(item)}, not a StoredTurn; change the turns load_turns returned"
+            )
+        _, turn, _, messages, record = encode_turn(checked_session, item.turn_id, item.inputs, item.reply)
+        if turn in seen:
+            raise InvalidMessageError(
+                f"cannot rewrite the turns of session {checked_session!r}: turn {turn!r} is given twice; "
+                "pass each turn once"
+            )
+        seen.add(turn)
+        records.append((turn, record))
+        stored.append(StoredTurn(turn, tuple(messages[: len(item.inputs)]), tuple(messages[len(item.inputs) :])))
+    return checked_session, records, stored
 
 
 def decode_turn(record: object, *, session_id: str, turn_id: str, store: str) -> StoredTurn:

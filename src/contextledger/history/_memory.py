@@ -13,6 +13,7 @@ from contextledger.history._encoding import (
     check_turn_id,
     encode_messages,
     encode_turn,
+    encode_turns,
     last_run,
 )
 from contextledger.history._protocol import HistoryVersion, StoredTurn
@@ -121,6 +122,19 @@ class InMemoryHistoryProvider:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)
         with self._lock:
             return self._turns.get(key, {}).get(turn)
+
+    async def load_turns(self, session_id: str) -> list[StoredTurn]:
+        key = check_session_id(session_id)
+        with self._lock:
+            return list(self._turns.get(key, {}).values())
+
+    async def rewrite_turns(self, session_id: str, turns: Sequence[StoredTurn]) -> None:
+        key, _, checked = encode_turns(session_id, _materialise(turns))
+        with self._lock:
+            recorded = self._turns.get(key, {})
+            for turn in checked:
+                if turn.turn_id in recorded:
+                    recorded[turn.turn_id] = turn
 
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         items = _materialise(messages)

@@ -93,6 +93,25 @@ class HistoryProvider(Protocol):
         """The turn recorded under ``turn_id`` for the session, or None if there is none."""
         ...
 
+    async def load_turns(self, session_id: str) -> list[StoredTurn]:
+        """Every turn recorded for the session, each once; empty for an unknown session.
+
+        The order is not promised (a Redis hash keeps none).  What ``forget`` reads to find a
+        forgotten value that only a turn record still holds.
+        """
+        ...
+
+    async def rewrite_turns(self, session_id: str, turns: Sequence[StoredTurn]) -> None:
+        """Atomically give each recorded turn in ``turns`` the inputs and reply it carries.
+
+        Turn ids stay as they are: a turn whose id is not recorded for the session (undone or
+        cleared meanwhile) is skipped, never recorded anew, and the session's messages are not
+        touched.  Bad input (not a StoredTurn, no input message, a turn id twice) raises before
+        anything is written.  What ``forget`` uses, so a retried turn cannot hand back a
+        forgotten value.
+        """
+        ...
+
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         """Take back a turn this caller has just stored: forget ``turn_id`` and remove the last
         stored run of ``messages`` (the turn's inputs and reply), in one atomic step.

@@ -30,6 +30,7 @@ from contextledger.history._encoding import (
     decode_turn,
     encode_messages,
     encode_turn,
+    encode_turns,
 )
 from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message
@@ -49,6 +50,15 @@ for first = 3, #ARGV, 500 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: the session's hash of turn records.  ARGV: turn id, record, turn id, record, ...  Only
+# turns still recorded are written, all in one atomic step.
+_REWRITE_TURNS = """
+for index = 1, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[index]) == 1 then redis.call('HSET', KEYS[1], ARGV[index], ARGV[index + 1]) end
+end
 return 1
 """
 
@@ -253,6 +263,31 @@ class RedisHistoryProvider:
         if record is None:
             return None
         return decode_turn(record, session_id=session_id, turn_id=turn, store=f"{self._where}, key {turns!r}")
+
+    async def load_turns(self, session_id: str) -> list[StoredTurn]:
+        turns = self.turns_key(session_id)
+        try:
+            records = await self._client.hgetall(turns)
+        except Exception as error:
+            self._raise(error, f"load the turns of session {session_id!r}", turns)
+        store = f"{self._where}, key {turns!r}"
+        result: list[StoredTurn] = []
+        for turn, record in records.items():
+            turn_id = turn.decode("utf-8", "replace") if isinstance(turn, bytes) else str(turn)
+            result.append(decode_turn(record, session_id=session_id, turn_id=turn_id, store=store))
+        return result
+
+    async def rewrite_turns(self, session_id: str, turns: Sequence[StoredTurn]) -> None:
+        """See :meth:`HistoryProvider.rewrite_turns`: one Lua script, so all or none are written."""
+        checked, records, _ = encode_turns(session_id, turns)
+        if not records:
+            return
+        key = self.turns_key(checked)
+        arguments = [part for record in records for part in record]
+        try:
+            await self._client.eval(_REWRITE_TURNS, 1, key, *arguments)
+        except Exception as error:
+            self._raise(error, f"rewrite the turns of session {checked!r}", key)
 
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         turn = check_turn_id(turn_id)

@@ -19,6 +19,7 @@ from contextledger.history._encoding import (
     decode_turn,
     encode_messages,
     encode_turn,
+    encode_turns,
     last_run,
 )
 from contextledger.history._protocol import HistoryVersion, StoredTurn
@@ -149,6 +150,15 @@ class SQLiteHistoryProvider:
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)
         return await asyncio.to_thread(self._load_turn, key, turn)
+
+    async def load_turns(self, session_id: str) -> list[StoredTurn]:
+        key = check_session_id(session_id)
+        return await asyncio.to_thread(self._load_turns, key)
+
+    async def rewrite_turns(self, session_id: str, turns: Sequence[StoredTurn]) -> None:
+        key, records, _ = encode_turns(session_id, turns)
+        if records:
+            await asyncio.to_thread(self._rewrite_turns, key, records)
 
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         turn = check_turn_id(turn_id)
@@ -297,6 +307,41 @@ class SQLiteHistoryProvider:
         if row is None:
             return None
         return decode_turn(row[0], session_id=session_id, turn_id=turn_id, store=f"SQLite history {self.path}")
+
+    def _load_turns(self, session_id: str) -> list[StoredTurn]:
+        with self._lock:
+            try:
+                # One statement, one snapshot; rowid is the order the turns were recorded in.
+                rows = (
+                    self._open()
+                    .execute(
+                        "SELECT turn_id, record FROM contextledger_turns WHERE session_id = ? ORDER BY rowid",
+                        (session_id,),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as error:
+                raise self._failure(error, f"load the turns of session {session_id!r}") from error
+        store = f"SQLite history {self.path}"
+        return [decode_turn(record, session_id=session_id, turn_id=turn, store=store) for turn, record in rows]
+
+    def _rewrite_turns(self, session_id: str, records: list[tuple[str, str]]) -> None:
+        """Update the records of the turns still recorded, in one transaction (others are skipped)."""
+        with self._lock:
+            try:
+                connection = self._open()
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    connection.executemany(
+                        "UPDATE contextledger_turns SET record = ? WHERE session_id = ? AND turn_id = ?",
+                        [(record, session_id, turn) for turn, record in records],
+                    )
+                    connection.execute("COMMIT")
+                except BaseException:
+                    self._roll_back(connection)
+                    raise
+            except sqlite3.Error as error:
+                raise self._failure(error, f"rewrite the turns of session {session_id!r}") from error
 
     def _undo_turn(self, session_id: str, turn_id: str, bodies: list[str]) -> None:
         with self._lock:

@@ -48,6 +48,7 @@ from contextledger.facts import (  # noqa: E402
     RuleWriter,
     extract,
     forget_facts,
+    history_target,
 )
 from contextledger.history import HistoryProvider  # noqa: E402
 from contextledger.integrations._shared import plain  # noqa: E402
@@ -638,11 +639,8 @@ class AgentsFacts:
 def _session_history(session: Any) -> HistoryTarget:
     """An Agents SDK session as a history ``forget`` can rewrite."""
     if isinstance(session, ContextLedgerSession):
-
-        async def replace_stored(messages: list[Message]) -> None:
-            await session.history.replace(session.session_id, messages)
-
-        return HistoryTarget(session.session_id, session.messages, replace_stored)
+        # A contextledger store (maybe shared with an Agent that keeps turn records): all of it.
+        return history_target(session.history, session.session_id, session.session_id)
 
     async def load() -> list[Message]:
         return from_responses([_plain_item(item) for item in await session.get_items()])

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextledger._extras import require_extra
+from contextledger._forgotten import same_input
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
 require_extra("httpx", extra="serve", feature="contextledger serve")
@@ -44,7 +45,7 @@ from contextledger.exceptions import (  # noqa: E402
     ProxyError,
     TurnOutcomeUnknownError,
 )
-from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, scrub_history  # noqa: E402
+from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, forget_facts, history_target  # noqa: E402
 from contextledger.history import StoredTurn  # noqa: E402
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
@@ -249,20 +250,21 @@ class Proxy:
                 )
             key, _ = await self._known(request, tenant)
             async with self.sessions.lock(key):
-                store = self.sessions.facts(key)
-                forgotten = await self.sessions.run_facts(lambda: store.forget(name))
-                keys = ALLOWED_KEYS if name is None else frozenset({name.strip().lower()})
-                stored = await self.sessions.history.load(key)
-                scrubbed = scrub_history(stored, keys, {fact.value for fact in forgotten})
-                if scrubbed != stored:
-                    self.kept.rewritten(key)
-                    await self.sessions.history.replace(key, scrubbed)
-            kept = {id(message) for message in scrubbed}
+                # The session's messages and its turn records (an Idempotency-Key retry must not
+                # hand the value back), through the library's one forget.
+                target = history_target(self.sessions.history, key, "session")
+                try:
+                    report = await forget_facts(
+                        self.sessions.facts(key), name, histories=[target], run=self.sessions.run_facts
+                    )
+                finally:
+                    self.kept.rewritten(key)  # the next turn reads the store, whatever was rewritten
             return JSONResponse(
                 {
                     "object": "contextledger.forget",
-                    "forgotten": [{"key": f.key, "value": f.value} for f in forgotten],
-                    "messages_changed": sum(1 for message in stored if id(message) not in kept),
+                    "forgotten": [{"key": f.key, "value": f.value} for f in report.forgotten],
+                    "messages_changed": report.changed_messages.get("session", 0),
+                    "turns_changed": report.changed_turns.get("session", 0),
                 }
             )
 
@@ -434,7 +436,7 @@ class Proxy:
 
     def _replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
         """The stored reply to a retried turn, without calling the upstream or touching the facts."""
-        if done.inputs != tuple(new_turn):
+        if not same_input(done.inputs, new_turn):  # equal, or equal but for what a forget took out
             raise ProxyError(
                 f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
                 "turn, so give each new turn a new key",

@@ -17,6 +17,7 @@ from contextledger.facts import (
     HistoryTarget,
     RuleWriter,
     forget_facts,
+    history_target,
 )
 from contextledger.facts._turns import TurnTracker
 from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
@@ -118,24 +119,16 @@ class FactsContextProvider(maf.ContextProvider):
 
 
 def _target(session: maf.AgentSession, history: maf.HistoryProvider) -> HistoryTarget:
+    name = f"{history.source_id}:{session.session_id}"
+    if isinstance(history, ContextLedgerHistoryProvider):
+        # A contextledger store (maybe shared with an Agent that keeps turn records): rewrite all of it.
+        return history_target(history.provider, history._session(session.session_id), name)
+
     async def load() -> list[Message]:
-        return await _load_history(session, history)
+        state = session.state.get(history.source_id) or {}
+        return from_maf_messages(state.get("messages", []))
 
     async def replace(messages: list[Message]) -> None:
-        await _replace_history(session, history, messages)
+        session.state.setdefault(history.source_id, {})["messages"] = to_maf_messages(messages)
 
-    return HistoryTarget(f"{history.source_id}:{session.session_id}", load, replace)
-
-
-async def _load_history(session: maf.AgentSession, history: maf.HistoryProvider) -> list[Message]:
-    if isinstance(history, ContextLedgerHistoryProvider):
-        return await history.provider.load(history._session(session.session_id))
-    state = session.state.get(history.source_id) or {}
-    return from_maf_messages(state.get("messages", []))
-
-
-async def _replace_history(session: maf.AgentSession, history: maf.HistoryProvider, messages: list[Message]) -> None:
-    if isinstance(history, ContextLedgerHistoryProvider):
-        await history.provider.replace(history._session(session.session_id), messages)
-        return
-    session.state.setdefault(history.source_id, {})["messages"] = to_maf_messages(messages)
+    return HistoryTarget(name, load, replace)
