@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.history._encoding import (
@@ -203,23 +204,13 @@ class SQLiteHistoryProvider:
 
     def _write(self, session_id: str, bodies: list[str], replace: bool, forget_turns: bool = False) -> None:
         """Append ``bodies`` (or make them the whole history) in one transaction."""
-        with self._lock:
-            try:
-                connection = self._open()
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    if forget_turns:
-                        connection.execute("DELETE FROM contextledger_turns WHERE session_id = ?", (session_id,))
-                    if replace:
-                        connection.execute(_BUMP, (session_id,))
-                    self._put(connection, session_id, bodies, replace)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    self._roll_back(connection)
-                    raise
-            except sqlite3.Error as error:
-                action = "replace" if replace and bodies else "clear" if replace else "append to"
-                raise self._failure(error, f"{action} session {session_id!r}") from error
+        action = "replace" if replace and bodies else "clear" if replace else "append to"
+        with self._transaction(f"{action} session {session_id!r}") as connection:
+            if forget_turns:
+                connection.execute("DELETE FROM contextledger_turns WHERE session_id = ?", (session_id,))
+            if replace:
+                connection.execute(_BUMP, (session_id,))
+            self._put(connection, session_id, bodies, replace)
 
     @staticmethod
     def _put(connection: sqlite3.Connection, session_id: str, bodies: list[str], replace: bool) -> None:
@@ -234,25 +225,13 @@ class SQLiteHistoryProvider:
 
     def _write_turn(self, session_id: str, turn_id: str, bodies: list[str], record: str) -> bool:
         """Record ``turn_id`` and append its messages in one transaction, unless it is recorded already."""
-        with self._lock:
-            try:
-                connection = self._open()
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    inserted = connection.execute(
-                        "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
-                        (session_id, turn_id, record),
-                    ).rowcount
-                    if inserted:
-                        self._put(connection, session_id, bodies, False)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    self._roll_back(connection)
-                    raise
-            except sqlite3.Error as error:
-                raise self._failure(
-                    error, f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)"
-                ) from error
+        with self._transaction(f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)") as connection:
+            inserted = connection.execute(
+                "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
+                (session_id, turn_id, record),
+            ).rowcount
+            if inserted:
+                self._put(connection, session_id, bodies, False)
         return bool(inserted)
 
     def _version(self, session_id: str) -> HistoryVersion:
@@ -267,28 +246,15 @@ class SQLiteHistoryProvider:
         self, session_id: str, start: int, bodies: list[str], expected: HistoryVersion
     ) -> HistoryVersion | None:
         """Replace the rows from position ``start`` on, in one transaction, if the version is ``expected``."""
-        with self._lock:
-            try:
-                connection = self._open()
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
-                    if HistoryVersion(generation or 0, length) != expected:
-                        connection.execute("ROLLBACK")
-                        return None
-                    connection.execute(
-                        "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
-                    )
-                    connection.executemany(
-                        _INSERT, [(session_id, start + offset, body) for offset, body in enumerate(bodies)]
-                    )
-                    connection.execute(_BUMP, (session_id,))
-                    connection.execute("COMMIT")
-                except BaseException:
-                    self._roll_back(connection)
-                    raise
-            except sqlite3.Error as error:
-                raise self._failure(error, f"rewrite session {session_id!r}") from error
+        with self._transaction(f"rewrite session {session_id!r}") as connection:
+            generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
+            if HistoryVersion(generation or 0, length) != expected:
+                return None  # nothing written: the read-only transaction just ends
+            connection.execute(
+                "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
+            )
+            connection.executemany(_INSERT, [(session_id, start + offset, body) for offset, body in enumerate(bodies)])
+            connection.execute(_BUMP, (session_id,))
         return HistoryVersion(expected.generation + 1, start + len(bodies))
 
     def _load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
@@ -327,48 +293,46 @@ class SQLiteHistoryProvider:
 
     def _rewrite_turns(self, session_id: str, records: list[tuple[str, str]]) -> None:
         """Update the records of the turns still recorded, in one transaction (others are skipped)."""
-        with self._lock:
-            try:
-                connection = self._open()
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    connection.executemany(
-                        "UPDATE contextledger_turns SET record = ? WHERE session_id = ? AND turn_id = ?",
-                        [(record, session_id, turn) for turn, record in records],
-                    )
-                    connection.execute("COMMIT")
-                except BaseException:
-                    self._roll_back(connection)
-                    raise
-            except sqlite3.Error as error:
-                raise self._failure(error, f"rewrite the turns of session {session_id!r}") from error
+        with self._transaction(f"rewrite the turns of session {session_id!r}") as connection:
+            connection.executemany(
+                "UPDATE contextledger_turns SET record = ? WHERE session_id = ? AND turn_id = ?",
+                [(record, session_id, turn) for turn, record in records],
+            )
 
     def _undo_turn(self, session_id: str, turn_id: str, bodies: list[str]) -> None:
+        with self._transaction(f"undo turn {turn_id!r} of session {session_id!r}") as connection:
+            connection.execute(
+                "DELETE FROM contextledger_turns WHERE session_id = ? AND turn_id = ?", (session_id, turn_id)
+            )
+            if bodies:
+                rows = connection.execute(
+                    "SELECT seq, body FROM contextledger_history WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+                start = last_run([body for _, body in rows], bodies)
+                if start is not None:
+                    # Positions stay 0..length-1 (a rewrite addresses them): write the rest again.
+                    kept = [body for _, body in rows[:start] + rows[start + len(bodies) :]]
+                    self._put(connection, session_id, kept, True)
+            connection.execute(_BUMP, (session_id,))
+
+    @contextlib.contextmanager
+    def _transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock: ``BEGIN IMMEDIATE`` (the write lock up front),
+        ``COMMIT`` when the block ends, a roll-back on any error or cancellation; an SQLite error
+        becomes the :class:`HistoryError` saying what ``action`` could not do."""
         with self._lock:
             try:
                 connection = self._open()
                 connection.execute("BEGIN IMMEDIATE")
                 try:
-                    connection.execute(
-                        "DELETE FROM contextledger_turns WHERE session_id = ? AND turn_id = ?", (session_id, turn_id)
-                    )
-                    if bodies:
-                        rows = connection.execute(
-                            "SELECT seq, body FROM contextledger_history WHERE session_id = ? ORDER BY seq",
-                            (session_id,),
-                        ).fetchall()
-                        start = last_run([body for _, body in rows], bodies)
-                        if start is not None:
-                            # Positions stay 0..length-1 (a rewrite addresses them): write the rest again.
-                            kept = [body for _, body in rows[:start] + rows[start + len(bodies) :]]
-                            self._put(connection, session_id, kept, True)
-                    connection.execute(_BUMP, (session_id,))
+                    yield connection
                     connection.execute("COMMIT")
                 except BaseException:
                     self._roll_back(connection)
                     raise
             except sqlite3.Error as error:
-                raise self._failure(error, f"undo turn {turn_id!r} of session {session_id!r}") from error
+                raise self._failure(error, action) from error
 
     def _open(self) -> sqlite3.Connection:
         """The connection, opened and set up on first use (the lock is held)."""
