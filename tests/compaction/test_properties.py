@@ -15,6 +15,7 @@ falsifying conversation and a constructor-like repr of the strategy, which is th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -875,11 +876,9 @@ def stress_shapes(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
     counts: Counter[str] = Counter()
     yield counts
     if counts:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         lines = [f"stress run: {counts['conversations']:,} conversations"]
         lines += [f"  {shape}: {counts[shape]:,}" for shape in SHAPES]
-        for line in lines:
-            if reporter is not None:
-                reporter.write_line(line)
-            else:
-                print(line)
+        # Output is captured while fixtures tear down; the counts are for the log, so step outside it.
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            print("\n" + "\n".join(lines))
