@@ -731,11 +731,15 @@ def test_any_strategy_on_real_traffic(case: tuple[list[Message], StrategySpec]) 
     check_compaction(*case)
 
 
-@pytest.mark.parametrize(
+each_family = pytest.mark.parametrize(
     "family",
     [truncation_specs, sliding_window_specs, tool_result_specs, selective_specs, summarization_specs],
     ids=["truncation", "sliding_window", "tool_results", "selective", "summarization"],
 )
+"""Each strategy family alone at the root, so its own stopping rule is what is checked."""
+
+
+@each_family
 @DEFAULT
 @given(data=st.data())
 def test_each_strategy_on_real_traffic(family: SpecFactory, data: st.DataObject) -> None:
@@ -749,11 +753,7 @@ def test_any_strategy_on_dirty_conversations(case: tuple[list[Message], Strategy
     check_compaction(*case)
 
 
-@pytest.mark.parametrize(
-    "family",
-    [truncation_specs, sliding_window_specs, tool_result_specs, selective_specs, summarization_specs],
-    ids=["truncation", "sliding_window", "tool_results", "selective", "summarization"],
-)
+@each_family
 @DEFAULT
 @given(data=st.data())
 def test_each_strategy_meets_its_target_or_floor(family: SpecFactory, data: st.DataObject) -> None:

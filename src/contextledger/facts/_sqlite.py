@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from contextledger._sqlite import open_wal
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, utc_clock
@@ -94,31 +94,11 @@ class SQLiteFactStore(LedgerStore):
     # The backend -------------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        if self._connection is not None:
-            return self._connection
-        connection = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            connection.execute("PRAGMA synchronous = NORMAL")
-            deadline = time.monotonic() + self._busy_timeout
-            while True:  # switching a new file to WAL is not always retried by the busy handler
-                try:
-                    if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                        connection.execute("PRAGMA journal_mode = WAL")
-                    for statement in _TABLES:
-                        connection.execute(statement)
-                    break
-                except sqlite3.OperationalError as error:
-                    if ("locked" not in str(error) and "busy" not in str(error)) or time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.01)
-        except BaseException:
-            connection.close()
-            raise
-        self._connection = connection
-        return connection
+        if self._connection is None:
+            self._connection = open_wal(
+                self.path, busy_timeout=self._busy_timeout, synchronous="NORMAL", schema=_TABLES
+            )
+        return self._connection
 
     def _read_state(self, connection: sqlite3.Connection) -> State:
         row = connection.execute(

@@ -7,9 +7,9 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 
+from contextledger._sqlite import is_busy, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.history._encoding import (
     check_name,
@@ -336,38 +336,14 @@ class SQLiteHistoryProvider:
 
     def _open(self) -> sqlite3.Connection:
         """The connection, opened and set up on first use (the lock is held)."""
-        if self._connection is not None:
-            return self._connection
-        # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE itself.
-        connection = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            self._set_up(connection)
-        except BaseException:
-            connection.close()
-            raise
-        self._connection = connection
-        return connection
-
-    def _set_up(self, connection: sqlite3.Connection) -> None:
-        connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-        connection.execute(f"PRAGMA synchronous = {self._synchronous}")
-        # Switching a new file to WAL needs an exclusive lock, and SQLite does not always wait for
-        # it through the busy handler; several processes opening a new file at once retry here.
-        deadline = time.monotonic() + self._busy_timeout
-        while True:
-            try:
-                if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    connection.execute("PRAGMA journal_mode = WAL")
-                connection.execute(_SCHEMA)
-                connection.execute(_TURNS_SCHEMA)
-                connection.execute(_SESSIONS_SCHEMA)
-                return
-            except sqlite3.OperationalError as error:
-                if not _is_busy(error) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.01)
+        if self._connection is None:
+            self._connection = open_wal(
+                self.path,
+                busy_timeout=self._busy_timeout,
+                synchronous=self._synchronous,
+                schema=(_SCHEMA, _TURNS_SCHEMA, _SESSIONS_SCHEMA),
+            )
+        return self._connection
 
     def _roll_back(self, connection: sqlite3.Connection) -> None:
         try:
@@ -388,7 +364,7 @@ class SQLiteHistoryProvider:
     def _failure(self, error: sqlite3.Error, action: str) -> HistoryError:
         reason = str(error)
         if isinstance(error, sqlite3.OperationalError):
-            if _is_busy(error):
+            if is_busy(error):
                 hint = f"another connection held the write lock for more than busy_timeout={self._busy_timeout:g}s"
             elif "unable to open" in reason:
                 hint = "check that the directory exists and is writable"
@@ -403,8 +379,3 @@ class SQLiteHistoryProvider:
                 f"cannot {action}: SQLite history {self.path} is not a readable database ({reason})"
             )
         return HistoryError(f"cannot {action}: SQLite history {self.path} failed ({reason})")
-
-
-def _is_busy(error: sqlite3.Error) -> bool:
-    reason = str(error)
-    return "locked" in reason or "busy" in reason
