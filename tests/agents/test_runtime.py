@@ -100,7 +100,7 @@ class Recorder(ContextProvider):
         if self.added_messages:
             context.add_messages(self.source_id, self.added_messages)
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         self.log.append(("prepare", self.source_id))
         return messages
 
@@ -875,7 +875,7 @@ class CountingProvider(ContextProvider):
     def __init__(self) -> None:
         self.sizes: list[int] = []
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         self.sizes.append(len(messages))
         return messages
 

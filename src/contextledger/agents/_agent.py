@@ -250,8 +250,8 @@ class Agent:
             if instructions
             else []
         )
-        # One list for the whole request: the history is copied once, never wrapped.
-        view = [*context.context_messages, *context.history_messages, *context.input_messages, *context.generated]
+        # Read in place, never copied: a provider pays for what it reads of a long history.
+        view: Sequence[Message] = context._request()
         for provider in self.context_providers:
             if isinstance(provider, ContextProvider):
                 view = await provider.prepare_request(view, context)

@@ -254,7 +254,7 @@ class CompactionProvider(ContextProvider):
 
     # The request view ------------------------------------------------------------------------
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         if self.before_strategy is None:
             return messages
         head = 0
@@ -263,7 +263,9 @@ class CompactionProvider(ContextProvider):
         base = head  # where the conversation starts, after the instructions and the providers' messages
         if context is not None:
             added = context.context_messages
-            if len(added) <= len(messages) - head and all(a is b for a, b in zip(added, messages[head:])):
+            if len(added) <= len(messages) - head and all(
+                a is b for a, b in zip(added, messages[head : head + len(added)])
+            ):
                 base = head + len(added)
         view = self._view(messages, head, base, context)
         await self.before_strategy.compact(view.index)
@@ -271,10 +273,10 @@ class CompactionProvider(ContextProvider):
         view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
         return [*messages[:head], *projection]
 
-    def _view(self, messages: list[Message], head: int, base: int, context: RunContext | None) -> _View:
+    def _view(self, messages: Sequence[Message], head: int, base: int, context: RunContext | None) -> _View:
         """The session's view, brought up to ``messages``; positions are offsets, so that no
         call copies or compares the whole history."""
-        extra = messages[head:base]
+        extra = list(messages[head:base])
         cache: dict[str, Any] | None = context.session.cache(self) if context is not None else None
         old: _View | None = cache.get("view") if cache is not None else self._loose_view
         if old is not None and old.follows(messages, base):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from contextledger.agents._response import AgentResponse
 from contextledger.agents._session import Session
@@ -14,7 +15,15 @@ from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.history import HistoryProvider
 from contextledger.messages import Message
 
-__all__ = ["AgentView", "ContextProvider", "MessageSource", "RunContext", "SourceKind", "use_context_providers"]
+__all__ = [
+    "AgentView",
+    "ContextProvider",
+    "MessageSource",
+    "RequestMessages",
+    "RunContext",
+    "SourceKind",
+    "use_context_providers",
+]
 
 SourceKind = Literal["external", "history", "context", "generated"]
 _KINDS: tuple[SourceKind, ...] = ("external", "history", "context", "generated")
@@ -65,6 +74,64 @@ class MessageSource:
 
     kind: SourceKind
     source_id: str | None = None
+
+
+class RequestMessages(Sequence[Message]):
+    """What a model call sends, read in place from the lists the messages live in.
+
+    The request of a turn is the providers' messages, the whole history and the input.  Built
+    as one list it would copy every stored message on every turn, a cost that grows with the
+    history however little a provider then reads; read in place it costs the same on turn
+    10,000 as on turn 1, and a provider pays for what it reads (a slice copies only the slice).
+
+    Each part is read up to the length it had when the request was made, so messages stored
+    after it do not show.  It stands for one run: a provider that keeps the messages for later
+    keeps ``list(messages)``.
+    """
+
+    __slots__ = ("_length", "_parts")
+
+    def __init__(self, *parts: tuple[Sequence[Message], int]) -> None:
+        # Each part is (messages, how many of them belong to the request).
+        self._parts = tuple((messages, count) for messages, count in parts if count)
+        self._length = sum(count for _, count in self._parts)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, position: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[Message]: ...
+
+    def __getitem__(self, position: int | slice) -> Message | list[Message]:
+        if isinstance(position, slice):
+            start, stop, step = position.indices(self._length)
+            if step != 1:
+                return [self[at] for at in range(start, stop, step)]
+            out: list[Message] = []
+            for messages, count in self._parts:
+                if start < count and stop > 0:
+                    out.extend(messages[max(start, 0) : min(stop, count)])
+                start -= count
+                stop -= count
+            return out
+        at = position + self._length if position < 0 else position
+        if not 0 <= at < self._length:
+            raise IndexError(f"request position {position} out of range for {self._length} messages")
+        for messages, count in self._parts:
+            if at < count:
+                return messages[at]
+            at -= count
+        raise AssertionError("unreachable: the parts add up to the length")
+
+    def __iter__(self) -> Iterator[Message]:
+        for messages, count in self._parts:
+            yield from (messages if len(messages) == count else itertools.islice(messages, count))
+
+    def __repr__(self) -> str:
+        return f"RequestMessages({self._length} messages)"
 
 
 class RunContext:
@@ -162,6 +229,17 @@ class RunContext:
     def context_messages(self) -> list[Message]:
         return [message for message, _ in self._context]
 
+    def _request(self) -> RequestMessages:
+        """The providers' messages, the history and the input, as the first model call sends them
+        (before any provider rewrites it), read in place (see :class:`RequestMessages`)."""
+        context = self.context_messages
+        inputs = self.input_messages
+        return RequestMessages(
+            (context, len(context)),
+            (self._history_messages, self._history_count),
+            (inputs, len(inputs)),
+        )
+
 
 class ContextProvider:
     """Base class of the components that act around each run.
@@ -182,8 +260,13 @@ class ContextProvider:
     async def before_run(self, context: RunContext) -> None:
         """Before the first model call of a run."""
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
-        """What a model call sends, without instructions; return ``messages`` unchanged to leave it alone."""
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
+        """What a model call sends, without instructions; return ``messages`` unchanged to leave it alone.
+
+        ``messages`` is a sequence, not a list: in an agent's run it reads the session's
+        history in place (:class:`RequestMessages`), so a provider costs what it reads of it.
+        Return a new sequence (a list) to change the request; never change ``messages``.
+        """
         return messages
 
     async def after_run(self, context: RunContext) -> None:
@@ -204,7 +287,7 @@ class ProvidedClient:
         return f"use_context_providers({self.client!r}, {', '.join(map(repr, self.providers))})"
 
     async def get_response(self, messages: Sequence[Message], **kwargs: Any) -> ChatResponse:
-        request = list(messages)
+        request = messages
         context = current_run.get()
         for provider in self.providers:
             request = await provider.prepare_request(request, context)

@@ -178,7 +178,7 @@ class LastTurnsView(LabProvider):
     def __init__(self, turns: int) -> None:
         self.turns = turns
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         if context is None:
             return messages
         head = len(context.context_messages)
@@ -242,7 +242,7 @@ class SummaryView(LabProvider):
             )
         return summary
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         summary, covered = self._pending if self._pending is not None else (self.summary, self.covered)
         if context is None or summary is None:
             return messages
@@ -260,7 +260,7 @@ class CurrentMessageOnly(LabProvider):
 
     source_id = "current_message_only"
 
-    async def prepare_request(self, messages: list[Message], context: RunContext | None) -> list[Message]:
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
         if context is None:
             return messages
         return [*context.context_messages, *context.input_messages]

@@ -13,6 +13,7 @@ turn here reads the store again.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -73,7 +74,7 @@ class KeptSessions:
         self._histories.pop(key, None)
         self._views.pop(key, None)
 
-    async def request_view(self, key: str, conversation: list[Message]) -> list[Message]:
+    async def request_view(self, key: str, conversation: list[Message]) -> Sequence[Message]:
         """What this turn sends of ``conversation``: the strategy's request view, or all of it."""
         if self._strategy is None:
             return conversation
