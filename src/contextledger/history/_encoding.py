@@ -17,6 +17,7 @@ from contextledger.history._protocol import HistoryVersion, StoredTurn
 from contextledger.messages import Message, message_from_openai, message_to_openai
 
 __all__ = [
+    "RecentEncodings",
     "check_name",
     "check_session_id",
     "check_start",
@@ -103,12 +104,45 @@ def _encode(message: Message, position: int, session_id: str, action: str) -> tu
     )
 
 
-def encode_messages(session_id: object, messages: object, action: str) -> tuple[str, list[str], list[Message]]:
+class RecentEncodings:
+    """The stored form of the messages a history encoded lately, found by identity.
+
+    A reduction writes again messages its history has just stored (a rewrite from a collapsed
+    tool call on takes the turn after it along); encoding them and checking that they read back
+    a second time would double the storage work of such a turn.  A message is immutable, so an
+    object encodes the same way every time, and an entry holds the object, so its id cannot
+    name another message while it is remembered.  Two generations of at most ``size`` entries:
+    when the newer fills up the older is dropped whole, so nothing is ever walked or evicted
+    one by one, and a message stays known for at least ``size`` further encodings.
+    """
+
+    __slots__ = ("_newer", "_older", "_size")
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._newer: dict[int, tuple[Message, str]] = {}
+        self._older: dict[int, tuple[Message, str]] = {}
+
+    def body(self, message: Message) -> str | None:
+        """The JSON text ``message`` was encoded to, if this very object was encoded lately."""
+        entry = self._newer.get(id(message)) or self._older.get(id(message))
+        return entry[1] if entry is not None and entry[0] is message else None
+
+    def remember(self, message: Message, body: str) -> None:
+        if len(self._newer) >= self._size:
+            self._older, self._newer = self._newer, {}
+        self._newer[id(message)] = (message, body)
+
+
+def encode_messages(
+    session_id: object, messages: object, action: str, recent: RecentEncodings | None = None
+) -> tuple[str, list[str], list[Message]]:
     """Check a whole batch before anything is written.
 
     Returns the session id, the JSON text of each message and the message as it will read back
     (equal to the one given).  The first bad item raises, naming the session and its position,
-    so a batch is stored whole or not at all.
+    so a batch is stored whole or not at all.  A message found in ``recent`` (the very object,
+    encoded lately) is not encoded again; every other one is remembered there.
     """
     checked_session = check_session_id(session_id)
     if isinstance(messages, Message):
@@ -129,9 +163,16 @@ def encode_messages(session_id: object, messages: object, action: str) -> tuple[
                 f"cannot {action} session {checked_session!r}: item {position} is {type(item).__name__} "
                 f"{_short(item)}, not a Message; convert OpenAI dicts with contextledger.from_openai first"
             )
+        known = recent.body(item) if recent is not None else None
+        if known is not None:
+            bodies.append(known)
+            stored.append(item)
+            continue
         body, message = _encode(item, position, checked_session, action)
         bodies.append(body)
         stored.append(message)
+        if recent is not None:
+            recent.remember(item, body)
     return checked_session, bodies, stored
 
 
@@ -156,7 +197,7 @@ def decode_message(body: object, *, session_id: str, position: int, store: str) 
 
 
 def encode_turn(
-    session_id: object, turn_id: object, inputs: object, reply: object
+    session_id: object, turn_id: object, inputs: object, reply: object, recent: RecentEncodings | None = None
 ) -> tuple[str, str, list[str], list[Message], str]:
     """Check a turn before anything is written.
 
@@ -165,12 +206,12 @@ def encode_turn(
     the turn id, from which :func:`decode_turn` rebuilds the :class:`StoredTurn`.
     """
     checked_turn = check_turn_id(turn_id)
-    checked_session, input_bodies, input_messages = encode_messages(session_id, inputs, "append a turn to")
+    checked_session, input_bodies, input_messages = encode_messages(session_id, inputs, "append a turn to", recent)
     if not input_bodies:
         raise InvalidMessageError(
             f"cannot append turn {checked_turn!r} to session {checked_session!r}: it has no input message"
         )
-    _, reply_bodies, reply_messages = encode_messages(session_id, reply, "append a turn to")
+    _, reply_bodies, reply_messages = encode_messages(session_id, reply, "append a turn to", recent)
     bodies = [*input_bodies, *reply_bodies]
     record = f'{{"inputs":{len(input_bodies)},"messages":[{",".join(bodies)}]}}'
     return checked_session, checked_turn, bodies, [*input_messages, *reply_messages], record

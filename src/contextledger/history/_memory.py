@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
 from contextledger.history._encoding import (
+    RecentEncodings,
     check_name,
     check_session_id,
     check_start,
@@ -52,6 +53,8 @@ class InMemoryHistoryProvider:
 
     def __init__(self, source_id: str = "in_memory") -> None:
         self.source_id: str = check_name(source_id, "source_id")
+        # A rewrite writes again messages this history has just stored: encoded once, not twice.
+        self._encoded = RecentEncodings()
         self._lock = threading.Lock()
         self._sessions: dict[str, list[Message]] = {}
         self._turns: dict[str, dict[str, StoredTurn]] = {}
@@ -71,7 +74,7 @@ class InMemoryHistoryProvider:
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
         items = _materialise(messages)
-        key, _, decoded = encode_messages(session_id, items, "append to")
+        key, _, decoded = encode_messages(session_id, items, "append to", self._encoded)
         if not decoded:
             return
         checked: list[Message] = items  # type: ignore[assignment]  # every item was just checked to be a Message
@@ -94,7 +97,7 @@ class InMemoryHistoryProvider:
             tail = items[same:]
             new_ids = set(map(id, tail)).difference(map(id, stored_now[same:]))
             fresh = list(compress(tail, map(new_ids.__contains__, map(id, tail)))) if new_ids else []
-        key, _, _ = encode_messages(session_id, fresh, "replace")
+        key, _, _ = encode_messages(session_id, fresh, "replace", self._encoded)
         stored = items if isinstance(items, list) else []
         with self._lock:
             if stored:
@@ -107,7 +110,7 @@ class InMemoryHistoryProvider:
         self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
     ) -> bool:
         input_items, reply_items = _materialise(inputs), _materialise(reply)
-        key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items)
+        key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items, self._encoded)
         # Checked to be lists of Messages just now; the objects are kept, as in append().
         stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
         with self._lock:
@@ -165,7 +168,7 @@ class InMemoryHistoryProvider:
         self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
     ) -> HistoryVersion | None:
         items = _materialise(messages)
-        key, _, _ = encode_messages(session_id, items, "rewrite")
+        key, _, _ = encode_messages(session_id, items, "rewrite", self._encoded)
         check_start(start, expected)
         suffix: list[Message] = items  # type: ignore[assignment]  # checked just now
         with self._lock:

@@ -22,6 +22,7 @@ from contextledger.exceptions import (
     TurnOutcomeUnknownError,
 )
 from contextledger.history._encoding import (
+    RecentEncodings,
     check_name,
     check_session_id,
     check_start,
@@ -158,6 +159,8 @@ class RedisHistoryProvider:
         socket_connect_timeout: float | None = 5.0,
     ) -> None:
         self.source_id: str = check_name(source_id, "source_id")
+        # A rewrite writes again messages this history has just stored: encoded once, not twice.
+        self._encoded = RecentEncodings()
         self.namespace: str = check_name(namespace, "namespace")
         redis_asyncio, self._errors, no_retry = _import_redis()
         if client is None:
@@ -207,7 +210,7 @@ class RedisHistoryProvider:
         ]
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        checked, bodies, _ = encode_messages(session_id, messages, "append to")
+        checked, bodies, _ = encode_messages(session_id, messages, "append to", self._encoded)
         if not bodies:
             return
         key = self.key(checked)
@@ -217,7 +220,7 @@ class RedisHistoryProvider:
             self._raise(error, f"append to session {checked!r}", key)
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
-        checked, bodies, _ = encode_messages(session_id, messages, "replace")
+        checked, bodies, _ = encode_messages(session_id, messages, "replace", self._encoded)
         key = self.key(checked)
         try:
             async with self._client.pipeline(transaction=True) as transaction:
@@ -238,7 +241,7 @@ class RedisHistoryProvider:
         nothing stored.  Any failure after that (no answer within ``socket_timeout``, a dropped
         connection) leaves the outcome to the server: ``TurnOutcomeUnknownError``.
         """
-        checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply)
+        checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         key, turns = self.key(checked), self.turns_key(checked)
         try:
             stored = await self._client.eval(_APPEND_TURN, 2, key, turns, turn, record, *bodies)
@@ -314,7 +317,7 @@ class RedisHistoryProvider:
 
         A failure after the script was sent leaves it done or not done; :meth:`version` tells.
         """
-        checked, bodies, _ = encode_messages(session_id, messages, "rewrite")
+        checked, bodies, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
         check_start(start, expected)
         key = self.key(checked)
         try:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextledger._sqlite import is_busy, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.history._encoding import (
+    RecentEncodings,
     check_name,
     check_session_id,
     check_start,
@@ -103,6 +104,8 @@ class SQLiteHistoryProvider:
         if not isinstance(self.path, str) or not self.path:
             raise ConfigurationError(f"path must be a non-empty file path, got {path!r}")
         self.source_id: str = check_name(source_id, "source_id")
+        # A rewrite writes again messages this history has just stored: encoded once, not twice.
+        self._encoded = RecentEncodings()
         level = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if level not in _SYNCHRONOUS_LEVELS:
             raise ConfigurationError(
@@ -128,12 +131,12 @@ class SQLiteHistoryProvider:
         return await asyncio.to_thread(self._load, key)
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        key, bodies, _ = encode_messages(session_id, messages, "append to")
+        key, bodies, _ = encode_messages(session_id, messages, "append to", self._encoded)
         if bodies:
             await asyncio.to_thread(self._write, key, bodies, False)
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
-        key, bodies, _ = encode_messages(session_id, messages, "replace")
+        key, bodies, _ = encode_messages(session_id, messages, "replace", self._encoded)
         await asyncio.to_thread(self._write, key, bodies, True)
 
     async def append_turn(
@@ -145,7 +148,7 @@ class SQLiteHistoryProvider:
         stop the write: it is committed when the lock frees, once, and a retry with the same
         turn id finds it.
         """
-        key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply)
+        key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         return await asyncio.to_thread(self._write_turn, key, turn, bodies, record)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
@@ -173,7 +176,7 @@ class SQLiteHistoryProvider:
     async def rewrite(
         self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
     ) -> HistoryVersion | None:
-        key, bodies, _ = encode_messages(session_id, messages, "rewrite")
+        key, bodies, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
         check_start(start, expected)
         return await asyncio.to_thread(self._rewrite, key, start, bodies, expected)
 
