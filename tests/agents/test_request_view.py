@@ -64,7 +64,7 @@ def _replier() -> Callable[[Sequence[Message]], Message | str]:
 
 
 def _requests(
-    turns: list[str], before: str, after: str, freeze_at: int, restore_every: int
+    turns: list[str], before: str, after: str, freeze_at: int | None, restore_every: int
 ) -> list[list[dict[str, Any]]]:
     async def scenario() -> list[list[dict[str, Any]]]:
         history = InMemoryHistoryProvider()
@@ -84,12 +84,14 @@ def _requests(
             assert validate(request) == []
         return sent
 
-    old = _compaction._FREEZE_AT
-    _compaction._FREEZE_AT = freeze_at
+    # freeze_at=None never freezes: neither as the prefix grows nor when the view is built again.
+    old = _compaction._FREEZE_AT, _compaction._FREEZE_ON_REBUILD
+    _compaction._FREEZE_AT = 10**9 if freeze_at is None else freeze_at
+    _compaction._FREEZE_ON_REBUILD = freeze_at is not None
     try:
         return asyncio.run(scenario())
     finally:
-        _compaction._FREEZE_AT = old
+        _compaction._FREEZE_AT, _compaction._FREEZE_ON_REBUILD = old
 
 
 turn_texts = st.lists(
@@ -100,7 +102,7 @@ turn_texts = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=turn_texts, before=st.sampled_from(sorted(BEFORE)), after=st.sampled_from(sorted(AFTER)))
 def test_freezing_the_excluded_prefix_sends_the_same_requests(turns: list[str], before: str, after: str) -> None:
-    reference = _requests(turns, before, after, freeze_at=10**9, restore_every=0)
+    reference = _requests(turns, before, after, freeze_at=None, restore_every=0)
     assert _requests(turns, before, after, freeze_at=1, restore_every=0) == reference
 
 
@@ -109,7 +111,7 @@ def test_freezing_the_excluded_prefix_sends_the_same_requests(turns: list[str], 
 def test_a_session_restored_from_json_sends_the_same_requests(
     turns: list[str], before: str, restore_every: int
 ) -> None:
-    reference = _requests(turns, before, "none", freeze_at=10**9, restore_every=0)
+    reference = _requests(turns, before, "none", freeze_at=None, restore_every=0)
     assert _requests(turns, before, "none", freeze_at=1, restore_every=restore_every) == reference
 
 

@@ -33,6 +33,9 @@ __all__ = ["CompactionProvider", "ReducedHistoryProvider"]
 # Leading excluded messages worth moving out of a request view's index: small enough that the
 # index stays near the size of what is sent, large enough that rebuilding it is rare.
 _FREEZE_AT = 32
+# Whether a view built again (the history changed under it) leaves out the excluded turns it
+# starts with at once; off only to check that doing so changes no request.
+_FREEZE_ON_REBUILD = True
 
 
 def _strategy(value: object, what: str) -> CompactionStrategy | None:
@@ -46,10 +49,13 @@ def _fingerprint(message: Message) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
-def _same_prefix(old: Sequence[Message], new: Sequence[Message]) -> bool:
-    # List equality checks identity first, element by element, in C: the usual case (the very
-    # objects indexed last time) costs a pointer comparison per message.
-    return len(new) >= len(old) and new[: len(old)] == old
+def _same_count(old: Sequence[Message], new: Sequence[Message]) -> int:
+    """How many messages ``old`` and ``new`` have in common from the start (identity first, as
+    list equality compares: the usual case costs a pointer comparison per message)."""
+    for position, (before, now) in enumerate(zip(old, new)):
+        if before is not now and before != now:
+            return position
+    return min(len(old), len(new))
 
 
 class _View:
@@ -112,13 +118,14 @@ class _View:
         text that replaced them would lose information, so the strategy decides them again.
         """
         groups = self.index.groups
-        replaced = {id(old) for group in groups if group.replaces for old in group.replaces}
+        written = {id(group) for group in groups if group.kind is GroupKind.SUMMARY and group.replaces}
+        replaced = {id(old) for group in groups if id(group) in written for old in group.replaces}
         runs: list[list[int]] = []
         position = -len(self.context)
         for group in groups:
-            if group.replaces:  # written by a strategy: not a source message
+            if id(group) in written:  # written by a strategy: not a source message
                 continue
-            size = len(group.messages)
+            size = group.message_count
             if group.excluded and id(group) not in replaced:
                 if runs and runs[-1][1] == position:
                     runs[-1][1] = position + size
@@ -168,22 +175,23 @@ class _View:
                 drop.append(group)
         self.index.exclude_many(drop, "kept from an earlier call")
 
-    def freeze_dropped_prefix(self, tokenizer: Tokenizer | None, at_least: int) -> None:
-        """Move the conversation's leading excluded turns out of the index (see the class docstring).
+    def dropped_prefix(self) -> int:
+        """How many of the indexed conversation's first messages are excluded turns that can be
+        frozen: up to the start of the last excluded user turn before the first included group.
 
-        Only done when no group in the index stands in for others (a summary, a collapsed tool
-        result): the new index is built from source messages, and those would be lost.
+        0 when a group in the index stands in for others (a summary, a collapsed tool result):
+        an index built again from source messages would lose it.
         """
         groups = self.index.groups
-        if any(group.replaces for group in groups):
-            return
+        if any(group.kind is GroupKind.SUMMARY and group.replaces for group in groups):
+            return 0
         position = -len(self.context)
         cut = 0
         for group in groups:
-            size = len(group.messages)
+            size = group.message_count
             if position < 0:
                 if position + size > 0:
-                    return  # a group spanning context and conversation: leave the index as it is
+                    return 0  # a group spanning context and conversation: leave the index as it is
                 position += size
                 continue
             if not group.excluded:
@@ -191,7 +199,12 @@ class _View:
             if group.kind is GroupKind.USER:
                 cut = position
             position += size
-        if cut < at_least:
+        return cut
+
+    def freeze_dropped_prefix(self, tokenizer: Tokenizer | None, at_least: int) -> None:
+        """Move the conversation's leading excluded turns out of the index (see the class docstring)."""
+        cut = self.dropped_prefix()
+        if not cut or cut < at_least:
             return
         runs = self._runs()
         conversation = self.indexed_conversation
@@ -283,20 +296,30 @@ class CompactionProvider(ContextProvider):
             old.index.update([*extra, *messages[base + old.frozen_count :]])  # exclusions made earlier stay
             return old
         # The history changed after the frozen prefix (a reduction, new context): index again
-        # what follows the prefix, and keep the exclusions of what is unchanged.
+        # what follows the prefix.  The part that did not change keeps its exclusions, and the
+        # turns excluded from its start are frozen now, since the index is built anew anyway:
+        # after a reduction every turn, the index stays the size of what is sent.
         keep = old is not None and old.keeps_frozen(messages, base)
         skip = old.frozen_count if old is not None and keep else 0
-        view = _View(
-            MessageIndex([*extra, *messages[base + skip :]], tokenizer=self._before_tokenizer),
-            extra,
-            skip,
-            old.frozen_ends if old is not None and keep else None,
-        )
-        if old is not None:
+        ends = old.frozen_ends if old is not None and keep else None
+        carried: list[list[int]] = []
+        if old is not None and keep:
             indexed = old.indexed_conversation
-            if keep and _same_prefix(indexed, messages[base + skip : base + skip + len(indexed)]):
-                view.apply_runs(old.excluded_runs(), skip + len(indexed), offset=skip)
-        elif context is not None:
+            same = _same_count(indexed, messages[base + skip : base + skip + len(indexed)])
+            carried = [run for run in old.excluded_runs() if run[1] <= skip + same]
+            cut = old.dropped_prefix() if _FREEZE_ON_REBUILD else 0
+            if 0 < cut <= same:
+                first = ends[0] if ends else messages[base + skip]
+                skip += cut
+                ends = (first, messages[base + skip - 1])
+        view = _View(
+            MessageIndex([*extra, *messages[base + skip :]], tokenizer=self._before_tokenizer), extra, skip, ends
+        )
+        if carried:
+            # Conversation runs only, clipped to what is still indexed: the context is new.
+            clipped = [[max(start, skip), end] for start, end in carried if end > skip]
+            view.apply_runs(clipped, skip + same, offset=skip)
+        elif old is None and context is not None:
             record = context.session.state.get(self._state_key)
             if isinstance(record, dict) and self._record_matches(record, messages, base):
                 view.apply_runs(record.get("excluded", []), int(record["length"]))
