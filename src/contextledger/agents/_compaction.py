@@ -165,9 +165,9 @@ class _View:
         position = -len(self.context)
         cursor = 0
         for group in self.index.groups:
-            if group.replaces:  # written by a strategy: not a source message
+            if group.kind is GroupKind.SUMMARY and group.replaces:  # written by a strategy: not a source message
                 continue
-            start, end = position, position + len(group.messages)
+            start, end = position, position + group.message_count
             position = end
             while cursor < len(wanted) and wanted[cursor][1] <= start:
                 cursor += 1
@@ -177,7 +177,8 @@ class _View:
 
     def dropped_prefix(self) -> int:
         """How many of the indexed conversation's first messages are excluded turns that can be
-        frozen: up to the start of the last excluded user turn before the first included group.
+        frozen: up to the first included group if a turn starts there, else up to the start of
+        the last excluded user turn before it.
 
         0 when a group in the index stands in for others (a summary, a collapsed tool result):
         an index built again from source messages would lose it.
@@ -194,15 +195,18 @@ class _View:
                     return 0  # a group spanning context and conversation: leave the index as it is
                 position += size
                 continue
-            if not group.excluded:
-                break
             if group.kind is GroupKind.USER:
                 cut = position
+            if not group.excluded:
+                break
             position += size
         return cut
 
     def freeze_dropped_prefix(self, tokenizer: Tokenizer | None, at_least: int) -> None:
         """Move the conversation's leading excluded turns out of the index (see the class docstring)."""
+        index = self.index
+        if index.total_messages - index.included_messages < at_least:
+            return  # not that many excluded messages in the whole index: no need to look
         cut = self.dropped_prefix()
         if not cut or cut < at_least:
             return
@@ -302,13 +306,15 @@ class CompactionProvider(ContextProvider):
         keep = old is not None and old.keeps_frozen(messages, base)
         skip = old.frozen_count if old is not None and keep else 0
         ends = old.frozen_ends if old is not None and keep else None
-        carried: list[list[int]] = []
+        carried: list[list[int]] = []  # exclusions of the unchanged part, in conversation positions
         if old is not None and keep:
             indexed = old.indexed_conversation
-            same = _same_count(indexed, messages[base + skip : base + skip + len(indexed)])
-            carried = [run for run in old.excluded_runs() if run[1] <= skip + same]
+            unchanged = skip + _same_count(indexed, messages[base + skip : base + skip + len(indexed)])
             cut = old.dropped_prefix() if _FREEZE_ON_REBUILD else 0
-            if 0 < cut <= same:
+            cut = cut if skip + cut <= unchanged else 0
+            if old.index.total_messages - old.index.included_messages > cut:  # more excluded than is frozen now
+                carried = [run for run in old.excluded_runs() if run[1] <= unchanged]
+            if cut:
                 first = ends[0] if ends else messages[base + skip]
                 skip += cut
                 ends = (first, messages[base + skip - 1])
@@ -318,7 +324,7 @@ class CompactionProvider(ContextProvider):
         if carried:
             # Conversation runs only, clipped to what is still indexed: the context is new.
             clipped = [[max(start, skip), end] for start, end in carried if end > skip]
-            view.apply_runs(clipped, skip + same, offset=skip)
+            view.apply_runs(clipped, skip + len(messages), offset=skip)
         elif old is None and context is not None:
             record = context.session.state.get(self._state_key)
             if isinstance(record, dict) and self._record_matches(record, messages, base):
