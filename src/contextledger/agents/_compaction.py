@@ -171,7 +171,9 @@ class _View:
             position = end
             while cursor < len(wanted) and wanted[cursor][1] <= start:
                 cursor += 1
-            if cursor < len(wanted) and wanted[cursor][0] <= start and end <= wanted[cursor][1]:
+            if cursor == len(wanted):
+                break  # past the last run: nothing after it is excluded here
+            if wanted[cursor][0] <= start and end <= wanted[cursor][1]:
                 drop.append(group)
         self.index.exclude_many(drop, "kept from an earlier call")
 
