@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from contextledger.compaction._index import MessageIndex
 
 __all__ = [
+    "Not",
     "Threshold",
     "Trigger",
     "all_of",
@@ -115,6 +116,19 @@ class _AnyOf:
 
     def __repr__(self) -> str:
         return f"any_of({', '.join(map(repr, self.triggers))})"
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    """The opposite of a trigger: how a keyword-style strategy says "stop once under the limit"."""
+
+    trigger: Trigger
+
+    def __call__(self, index: MessageIndex) -> bool:
+        return not self.trigger(index)
+
+    def __repr__(self) -> str:
+        return f"not {self.trigger!r}"
 
 
 def always() -> Trigger:
