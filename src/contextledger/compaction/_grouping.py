@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import accumulate, repeat
 from operator import add, sub
+from typing import cast
 
 from contextledger.compaction._marking import Marking
 from contextledger.compaction._table import _SUMMARY, _SYSTEM, _TEXT, _TOOL_CALL, _USER, GroupKind, _Table, gc_paused
@@ -333,15 +334,26 @@ class Grouping(Marking):
             FunctionResultContent,
             ReasoningContent,
         )
-        add_kind, add_turn, add_tokens, add_first, add_size = (
-            kinds.append,
-            turns.append,
-            tokens.append,
-            firsts.append,
-            sizes.append,
-        )
         position = len(table.pool) - 1
         table.pool.extend(new)
+
+        def open_group(kind: GroupKind, turn: int | None, count: int, position: int) -> int:
+            """A new one-message group; returns its id (the rare columns are filled in bulk after)."""
+            group = len(kinds)
+            kinds.append(kind)
+            turns.append(turn)
+            tokens.append(count)
+            firsts.append(position)
+            sizes.append(1)
+            return group
+
+        def take_reasoning(group: int) -> None:
+            """Reasoning right before a reply or a call belongs to it."""
+            nonlocal provisional
+            if provisional:
+                table.merge(group, [*provisional, group])
+                dead.extend(provisional)
+                provisional = []
 
         def join(group: int, message: Message, count: int, position: int, answers: list[str], belongs: bool) -> None:
             """Add a result message to the open call group ``group`` (``belongs``: it answers it)."""
@@ -362,37 +374,15 @@ class Grouping(Marking):
             if not belongs:
                 orphans.add(group)
 
-        def answer_group(count: int, position: int, answers: list[str], turn: int) -> None:
-            """A message answering earlier calls (not the open one): its own tool group, one
-            unit with theirs (SPEC §11); flagged orphan if some id answers no waiting call."""
-            group = len(kinds)
-            kinds.append(_TOOL_CALL)
-            turns.append(turn)
-            tokens.append(count)
-            firsts.append(position)
-            sizes.append(1)
-            if not self._link_answers(group, answers):
-                orphans.add(group)
-
         for message, count in zip(new, counts):
             position += 1
             contents = message.contents
             only: type | None = type(contents[0]) if len(contents) == 1 else None
             role = message.role
             if role == "assistant":
-                if only is text_type and not message.additional_properties:
-                    # The common case, decided without scanning anything.
+                if only is text_type and not message.additional_properties:  # the common case
                     open_tool = None
-                    group = len(kinds)
-                    add_kind(_TEXT)
-                    add_turn(turn)
-                    add_tokens(count)
-                    add_first(position)
-                    add_size(1)
-                    if provisional:  # reasoning right before a reply belongs to it
-                        table.merge(group, [*provisional, group])
-                        dead.extend(provisional)
-                        provisional = []
+                    take_reasoning(open_group(_TEXT, turn, count, position))
                     continue
                 asked: str | frozenset[str]
                 answers: list[str] = []
@@ -404,16 +394,8 @@ class Grouping(Marking):
                     answers = answered_ids(contents)
                     asked = frozenset(opened)
                 if opened:
-                    group = len(kinds)
-                    add_kind(_TOOL_CALL)
-                    add_turn(turn)
-                    add_tokens(count)
-                    add_first(position)
-                    add_size(1)
-                    if provisional:  # reasoning right before a call belongs to it
-                        table.merge(group, [*provisional, group])
-                        dead.extend(provisional)
-                        provisional = []
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    take_reasoning(group)
                     call_ids_of[group] = asked
                     left = [call_id for call_id in opened if call_id not in answers] if answers else opened
                     if left:
@@ -427,54 +409,24 @@ class Grouping(Marking):
                     continue
                 if answers:  # a hosted result or similar, with no call of its own
                     asked_open = call_ids_of.get(open_tool) if open_tool is not None else None
-                    if (
-                        open_tool is not None
-                        and asked_open is not None
-                        and all(_asked(call_id, asked_open) for call_id in answers)
-                    ):
-                        join(open_tool, message, count, position, answers, True)
+                    if asked_open is not None and all(_asked(call_id, asked_open) for call_id in answers):
+                        join(cast(int, open_tool), message, count, position, answers, True)
                         continue
-                    open_tool = None
-                    provisional = []
-                    answer_group(count, position, answers, turn)
+                    open_tool, provisional = None, []
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    if not self._link_answers(group, answers):  # its own group, one unit with its calls
+                        orphans.add(group)
                     tool_groups += 1
                     continue
-                group = len(kinds)
-                add_first(position)
-                add_size(1)
-                add_tokens(count)
+                if contents and all(type(c) is reasoning_type for c in contents) and not message.is_summary:
+                    provisional.append(open_group(_TEXT, turn, count, position))  # may yet join a call
+                    continue
+                open_tool, provisional = None, []
                 if message.is_summary:
-                    open_tool = None
-                    if provisional:
-                        provisional = []
-                    origin = message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization")
-                    origins[group] = str(origin)
-                    add_kind(_SUMMARY)
-                    add_turn(_summary_turn(message, turn))
-                elif contents and all(type(c) is reasoning_type for c in contents):
-                    add_kind(_TEXT)  # reasoning alone: may yet join the call that follows
-                    add_turn(turn)
-                    provisional.append(group)
+                    group = open_group(_SUMMARY, _summary_turn(message, turn), count, position)
+                    origins[group] = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
                 else:
-                    open_tool = None
-                    if provisional:
-                        provisional = []
-                    add_kind(_TEXT)
-                    add_turn(turn)
-            elif role == "user":
-                open_tool = None
-                if provisional:
-                    provisional = []
-                turn += 1
-                if only is not text_type:  # an approval response answers its request, wherever it is
-                    answers = answered_ids(contents)
-                    if answers:
-                        self._link_answers(len(kinds), answers)
-                add_kind(_USER)
-                add_turn(turn)
-                add_tokens(count)
-                add_first(position)
-                add_size(1)
+                    open_group(_TEXT, turn, count, position)
             elif role == "tool":
                 asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
                 if asked_ids is not None and only is result_type:
@@ -482,47 +434,32 @@ class Grouping(Marking):
                     belongs = answers[0] == asked_ids if type(asked_ids) is str else answers[0] in asked_ids
                 else:
                     answers = answered_ids(contents)
-                    belongs = (
-                        asked_ids is not None
-                        and bool(answers)
-                        and all(_asked(call_id, asked_ids) for call_id in answers)
-                    )
-                if open_tool is not None and belongs:
-                    join(open_tool, message, count, position, answers, True)
-                    continue
-                if answers and any(call_id in waiting for call_id in answers):
-                    # A result of an earlier call, after other messages (an approval, a note, a
-                    # user reply): its own group, one unit with its call (SPEC §11).
-                    open_tool = None
-                    provisional = []
-                    answer_group(count, position, answers, turn)
-                    tool_groups += 1
-                    continue
-                # A result nobody asked for, while a call still waits for its own, stays inside the
-                # open group (flagged), so that call and its results are never split apart.
-                if open_tool is not None and open_tool in unanswered:
+                    belongs = asked_ids is not None and bool(answers) and all(_asked(i, asked_ids) for i in answers)
+                if belongs:
+                    join(cast(int, open_tool), message, count, position, answers, True)
+                elif open_tool is not None and open_tool in unanswered and not any(i in waiting for i in answers):
+                    # A result nobody asked for, while a call still waits for its own, stays inside
+                    # the open group (flagged), so that call and its results are never split apart.
                     join(open_tool, message, count, position, answers, False)
                 else:
-                    open_tool = None
-                    if provisional:
-                        provisional = []
-                    orphans.add(len(kinds))
-                    add_kind(_TOOL_CALL)
-                    add_turn(turn)
-                    add_tokens(count)
-                    add_first(position)
-                    add_size(1)
+                    # A result of an earlier call, after other messages (an approval, a note, a user
+                    # reply): its own group, one unit with its call (SPEC §11); or, answering no
+                    # waiting call at all, an orphan group of its own.
+                    open_tool, provisional = None, []
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    if not answers or not self._link_answers(group, answers):
+                        orphans.add(group)
                     tool_groups += 1
-            else:  # system
-                open_tool = None
-                if provisional:
-                    provisional = []
-                add_kind(_SYSTEM)
-                add_turn(None)
-                add_tokens(count)
-                add_first(position)
-                add_size(1)
-                systems += 1
+            else:
+                open_tool, provisional = None, []
+                if role == "user":
+                    turn += 1
+                    group = open_group(_USER, turn, count, position)
+                    if only is not text_type:  # an approval response answers its request, wherever it is
+                        self._link_answers(group, answered_ids(contents))
+                else:  # system
+                    open_group(_SYSTEM, None, count, position)
+                    systems += 1
         made = len(kinds) - start
         table.reason.extend(repeat(None, made))
         table.origin.extend(repeat("input", made))

@@ -55,8 +55,9 @@ class Marking(Metrics):
     def _ids(self, groups: Iterable[int], what: str) -> list[int]:
         """Group ids from a caller, checked: a wrong id must fail here, not corrupt the metrics."""
         ids = groups if isinstance(groups, list) else list(groups)
-        if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) >= len(self._table.kind)):
-            bad = next(g for g in ids if type(g) is not int or not 0 <= g < len(self._table.kind))
+        # Two C-level passes; an id of another type fails on its first use, before anything changed.
+        if ids and (min(ids) < 0 or max(ids) >= len(self._table.kind)):
+            bad = next(g for g in ids if not 0 <= g < len(self._table.kind))
             raise CompactionError(f"{what}: {bad!r} is not a group id of this index; read ids from index.live_ids()")
         return ids
 
@@ -87,10 +88,15 @@ class Marking(Metrics):
             table.reason[group] = reason
             del self._live[self._live_key.get(group, group)]
             return groups
-        included = self._tally(groups, -1, totals=False)
+        # One pass marks the included groups and skips repeats and groups already excluded.
         reasons = table.reason
-        for group in included:
-            reasons[group] = reason
+        included: list[int] = []
+        add = included.append
+        for group in groups:
+            if reasons[group] is None:
+                reasons[group] = reason
+                add(group)
+        self._tally(included, -1, totals=False, fresh=True)
         deque(map(self._live.pop, self._keys(included)), maxlen=0)
         return included
 

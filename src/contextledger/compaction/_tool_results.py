@@ -161,7 +161,7 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         self.formatter = formatter
 
     def _summary_texts(self, index: MessageIndex, groups: list[int]) -> list[str]:
-        messages = map(index.messages_of, groups)
+        messages = index.messages_of_groups(groups)
         if self.formatter is None:
             return _tool_result_texts(messages, self.max_result_chars, self.max_summary_chars)
         texts: list[str] = []
