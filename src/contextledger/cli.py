@@ -63,20 +63,9 @@ STRATEGIES: dict[str, type[CompactionStrategy]] = {
     "tool-result-collapse": ToolResultCompactionStrategy,
     "selective-tool-call": SelectiveToolCallCompactionStrategy,
 }
+_TRIGGER_FACTORIES = (all_of, always, any_of, groups_exceed, has_tool_calls, messages_exceed, never)
 _TRIGGERS: dict[str, Callable[..., Any]] = {
-    trigger.__name__: trigger
-    for trigger in (
-        all_of,
-        always,
-        any_of,
-        groups_exceed,
-        has_tool_calls,
-        messages_exceed,
-        never,
-        tokens_below,
-        tokens_exceed,
-        turns_exceed,
-    )
+    trigger.__name__: trigger for trigger in (*_TRIGGER_FACTORIES, tokens_below, tokens_exceed, turns_exceed)
 }
 
 

@@ -110,8 +110,18 @@ ToolResultFormatter = Callable[[Sequence[Message]], str]
 class _ToolGroupStrategy(CompactionStrategy):
     """Shared floor logic of the two strategies that act only on tool-call groups."""
 
-    keep_last_tool_call_groups: int | None
-    minimum_preserved: int
+    def __init__(
+        self,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        target: Trigger | None = None,
+        keep_last_tool_call_groups: int | None = None,
+    ) -> None:
+        trigger, target, self.keep_last_tool_call_groups, self.minimum_preserved = tool_style(
+            type(self).__name__, trigger, target, minimum_preserved, keep_last_tool_call_groups
+        )
+        super().__init__(trigger, target)
 
     def _protected(self, index: MessageIndex) -> set[int]:
         """The newest groups the floor keeps out of reach."""
@@ -150,10 +160,9 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         max_result_chars: int = 80,
         max_summary_chars: int = 400,
     ) -> None:
-        trigger, target, self.keep_last_tool_call_groups, self.minimum_preserved = tool_style(
-            "ToolResultCompactionStrategy", trigger, target, minimum_preserved, keep_last_tool_call_groups
+        super().__init__(
+            trigger, minimum_preserved, target=target, keep_last_tool_call_groups=keep_last_tool_call_groups
         )
-        super().__init__(trigger, target)
         self.max_result_chars = count(max_result_chars, "max_result_chars", minimum=8)
         self.max_summary_chars = count(max_summary_chars, "max_summary_chars", minimum=32)
         if formatter is not None and not callable(formatter):
@@ -233,19 +242,6 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
     """
 
     name = "selective_tool_call"
-
-    def __init__(
-        self,
-        trigger: Trigger | None = None,
-        minimum_preserved: int | None = None,
-        *,
-        target: Trigger | None = None,
-        keep_last_tool_call_groups: int | None = None,
-    ) -> None:
-        trigger, target, self.keep_last_tool_call_groups, self.minimum_preserved = tool_style(
-            "SelectiveToolCallCompactionStrategy", trigger, target, minimum_preserved, keep_last_tool_call_groups
-        )
-        super().__init__(trigger, target)
 
     async def _run(self, index: MessageIndex) -> bool:
         last = newest_non_system(index)
