@@ -37,10 +37,12 @@ def export(revision: str, into: Path) -> Path:
     return into / "old" / "src"
 
 
-def run_once(src: Path, sizes: str, repeats: int, out: Path) -> dict[tuple[str, int], float]:
+def run_once(src: Path, sizes: str, repeats: int, out: Path, *, cpu: bool) -> dict[tuple[str, int], float]:
     """One run of ``run.py`` against ``src``: {(strategy, size): median ms}."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     command = [sys.executable, str(HERE / "run.py"), "--sizes", sizes, "--repeats", str(repeats)]
+    if cpu:
+        command.append("--cpu")
     subprocess.run([*command, "--turns", "200", "--json", str(out)], env=env, check=True, capture_output=True)
     report = json.loads(out.read_text())
     figures = {(entry["strategy"], entry["messages"]): entry["ours_ms"] for entry in report["cold"]}
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="cold runs per strategy within one run")
     parser.add_argument("--tolerance", type=float, default=1.10, help="largest accepted new/old ratio")
     parser.add_argument("--check", action="store_true", help="exit 1 if a ratio is above the tolerance")
+    parser.add_argument("--cpu", action="store_true", help="time in process CPU time (steadier on a busy machine)")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as folder:
@@ -67,11 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             # Alternate which side goes first, so a slow spell of the machine falls on both.
             order = ("old", "new") if round_number % 2 == 0 else ("new", "old")
             for side in order:
-                runs[side].append(run_once(sides[side], args.sizes, args.repeats, scratch / f"{side}.json"))
+                runs[side].append(
+                    run_once(sides[side], args.sizes, args.repeats, scratch / f"{side}.json", cpu=args.cpu)
+                )
                 print(f"round {round_number + 1}/{args.rounds}: {side} done", file=sys.stderr)
 
     keys = sorted(runs["new"][0], key=lambda key: (key[1], key[0]))
-    print(f"Cold compaction, {args.old} (old) against this checkout (new): median over {args.rounds} rounds, ms")
+    clock = "CPU" if args.cpu else "wall-clock"
+    print(f"Cold compaction, {args.old} (old) against this checkout (new): {clock} ms, median of {args.rounds} runs")
     print(f"| {'strategy':<26} | {'messages':>8} | {'old':>8} | {'new':>8} | new/old |")
     print(f"|{'-' * 28}|{'-' * 10}|{'-' * 10}|{'-' * 10}|---------|")
     worst = 0.0
