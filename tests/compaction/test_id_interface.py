@@ -142,6 +142,7 @@ def small_index(messages: list[Message] | None = None) -> MessageIndex:
     [
         (lambda index: index.exclude_ids([1, 99], "test"), "99 is not a group id"),
         (lambda index: index.exclude_ids([-1], "test"), "-1 is not a group id"),
+        (lambda index: index.exclude_ids([1, 2, 3.0], "test"), "3.0 is not a group id"),
         (lambda index: index.exclude_ids([1], ""), "needs a reason"),
         (lambda index: index.include_ids([42]), "42 is not a group id"),
         (lambda index: index.replace_ids([0], [Message.assistant("x")], "r", origin="o"), "non-system"),

@@ -55,9 +55,9 @@ class Marking(Metrics):
     def _ids(self, groups: Iterable[int], what: str) -> list[int]:
         """Group ids from a caller, checked: a wrong id must fail here, not corrupt the metrics."""
         ids = groups if isinstance(groups, list) else list(groups)
-        # Two C-level passes; an id of another type fails on its first use, before anything changed.
-        if ids and (min(ids) < 0 or max(ids) >= len(self._table.kind)):
-            bad = next(g for g in ids if not 0 <= g < len(self._table.kind))
+        # Three C-level passes, so checking thousands of ids costs little next to using them.
+        if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) >= len(self._table.kind)):
+            bad = next(g for g in ids if type(g) is not int or not 0 <= g < len(self._table.kind))
             raise CompactionError(f"{what}: {bad!r} is not a group id of this index; read ids from index.live_ids()")
         return ids
 
