@@ -123,11 +123,11 @@ class _ToolGroupStrategy(CompactionStrategy):
         )
         super().__init__(trigger, target)
 
-    def _protected(self, index: MessageIndex) -> set[int]:
-        """The newest groups the floor keeps out of reach."""
+    def _protected(self, index: MessageIndex, tools: list[int]) -> set[int]:
+        """The newest groups the floor keeps out of reach (``tools``: the included tool groups)."""
         if self.keep_last_tool_call_groups is not None:
             keep = self.keep_last_tool_call_groups
-            return set(index.tool_call_ids()[-keep:]) if keep else set()
+            return set(tools[-keep:]) if keep else set()
         return newest(index, self.minimum_preserved)
 
     def __repr__(self) -> str:
@@ -185,12 +185,13 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         return assistant_text_message(self._summary_texts(index, [group])[0], _TOOL_SUMMARY_PROPERTIES)
 
     async def _run(self, index: MessageIndex) -> bool:
-        protected = self._protected(index)
+        tools = index.tool_call_ids()
+        protected = self._protected(index, tools)
         columns = index.columns
         orphans, waiting, units = columns.orphan, columns.unanswered, columns.unit
         candidates = [
             g
-            for g in index.tool_call_ids()
+            for g in tools
             if g not in protected
             and g not in orphans
             and g not in waiting
@@ -245,8 +246,9 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
 
     async def _run(self, index: MessageIndex) -> bool:
         last = newest_non_system(index)
-        protected = self._protected(index)
-        candidates = [g for g in index.tool_call_ids() if g not in protected and g != last]
+        tools = index.tool_call_ids()
+        protected = self._protected(index, tools)
+        candidates = [g for g in tools if g not in protected and g != last]
         # A tool group goes with its whole unit (an approval's user answer too), unless the unit
         # holds a protected group.
         keep = protected if last is None else {*protected, last}
