@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 
 from contextledger.agents import Agent, CompactionProvider
 from contextledger.clients import OfflineModel
-from contextledger.compaction import SlidingWindowStrategy, compact_messages
+from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts import FactStore, RuleWriter, extract
 from contextledger.messages import FunctionCallContent, Message
@@ -64,7 +64,7 @@ def named(exported: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
 
 def test_a_compaction_span_says_what_the_strategy_removed(spans: InMemorySpanExporter) -> None:
     messages = conversation(6)
-    result = asyncio.run(compact_messages(messages, strategy=SlidingWindowStrategy(keep_last_groups=4)))
+    result = asyncio.run(compact_with_report(messages, strategy=SlidingWindowStrategy(keep_last_groups=4)))
     (span,) = named(spans, "contextledger.compaction")
     attributes = dict(span.attributes or {})
     assert attributes["contextledger.compaction.strategy"] == "sliding_window"

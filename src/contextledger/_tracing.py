@@ -166,7 +166,7 @@ def _admission(admission: Any) -> dict[str, Any]:
 
 
 traced_compaction = _traced(_compaction, _compaction_outcome)
-"""Trace ``compact_messages``: strategy, messages, tokens and groups before and after, groups excluded."""
+"""Trace ``compact_with_report``: strategy, messages, tokens and groups before and after, groups excluded."""
 
 traced_model_call = _traced(_model_call, _usage)
 """Trace a chat client's ``get_response`` as a GenAI ``chat {model}`` span with the reported usage."""

@@ -38,9 +38,18 @@ from contextledger.compaction import (
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
-    compact_messages,
+    all_of,
+    always,
+    any_of,
+    compact_with_report,
+    groups_exceed,
+    has_tool_calls,
+    messages_exceed,
+    never,
+    tokens_below,
+    tokens_exceed,
+    turns_exceed,
 )
-from contextledger.compaction import triggers as trigger_module
 from contextledger.exceptions import ConfigurationError, ContextLedgerError, TranscriptError
 from contextledger.messages import Message, from_openai, load_jsonl, to_openai, validate, write_jsonl
 from contextledger.serve import add_serve_command
@@ -54,8 +63,9 @@ STRATEGIES: dict[str, type[CompactionStrategy]] = {
     "tool-result-collapse": ToolResultCompactionStrategy,
     "selective-tool-call": SelectiveToolCallCompactionStrategy,
 }
+_TRIGGER_FACTORIES = (all_of, always, any_of, groups_exceed, has_tool_calls, messages_exceed, never)
 _TRIGGERS: dict[str, Callable[..., Any]] = {
-    name: getattr(trigger_module, name) for name in trigger_module.__all__ if name != "Trigger"
+    trigger.__name__: trigger for trigger in (*_TRIGGER_FACTORIES, tokens_below, tokens_exceed, turns_exceed)
 }
 
 
@@ -225,7 +235,7 @@ def _compact(args: argparse.Namespace) -> int:
     problems = validate(messages)
     for problem in problems[:5]:
         print(f"warning: {args.input}: {problem}", file=sys.stderr)
-    result = asyncio.run(compact_messages(messages, strategy=strategy, tokenizer=tokenizer))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy, tokenizer=tokenizer))
     # With the transcript on stdout, the report goes to stderr so the two never mix.
     report = sys.stderr if to_stdout else sys.stdout
     if to_stdout:

@@ -41,7 +41,7 @@ from contextledger.compaction import (
     always,
     apply_compaction,
     apply_compaction_sync,
-    compact_messages,
+    compact_with_report,
 )
 from contextledger.exceptions import SummarizationError
 from contextledger.messages import (
@@ -187,7 +187,7 @@ def comparable(message: Message, inputs: set[int]) -> object:
 
 def run(messages: Sequence[Message], spec: StrategySpec | None) -> tuple[CompactionResult, CompactionStrategy | None]:
     strategy = None if spec is None else spec.build()
-    return asyncio.run(compact_messages(messages, strategy=strategy)), strategy
+    return asyncio.run(compact_with_report(messages, strategy=strategy)), strategy
 
 
 def newest_non_system(groups: Iterable[MessageGroup], count: int, kinds: set[GroupKind] | None = None) -> list[int]:
@@ -843,7 +843,7 @@ def test_on_error_raise_raises_and_leaves_input_alone(
 @DEFAULT
 @given(data=st.data(), messages=conversations())
 def test_entry_points_agree(data: st.DataObject, messages: list[Message]) -> None:
-    """apply_compaction, apply_compaction_sync and compact_messages give the same projection."""
+    """apply_compaction, apply_compaction_sync and compact_with_report give the same projection."""
     spec = data.draw(strategy_specs(data.draw(tokenizers()), depth=1))
     inputs = {id(m) for m in messages}
     reference = [comparable(m, inputs) for m in run(messages, spec)[0].messages]

@@ -31,7 +31,7 @@ from contextledger.compaction import (
     TruncationStrategy,
     all_of,
     apply_compaction,
-    compact_messages,
+    compact_with_report,
     has_tool_calls,
     tokens_exceed,
     turns_exceed,
@@ -131,7 +131,7 @@ def test_csharp_truncation_drops_oldest_until_32k_tokens() -> None:
     the oldest groups go, and only as many as needed to get back to 32,768 tokens."""
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 1000)) for i in range(40)]
     strategy = TruncationStrategy(trigger=tokens_exceed(0x8000), minimum_preserved=10)
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     dropped = excluded_for(result.index, "truncation")
     assert result.after["included_tokens"] <= 0x8000
@@ -155,7 +155,7 @@ def test_python_truncation_trims_from_32000_to_16000_tokens() -> None:
     tokens and stops at the first point at or under 16,000."""
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 1000)) for i in range(40)]
     strategy = TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     dropped = excluded_for(result.index, "truncation")
     assert result.before["included_tokens"] > 32_000
@@ -169,7 +169,7 @@ def test_python_truncation_leaves_a_history_under_32000_tokens_alone() -> None:
     history is far above ``compact_to``."""
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 1000)) for i in range(30)]
     strategy = TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     assert 16_000 < result.before["included_tokens"] <= 32_000
     assert result.messages == messages
@@ -189,7 +189,7 @@ def test_csharp_sliding_window_keeps_only_the_last_four_user_turns() -> None:
             *tool_group(f"c{turn}", "lookup_price", f"{turn}0 EUR"),
             Message.assistant(f"a{turn}"),
         ]
-    result = asyncio.run(compact_messages(messages, strategy=SlidingWindowStrategy(trigger=turns_exceed(4))))
+    result = asyncio.run(compact_with_report(messages, strategy=SlidingWindowStrategy(trigger=turns_exceed(4))))
 
     assert result.after["included_turns"] == 4
     assert [m.text for m in result.messages if m.role == "user"] == ["q3", "q4", "q5", "q6"]
@@ -224,7 +224,7 @@ def test_csharp_tool_result_collapse_stops_once_under_512_tokens() -> None:
         messages += tool_group(f"d{i}", "search_docs", f"doc {i}: " + "z" * 800)
     messages.append(Message.assistant("Here is what I found."))
     strategy = ToolResultCompactionStrategy(trigger=tokens_exceed(0x200))
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     collapsed = excluded_for(result.index, "collapsed")
     assert [g.messages[0].function_calls[0].call_id for g in collapsed] == ["w", "d0"]
@@ -252,7 +252,7 @@ def test_python_tool_result_collapse_keeps_only_the_newest_tool_group_verbatim()
         Message.assistant("Found five."),
     ]
     strategy = ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     assert texts(result.messages) == [
         "sys",
@@ -283,7 +283,7 @@ def test_csharp_summarization_replaces_old_groups_and_keeps_newest_four() -> Non
         messages += [Message.user(padded(f"q{i}", 200)), Message.assistant(padded(f"a{i}", 200))]
     client = ScriptedChatClient(["The user asked six questions."])
     strategy = SummarizationStrategy(chat_client=client, trigger=tokens_exceed(0x500), minimum_preserved=4)
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     summarized = excluded_for(result.index, "summarized")
     kept = messages[1 + len(summarized) :]
@@ -395,7 +395,7 @@ def test_csharp_pipeline_runs_its_four_stages_in_order() -> None:
         SlidingWindowStrategy(turns_exceed(4)),
         TruncationStrategy(tokens_exceed(0x8000)),
     )
-    result = asyncio.run(compact_messages(messages, strategy=pipeline))
+    result = asyncio.run(compact_with_report(messages, strategy=pipeline))
     index = result.index
 
     assert [e.strategy for e in result.events] == [
@@ -473,7 +473,7 @@ def test_python_token_budget_pipeline_stops_once_the_budget_is_met() -> None:
         messages += tool_group(f"c{i}", "search_docs", padded(f"result {i}", 6000))
     messages.append(Message.assistant("done"))
     client = ScriptedChatClient(["never used"])
-    result = asyncio.run(compact_messages(messages, strategy=budget_pipeline(client)))
+    result = asyncio.run(compact_with_report(messages, strategy=budget_pipeline(client)))
 
     assert result.before["included_tokens"] > 16_000
     assert result.after["included_tokens"] <= 16_000
@@ -487,7 +487,7 @@ def test_python_token_budget_pipeline_summarises_when_collapse_is_not_enough() -
     under budget, and the third stage is skipped."""
     messages = [Message.system("sys")] + [Message.user(padded(f"q{i}", 950)) for i in range(18)]
     client = ScriptedChatClient(["Fourteen questions, summarised."])
-    result = asyncio.run(compact_messages(messages, strategy=budget_pipeline(client)))
+    result = asyncio.run(compact_with_report(messages, strategy=budget_pipeline(client)))
 
     assert [e.strategy for e in result.events] == ["summarization"]
     assert result.after["included_tokens"] <= 16_000
@@ -500,7 +500,7 @@ def test_python_token_budget_pipeline_falls_back_to_dropping_oldest() -> None:
     are excluded until it is met (emergency backstop); the system message stays."""
     messages = [Message.system("sys")] + [Message.user(padded(f"q{i}", 1500)) for i in range(34)]
     client = ScriptedChatClient(["Older questions, summarised."])
-    result = asyncio.run(compact_messages(messages, strategy=budget_pipeline(client)))
+    result = asyncio.run(compact_with_report(messages, strategy=budget_pipeline(client)))
 
     assert [e.strategy for e in result.events] == ["summarization", "sliding_window", "token_budget"]
     summary = next(g for g in result.index.groups if g.kind is GroupKind.SUMMARY)

@@ -37,7 +37,7 @@ from contextledger.compaction import (
     TruncationStrategy,
     always,
     apply_compaction,
-    compact_messages,
+    compact_with_report,
     tokens_below,
     tokens_exceed,
     turns_exceed,
@@ -403,7 +403,7 @@ def test_summarization_trigger_style_with_four_groups_has_nothing_to_summarise()
     assert client.requests == []
     assert index.projection() == exchanges(4)
     assert index.events == []
-    result = asyncio.run(compact_messages(exchanges(4), strategy=SummarizationStrategy(client, always())))
+    result = asyncio.run(compact_with_report(exchanges(4), strategy=SummarizationStrategy(client, always())))
     assert result.changed is False
 
 
@@ -692,7 +692,7 @@ def test_token_budget_early_stop(early_stop: bool) -> None:
         strategies=[ToolResultCompactionStrategy(), SlidingWindowStrategy(keep_last_groups=1)],
         early_stop=early_stop,
     )
-    result = asyncio.run(compact_messages(messages, strategy=strategy))
+    result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     assert result.after["included_tokens"] <= 1500
     if early_stop:
@@ -710,7 +710,7 @@ def test_token_budget_early_stop_is_the_default() -> None:
 
 def test_token_budget_fallback_drops_oldest_until_within_budget() -> None:
     messages = [Message.system("sys")] + [Message.user("x" * 400) for _ in range(10)]
-    result = asyncio.run(compact_messages(messages, strategy=TokenBudgetComposedStrategy(token_budget=500)))
+    result = asyncio.run(compact_with_report(messages, strategy=TokenBudgetComposedStrategy(token_budget=500)))
 
     dropped = with_reason(result.index, "token_budget_fallback")
     assert result.after["included_tokens"] <= 500
@@ -728,7 +728,7 @@ def test_token_budget_fallback_never_drops_system_messages_or_the_newest_group()
         *exchanges(3, system=None),
         *tool_group("c1", result="r" * 4000),
     ]
-    result = asyncio.run(compact_messages(messages, strategy=TokenBudgetComposedStrategy(token_budget=5)))
+    result = asyncio.run(compact_with_report(messages, strategy=TokenBudgetComposedStrategy(token_budget=5)))
 
     assert result.messages == [messages[0], messages[5], *messages[-2:]]
     assert result.after["included_tokens"] > 5
@@ -803,8 +803,10 @@ def test_same_tokenizer_by_name_is_accepted_and_used() -> None:
     """Two instances of the same vocabulary agree, and the strategy's tokenizer is the one used
     when none is passed."""
     strategy = TruncationStrategy(max_n=10, tokenizer=CharacterEstimatorTokenizer(3))
-    result = asyncio.run(compact_messages(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer(3)))
-    implied = asyncio.run(compact_messages(exchanges(20), strategy=strategy))
+    result = asyncio.run(
+        compact_with_report(exchanges(20), strategy=strategy, tokenizer=CharacterEstimatorTokenizer(3))
+    )
+    implied = asyncio.run(compact_with_report(exchanges(20), strategy=strategy))
 
     assert result.index.tokenizer.name == implied.index.tokenizer.name == "estimate/3"
     assert result.messages == implied.messages

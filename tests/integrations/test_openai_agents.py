@@ -21,7 +21,7 @@ pytest.importorskip("agents", reason="the 'openai-agents' extra")
 from openai import AsyncOpenAI
 
 from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
-from contextledger.compaction import SlidingWindowStrategy, compact_messages
+from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.facts import FactStore
 from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
@@ -227,7 +227,7 @@ def test_compacted_items_are_still_valid_to_send(items: list[dict[str, Any]], ke
     """A window boundary anywhere never leaves a call without its outputs, an output without its
     call, or a reasoning item without the item it precedes."""
     projection = asyncio.run(
-        compact_messages(from_responses(items), strategy=SlidingWindowStrategy(keep_last_groups=keep))
+        compact_with_report(from_responses(items), strategy=SlidingWindowStrategy(keep_last_groups=keep))
     ).messages
     assert pairing_problems(to_responses(projection)) == []
 

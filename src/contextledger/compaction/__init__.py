@@ -2,41 +2,46 @@
 
 >>> from contextledger.compaction import TruncationStrategy, apply_compaction_sync
 
-Where things live:
+Where things live (every name is imported from here, ``contextledger.compaction``):
 
-- ``_index.py`` — :class:`MessageIndex`: grouping (SPEC §3 and §11: the plain-history fast loop
-  and the general loop, units of a call and its results that sit apart), the group table
-  (``_Table``: one column per attribute), the included metrics (``_count``/``_tally``), and
-  marking (``_exclude``/``_include``, which take whole units; ``whole_units`` for boundaries).
-- ``_strategies.py`` — every built-in strategy and both argument styles: truncation, sliding
-  window, tool-result collapse, selective removal, summarisation, pipeline and token budget.
-- ``_context_window.py`` — :class:`ContextWindowCompactionStrategy`, built from the above.
-- ``triggers.py`` — triggers and targets.  ``_apply.py`` — running a strategy on a message list.
+- the index, one concern per module: ``_table.py`` (the group table, its invariants, and
+  :class:`MessageGroup`, a view of one row), ``_grouping.py`` (SPEC §3 and §11: which
+  messages form a group, and units of a call and its results that sit apart), ``_metrics.py``
+  (the running counts triggers read, kept in one place), ``_marking.py`` (excluding,
+  including, replacing and inserting, by group id: the one interface every strategy uses),
+  ``_index.py`` (:class:`MessageIndex`: building, updating, reading);
+- triggers: ``_triggers.py``;
+- strategies, one module per family: ``_base.py`` (what all share), ``_truncation.py``,
+  ``_window.py``, ``_tool_results.py`` (collapse and selective removal),
+  ``_summarization.py``, ``_composition.py`` (pipeline, token budget, context window); both
+  argument styles and the alias pairs are resolved in ``_arguments.py``;
+- running a strategy on a message list: ``_apply.py``.
+
+A strategy of your own subclasses :class:`CompactionStrategy`, implements ``async _run(index)``,
+and works on the index by id exactly as the built-in ones do (see :class:`MessageIndex`).
 """
 
-from contextledger.compaction import triggers
 from contextledger.compaction._apply import (
     CompactionResult,
     apply_compaction,
     apply_compaction_sync,
-    compact_messages,
     compact_with_report,
 )
-from contextledger.compaction._context_window import ContextWindowCompactionStrategy
-from contextledger.compaction._index import CompactionEvent, GroupKind, MessageGroup, MessageIndex
-from contextledger.compaction._strategies import (
-    DEFAULT_SUMMARIZATION_PROMPT,
-    CompactionStrategy,
+from contextledger.compaction._base import CompactionStrategy
+from contextledger.compaction._composition import (
+    ContextWindowCompactionStrategy,
     PipelineStrategy,
-    SelectiveToolCallCompactionStrategy,
-    SlidingWindowStrategy,
-    SummarizationStrategy,
     TokenBudgetComposedStrategy,
+)
+from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
+from contextledger.compaction._table import CompactionEvent, GroupColumns, GroupKind, MessageGroup
+from contextledger.compaction._tool_results import (
+    SelectiveToolCallCompactionStrategy,
     ToolResultCompactionStrategy,
-    TruncationStrategy,
     format_tool_results,
 )
-from contextledger.compaction.triggers import (
+from contextledger.compaction._triggers import (
     Trigger,
     all_of,
     always,
@@ -49,6 +54,8 @@ from contextledger.compaction.triggers import (
     tokens_exceed,
     turns_exceed,
 )
+from contextledger.compaction._truncation import TruncationStrategy
+from contextledger.compaction._window import SlidingWindowStrategy
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 __all__ = [
@@ -58,6 +65,7 @@ __all__ = [
     "CompactionResult",
     "CompactionStrategy",
     "ContextWindowCompactionStrategy",
+    "GroupColumns",
     "GroupKind",
     "MessageGroup",
     "MessageIndex",
@@ -74,7 +82,6 @@ __all__ = [
     "any_of",
     "apply_compaction",
     "apply_compaction_sync",
-    "compact_messages",
     "compact_with_report",
     "format_tool_results",
     "groups_exceed",
@@ -83,6 +90,5 @@ __all__ = [
     "never",
     "tokens_below",
     "tokens_exceed",
-    "triggers",
     "turns_exceed",
 ]

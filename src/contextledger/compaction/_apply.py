@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contextledger._tracing import traced_compaction
-from contextledger.compaction._index import CompactionEvent, MessageIndex
-from contextledger.compaction._strategies import CompactionStrategy
+from contextledger.compaction._base import CompactionStrategy
+from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._table import CompactionEvent
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
@@ -17,7 +18,6 @@ __all__ = [
     "CompactionResult",
     "apply_compaction",
     "apply_compaction_sync",
-    "compact_messages",
     "compact_with_report",
     "resolve_tokenizer",
 ]
@@ -116,7 +116,3 @@ def apply_compaction_sync(
     except RuntimeError:
         return asyncio.run(apply_compaction(messages, strategy=strategy, tokenizer=tokenizer))
     raise RuntimeError("apply_compaction_sync was called inside a running event loop; await apply_compaction instead")
-
-
-compact_messages = compact_with_report
-"""The first release's name for :func:`compact_with_report`; kept so existing code runs, prefer the new name."""

@@ -50,7 +50,7 @@ from langchain_core.messages import (  # noqa: E402
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 
-from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
+from contextledger.compaction import CompactionStrategy, compact_with_report  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
 from contextledger.facts import (  # noqa: E402
     FactMemory,
@@ -370,7 +370,7 @@ async def compact_langchain(
     summaries are new ones; ``messages`` is not changed."""
     originals = list(messages)
     ours = from_langchain(originals)
-    result = await compact_messages(ours, strategy=_check_strategy(strategy), tokenizer=tokenizer)
+    result = await compact_with_report(ours, strategy=_check_strategy(strategy), tokenizer=tokenizer)
     back = {id(converted): original for converted, original in zip(ours, originals)}
     return [back.get(id(message)) or to_langchain_message(message) for message in result.messages]
 

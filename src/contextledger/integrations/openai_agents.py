@@ -37,7 +37,7 @@ require_extra("agents", extra="openai-agents", feature="contextledger.integratio
 from agents.run_config import CallModelData, ModelInputData  # noqa: E402
 
 from agents import Agent, RunConfig, Runner, RunResult  # noqa: E402
-from contextledger.compaction import CompactionStrategy, compact_messages  # noqa: E402
+from contextledger.compaction import CompactionStrategy, compact_with_report  # noqa: E402
 from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
 from contextledger.facts import (  # noqa: E402
     FactMemory,
@@ -545,7 +545,7 @@ class CompactingSession(ContextLedgerSession):
     async def get_items(self, limit: int | None = None) -> list[Item]:
         if limit is not None:
             return await super().get_items(limit)
-        result = await compact_messages(await self.messages(), strategy=self.strategy, tokenizer=self.tokenizer)
+        result = await compact_with_report(await self.messages(), strategy=self.strategy, tokenizer=self.tokenizer)
         return to_responses(result.messages)
 
 

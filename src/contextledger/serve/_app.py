@@ -36,7 +36,7 @@ from starlette.routing import Route  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from contextledger.agents import ReducedHistoryProvider  # noqa: E402
-from contextledger.compaction import compact_messages  # noqa: E402
+from contextledger.compaction import compact_with_report  # noqa: E402
 from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
     ContextLedgerError,
@@ -337,7 +337,7 @@ class Proxy:
     async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
         # With no strategy the body goes as it came: reading every message would cost time for nothing.
         if self.strategy is not None:
-            result = await compact_messages(
+            result = await compact_with_report(
                 self.reader.read(payload["messages"]), strategy=self.strategy, tokenizer=self.tokenizer
             )
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from contextledger.compaction._index import MessageIndex
 
 __all__ = [
+    "Not",
     "Threshold",
     "Trigger",
     "all_of",
@@ -96,25 +97,30 @@ class _HasToolCalls:
 
 
 @dataclass(frozen=True, slots=True)
-class _AllOf:
+class _Combined:
+    """``all_of`` (``every``) or ``any_of`` of several triggers."""
+
     triggers: tuple[Trigger, ...]
+    every: bool
 
     def __call__(self, index: MessageIndex) -> bool:
-        return all(t(index) for t in self.triggers)
+        return (all if self.every else any)(t(index) for t in self.triggers)
 
     def __repr__(self) -> str:
-        return f"all_of({', '.join(map(repr, self.triggers))})"
+        return f"{'all_of' if self.every else 'any_of'}({', '.join(map(repr, self.triggers))})"
 
 
 @dataclass(frozen=True, slots=True)
-class _AnyOf:
-    triggers: tuple[Trigger, ...]
+class Not:
+    """The opposite of a trigger: how a keyword-style strategy says "stop once under the limit"."""
+
+    trigger: Trigger
 
     def __call__(self, index: MessageIndex) -> bool:
-        return any(t(index) for t in self.triggers)
+        return not self.trigger(index)
 
     def __repr__(self) -> str:
-        return f"any_of({', '.join(map(repr, self.triggers))})"
+        return f"not {self.trigger!r}"
 
 
 def always() -> Trigger:
@@ -166,9 +172,9 @@ def _check(triggers: tuple[Trigger, ...], what: str) -> tuple[Trigger, ...]:
 
 def all_of(*triggers: Trigger) -> Trigger:
     """Fires when every trigger fires (true for none)."""
-    return _AllOf(_check(triggers, "all_of"))
+    return _Combined(_check(triggers, "all_of"), every=True)
 
 
 def any_of(*triggers: Trigger) -> Trigger:
     """Fires when any trigger fires (false for none)."""
-    return _AnyOf(_check(triggers, "any_of"))
+    return _Combined(_check(triggers, "any_of"), every=False)

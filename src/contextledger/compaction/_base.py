@@ -1,0 +1,168 @@
+"""What every strategy shares: trigger and target, the floor rules, and excluding oldest first.
+
+Each strategy works on a :class:`MessageIndex`.  It does nothing when one or fewer non-system
+groups are included, then asks its *trigger* whether to start; it then takes one step at a
+time (a group, or a whole turn for the turn-based sliding window) and re-checks its *target*
+after each step.  The default target is "the trigger no longer fires".  A preserved floor of
+the newest groups is never touched, and the newest included non-system group is never
+excluded, so the projection is never empty.
+
+Strategies read the index by group id and change it only through its public marking methods
+(``exclude_ids``, ``replace_ids``...), the same interface a strategy of your own uses: a long
+history has thousands of groups, and a group object per step would cost more than the step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
+from typing import ClassVar
+
+from contextledger.compaction._arguments import trigger as check_trigger
+from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._table import GroupKind, gc_paused
+from contextledger.compaction._triggers import Not, Threshold, Trigger, always, never
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["CompactionStrategy"]
+
+SYSTEM = GroupKind.SYSTEM
+
+# The thresholds a strategy can turn into arithmetic: excluding a group moves these by its own size.
+_GROUP_METRICS = frozenset({"included_tokens", "included_messages", "included_groups"})
+
+
+def threshold_of(target: Trigger | None, trigger: Trigger, *, turns: bool = False) -> tuple[str, int] | None:
+    """If "target met" is just ``metric <= limit``, return (index attribute, limit).
+
+    A threshold on turns is recognised only with ``turns``, for callers that exclude whole turns
+    (excluding one group does not say how the turn count moves)."""
+    if target is None:
+        check: object = trigger
+    elif isinstance(target, Not):
+        check = target.trigger
+    elif isinstance(target, Threshold) and target.below and target.metric == "included_tokens":
+        return ("included_tokens", target.limit - 1)
+    else:
+        return None
+    if not isinstance(check, Threshold) or check.below:
+        return None
+    if check.metric in _GROUP_METRICS or (turns and check.metric == "included_turns"):
+        return (check.metric, check.limit)
+    return None
+
+
+def stops_never(target: Trigger | None, trigger: Trigger) -> bool:
+    """True when the target can never be met, so only the floor stops the strategy."""
+    if target is None:
+        return isinstance(trigger, type(always()))
+    return isinstance(target, type(never()))
+
+
+def newest(index: MessageIndex, count: int) -> set[int]:
+    """The ``count`` newest included non-system groups."""
+    kept: set[int] = set()
+    if count <= 0:
+        return kept
+    kind_of = index.columns.kind
+    for group in index.newest_ids():
+        if kind_of[group] is not SYSTEM:
+            kept.add(group)
+            if len(kept) >= count:
+                break
+    return kept
+
+
+def newest_non_system(index: MessageIndex) -> int | None:
+    kind_of = index.columns.kind
+    return next((group for group in index.newest_ids() if kind_of[group] is not SYSTEM), None)
+
+
+def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit: int) -> list[int]:
+    """The included ``candidates``, oldest first, whose exclusion one by one brings ``metric``
+    (an included-count attribute of the index) down to ``limit``: found with running sums over
+    the candidates' sizes, without touching the index."""
+    remaining = getattr(index, metric)
+    if remaining <= limit:
+        return []
+    if metric == "included_groups":
+        return candidates[: remaining - limit]
+    column = index.columns.tokens if metric == "included_tokens" else index.columns.size
+    reached = list(accumulate(map(column.__getitem__, candidates)))
+    return candidates[: bisect_left(reached, remaining - limit) + 1]
+
+
+class CompactionStrategy(ABC):
+    """Base of every strategy: trigger, target, and the rules every strategy keeps.
+
+    Subclasses implement :meth:`_run`, which is only called when the trigger
+    fired and at least two non-system groups are included.
+    """
+
+    name: ClassVar[str] = "strategy"
+
+    def __init__(self, trigger: Trigger, target: Trigger | None = None) -> None:
+        self.trigger = check_trigger(trigger, f"{type(self).__name__} trigger")
+        self.target = None if target is None else check_trigger(target, f"{type(self).__name__} target")
+
+    @property
+    def tokenizers(self) -> Iterator[Tokenizer]:
+        """Tokenizers this strategy measures with; the index must count with the same one."""
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            yield tokenizer
+
+    def target_met(self, index: MessageIndex) -> bool:
+        if self.target is not None:
+            return self.target(index)
+        return not self.trigger(index)
+
+    calls_model: ClassVar[bool] = False
+    """Whether the strategy awaits a model; the others run without yielding to the event loop."""
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Apply the strategy to ``index``; True if anything changed."""
+        if index.included_non_system_groups <= 1:
+            return False
+        if not self.trigger(index):
+            return False
+        if self.calls_model:
+            return await self._run(index)
+        with gc_paused():
+            return await self._run(index)
+
+    @abstractmethod
+    async def _run(self, index: MessageIndex) -> bool: ...
+
+    def _exclude_oldest(
+        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None
+    ) -> bool:
+        """Exclude ``candidates`` oldest first, one at a time, until the target is met.
+
+        When the target is a plain threshold on tokens, messages or groups (the
+        usual case) the stopping point is found with local arithmetic and the
+        groups are excluded in one batch; any other target is re-evaluated on
+        the index after every step.
+        """
+        # A unit with a member that must stay (by default: any included group that is not a
+        # candidate, such as a protected newest result) is kept whole; the others go whole.
+        candidates = index.whole_units(candidates, keep)
+        threshold = threshold_of(self.target, self.trigger)
+        doomed: list[int] = []
+        if stops_never(self.target, self.trigger):
+            doomed = index.exclude_ids(candidates, reason)
+        elif threshold is not None and index.columns.unit.keys().isdisjoint(candidates):
+            metric, limit = threshold
+            doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)
+        else:
+            for group in candidates:
+                if self.target_met(index):
+                    break
+                doomed.extend(index.exclude_ids([group], reason))
+        return index.record(self.name, "excluded", doomed, reason)
+
+    def __repr__(self) -> str:
+        target = f", target={self.target!r}" if self.target is not None else ""
+        return f"{type(self).__name__}(trigger={self.trigger!r}{target})"

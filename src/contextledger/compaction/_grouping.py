@@ -1,0 +1,503 @@
+"""Grouping: SPEC §3 and §11 turned into groups, as messages are appended.
+
+The rules, in one place:
+
+- a user message starts a turn (messages before the first one are turn 0); system messages
+  belong to no turn and are groups of their own;
+- an assistant message that opens calls (function calls, hosted tool calls, approval
+  requests) starts a tool-call group, and every result that answers it right after joins it;
+- a result that comes after other messages (an approval note, a user reply, another call) is
+  a group of its own, made one *unit* with its call's group by call id: they are kept or
+  excluded together wherever they sit;
+- a reasoning-only message joins the reply or call it directly precedes;
+- a result nobody asked for is flagged orphan (inside the open call's group while that call
+  still waits, so the call is never split from its own results).
+
+:meth:`Grouping._group_any` applies every rule.  Most histories are long plain runs (user and
+assistant text, a call answered at once, system prompts); :meth:`Grouping._append_plain`
+groups such a run with a lean loop that records where each group starts and hands over to the
+general loop at the first message it does not take.  Both produce the same table on every
+input (``tests/compaction/test_columns.py`` checks it on random conversations).
+
+Appending groups only what was appended: the tail that can still change (a call waiting for
+results, reasoning that may precede a call) is re-examined, nothing before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import accumulate, repeat
+from operator import add, sub
+from typing import cast
+
+from contextledger.compaction._marking import Marking
+from contextledger.compaction._table import _SUMMARY, _SYSTEM, _TEXT, _TOOL_CALL, _USER, GroupKind, _Table, gc_paused
+from contextledger.exceptions import InvalidMessageError
+from contextledger.messages import (
+    SUMMARY_SOURCE_PROPERTY,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    ReasoningContent,
+    TextContent,
+    answered_ids,
+    opened_ids,
+)
+from contextledger.tokenizers import CALL_OVERHEAD, MESSAGE_OVERHEAD, CharacterEstimatorTokenizer, Tokenizer
+
+__all__ = ["Grouping"]
+
+
+def _asked(call_id: str, asked: str | frozenset[str]) -> bool:
+    """Whether a call group's call ids (one id, or a set of them) include ``call_id``."""
+    return call_id == asked if isinstance(asked, str) else call_id in asked
+
+
+def _summary_turn(message: Message, turn: int) -> int | None:
+    # Tool-result summaries stand in for a tool group and stay in its turn; a conversation
+    # summary belongs to no turn, so it never keeps an old turn alive.
+    return turn if message.additional_properties.get(SUMMARY_SOURCE_PROPERTY) == "tool_results" else None
+
+
+class Grouping(Marking):
+    """Appending to an index: the grouping loops and the state they carry between appends."""
+
+    tokenizer: Tokenizer
+    _table: _Table
+    _source: list[Message]
+    _turn: int  # the turn the last appended message belongs to
+    _open_tool: int | None  # a tool-call group results may still join
+    _provisional: list[int]  # trailing reasoning-only groups that may still join a call
+    _waiting: dict[str, int]  # call id -> the group whose call still waits for it
+    _linked: list[int]  # earlier groups the last append linked a new result to
+
+    def _reset_grouping(self) -> None:
+        self._turn = 0
+        self._open_tool = None
+        self._provisional = []
+        self._waiting = {}
+        self._linked = []
+
+    def append(self, messages: Iterable[Message]) -> None:
+        """Group and count ``messages`` as if they followed what is already indexed.
+
+        Only the tail that can still change (an open tool-call group waiting for
+        results, and reasoning messages that may belong to the next call) is
+        re-examined; everything before it is left alone.
+        """
+        new = messages if isinstance(messages, list) else list(messages)
+        if not new:
+            return
+        if not all(map(isinstance, new, repeat(Message))):
+            for position, message in enumerate(new):
+                if not isinstance(message, Message):
+                    raise InvalidMessageError(
+                        f"item {len(self._source) + position} is {type(message).__name__}, not a Message; "
+                        "convert OpenAI dicts with contextledger.from_openai first"
+                    )
+        with gc_paused():
+            self._append(new)
+
+    # Plain batches: most histories are user text, assistant text, and calls answered right away.
+    # Such a run is grouped by a lean loop that only records where each group starts; sizes and
+    # tokens come afterwards from those starts, in C.  The first message it does not handle (or an
+    # open tail from the last append) goes to the general loop, which continues from there.
+    _plain_batches = True
+
+    def _append(self, new: list[Message]) -> None:
+        tokenizer = self.tokenizer
+        done = 0
+        if self._plain_batches and self._open_tool is None and not self._provisional:
+            if type(tokenizer) is CharacterEstimatorTokenizer and [m._token_memo for m in new].count(None) == len(new):
+                # The estimate is counted in the same pass (each message is read once, which
+                # matters on a long history that does not fit the caches).
+                done = self._append_plain(new, None, tokenizer)
+                if done < len(new):
+                    rest = new[done:]
+                    self._append_any(rest, tokenizer.count_messages(rest))
+                return
+            counts = tokenizer.count_messages(new)
+            done = self._append_plain(new, counts, None)
+            if done < len(new):
+                self._append_any(new[done:], counts[done:])
+            return
+        self._append_any(new, tokenizer.count_messages(new))
+
+    def _append_plain(
+        self, new: list[Message], counts: list[int] | None, estimator: CharacterEstimatorTokenizer | None
+    ) -> int:
+        """Group the plain run at the start of ``new``; returns how many messages it took.
+
+        With ``estimator`` (and no ``counts``) it also counts each message it takes: then a plain
+        message is also one content and no author name, which is what the estimate reads."""
+        table = self._table
+        base = len(table.pool)
+        kinds: list[GroupKind] = []
+        turns: list[int | None] = []
+        starts: list[int] = []  # where each group starts in ``new``
+        add_kind, add_turn, add_start = kinds.append, turns.append, starts.append
+        calls: list[int] = []  # groups made by a call, as positions in ``kinds``
+        asked: list[str] = []  # and the id of that call
+        turn = first_turn = self._turn
+        systems = 0
+        open_call: str | None = None  # the id of a call still waiting for its result
+        answered = False  # whether the last group is a call that got its result
+        text_type, call_type, result_type = TextContent, FunctionCallContent, FunctionResultContent
+        estimate = estimator is not None
+        counted: list[int] = []
+        add_count = counted.append
+        per_token = estimator.characters_per_token if estimator is not None else 1
+        rounding = per_token - 1
+        overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
+        position = -1
+        for message in new:
+            position += 1
+            if estimate and message.author_name is not None:
+                break
+            role = message.role
+            if role == "assistant":
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if message.additional_properties:
+                    break
+                kind = type(content)
+                if kind is text_type:
+                    if open_call is not None:  # an assistant text while a call waits: not plain
+                        break
+                    if estimate:
+                        add_count(overhead + (len(content.text) + rounding) // per_token)  # type: ignore[union-attr]
+                    add_kind(_TEXT)
+                elif kind is call_type:
+                    if open_call is not None:  # a second call before the first is answered
+                        break
+                    call_id = content.call_id  # type: ignore[union-attr]
+                    if estimate:
+                        chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
+                        add_count(call_overhead + (chars + rounding) // per_token)
+                    calls.append(len(kinds))
+                    asked.append(call_id)
+                    add_kind(_TOOL_CALL)
+                    add_turn(turn)
+                    add_start(position)
+                    open_call = call_id
+                    answered = False
+                    continue
+                else:
+                    break
+            elif role == "tool":
+                if open_call is None:
+                    break
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if type(content) is not result_type or content.call_id != open_call:
+                    break
+                if estimate:
+                    add_count(overhead + (len(content.result) + rounding) // per_token)
+                open_call = None
+                answered = True
+                continue
+            else:
+                if open_call is not None:
+                    break
+                try:
+                    (content,) = message.contents
+                except ValueError:
+                    break
+                if type(content) is not text_type:  # an approval response, say: the general loop
+                    break
+                if estimate:
+                    add_count(overhead + (len(content.text) + rounding) // per_token)
+                if role == "user":
+                    turn += 1
+                    add_kind(_USER)
+                else:  # system
+                    add_kind(_SYSTEM)
+                    add_turn(None)
+                    add_start(position)
+                    systems += 1
+                    answered = False
+                    continue
+            add_turn(turn)
+            add_start(position)
+            answered = False
+        else:
+            position += 1
+        # ``position`` is now how many messages were taken.  A call left waiting stays open for the
+        # general loop, which takes over from the same state.
+        if position == 0:
+            return 0
+        count = len(kinds)
+        ends = [*starts[1:], position]
+        sizes = list(map(sub, ends, starts))
+        if counts is None:
+            counts = counted
+            if estimator is not None:
+                estimator._memoise(new[:position] if position < len(new) else new, counted)
+        reached = list(accumulate(counts[:position], initial=0))
+        tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
+        first = len(table.kind)
+        # One int object per id and per position, shared by every column that holds it (a long
+        # history would otherwise make, and later free, several hundred thousand of them).
+        ids = list(range(first, first + count))
+        table.pool.extend(new[:position] if position < len(new) else new)
+        table.kind.extend(kinds)
+        table.turn.extend(turns)
+        table.tokens.extend(tokens)
+        table.first.extend(map(add, starts, repeat(base)) if base else starts)
+        table.size.extend(sizes)
+        table.reason.extend(repeat(None, count))
+        table.origin.extend(repeat("input", count))
+        table.replaces.extend(repeat(None, count))
+        table.call_ids.update(zip(map(add, calls, repeat(first)), asked))
+        if open_call is not None:
+            table.unanswered[first + count - 1] = open_call
+            self._waiting[open_call] = first + count - 1
+        if open_call is not None or answered:
+            self._open_tool = first + count - 1  # results may still join it, as in the general loop
+        self._turn = turn
+        self._source.extend(new[:position] if position < len(new) else new)
+        self._order.extend(ids)
+        self._live.update(zip(ids, ids))
+        self._count_appended(
+            count,
+            position,
+            reached[position],
+            systems=systems,
+            tool_groups=len(calls),
+            turns=turns,
+            first_turn=first_turn,
+            last_turn=turn,
+        )
+        return position
+
+    def _append_any(self, new: list[Message], counts: list[int]) -> None:
+        """The general loop (see :meth:`_group_any`); then a new result linked to a call that a
+        strategy had excluded is excluded with it, for the same reason: exclusions survive an
+        append, and a unit is never split (SPEC §11)."""
+        self._linked = []
+        self._group_any(new, counts)
+        reasons = self._table.reason
+        for group in self._linked:
+            reason = reasons[group]
+            if reason is not None:
+                self._exclude([group], reason)
+
+    def _link_answers(self, group: int, ids: Iterable[str]) -> bool:
+        """Link ``group`` to the earlier groups whose waiting calls ``ids`` answer; True if every
+        id answered such a call."""
+        table, waiting = self._table, self._waiting
+        matched = True
+        for call_id in ids:
+            call_group = waiting.pop(call_id, None)
+            if call_group is None or call_group == group:
+                matched = matched and call_group == group
+                continue
+            table.answer(call_group, (call_id,))
+            table.link(call_group, group)
+            self._linked.append(call_group)
+        return matched
+
+    def _group_any(self, new: list[Message], counts: list[int]) -> None:
+        """The general loop: every grouping rule, and an open tail from the last append."""
+        table = self._table
+        waiting = self._waiting
+        kinds, turns, tokens, firsts, sizes = table.kind, table.turn, table.tokens, table.first, table.size
+        call_ids_of, unanswered, orphans = table.call_ids, table.unanswered, table.orphan
+        open_tool = self._open_tool
+        provisional = self._provisional
+        if provisional and (
+            any(table.reason[group] is not None for group in provisional)
+            or (open_tool is not None and table.reason[open_tool] is not None)
+        ):
+            # A strategy already excluded some of these; merging them into a call group now could
+            # flip a message's inclusion behind its back, so they stay the groups they were.
+            provisional = []
+        # The still-open tail (a call waiting for its results, reasoning that may precede a call)
+        # is taken out of the metrics and counted again, as it ends up, below.  Otherwise every
+        # group made here is new and included, and the metrics follow from a few sums.
+        tail = ([open_tool] if open_tool is not None else []) + provisional
+        reopened = bool(tail)
+        if reopened:
+            self._tally(tail, -1)
+        dead: list[int] = []  # groups merged into a call group (reasoning before or between results)
+        origins: dict[int, str] = {}  # summaries among the input, by what wrote them
+        start = len(kinds)
+        turn = first_turn = self._turn
+        systems = tool_groups = 0
+        text_type, call_type, result_type, reasoning_type = (
+            TextContent,
+            FunctionCallContent,
+            FunctionResultContent,
+            ReasoningContent,
+        )
+        position = len(table.pool) - 1
+        table.pool.extend(new)
+
+        def open_group(kind: GroupKind, turn: int | None, count: int, position: int) -> int:
+            """A new one-message group; returns its id (the rare columns are filled in bulk after)."""
+            group = len(kinds)
+            kinds.append(kind)
+            turns.append(turn)
+            tokens.append(count)
+            firsts.append(position)
+            sizes.append(1)
+            return group
+
+        def take_reasoning(group: int) -> None:
+            """Reasoning right before a reply or a call belongs to it."""
+            nonlocal provisional
+            if provisional:
+                table.merge(group, [*provisional, group])
+                dead.extend(provisional)
+                provisional = []
+
+        def join(group: int, message: Message, count: int, position: int, answers: list[str], belongs: bool) -> None:
+            """Add a result message to the open call group ``group`` (``belongs``: it answers it)."""
+            nonlocal provisional
+            if provisional:  # reasoning between results joins the tool group
+                table.merge(group, [group, *provisional])
+                dead.extend(provisional)
+                provisional = []
+            tokens[group] += count
+            if firsts[group] + sizes[group] == position:
+                sizes[group] += 1
+            else:  # not adjacent (something was added to the pool since): move the group
+                table.relocate(group, [message])
+            for call_id in answers:
+                if waiting.get(call_id) == group:
+                    del waiting[call_id]
+            table.answer(group, answers)
+            if not belongs:
+                orphans.add(group)
+
+        for message, count in zip(new, counts):
+            position += 1
+            contents = message.contents
+            only: type | None = type(contents[0]) if len(contents) == 1 else None
+            role = message.role
+            if role == "assistant":
+                if only is text_type and not message.additional_properties:  # the common case
+                    open_tool = None
+                    take_reasoning(open_group(_TEXT, turn, count, position))
+                    continue
+                asked: str | frozenset[str]
+                answers: list[str] = []
+                if only is call_type:
+                    asked = contents[0].call_id  # type: ignore[union-attr]
+                    opened = [asked]
+                else:
+                    opened = opened_ids(contents)
+                    answers = answered_ids(contents)
+                    asked = frozenset(opened)
+                if opened:
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    take_reasoning(group)
+                    call_ids_of[group] = asked
+                    left = [call_id for call_id in opened if call_id not in answers] if answers else opened
+                    if left:
+                        unanswered[group] = left[0] if len(left) == 1 else frozenset(left)
+                        waiting.update(dict.fromkeys(left, group))
+                    earlier = [call_id for call_id in answers if call_id not in asked]
+                    if earlier and not self._link_answers(group, earlier):
+                        orphans.add(group)
+                    open_tool = group
+                    tool_groups += 1
+                    continue
+                if answers:  # a hosted result or similar, with no call of its own
+                    asked_open = call_ids_of.get(open_tool) if open_tool is not None else None
+                    if asked_open is not None and all(_asked(call_id, asked_open) for call_id in answers):
+                        join(cast(int, open_tool), message, count, position, answers, True)
+                        continue
+                    open_tool, provisional = None, []
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    if not self._link_answers(group, answers):  # its own group, one unit with its calls
+                        orphans.add(group)
+                    tool_groups += 1
+                    continue
+                if contents and all(type(c) is reasoning_type for c in contents) and not message.is_summary:
+                    provisional.append(open_group(_TEXT, turn, count, position))  # may yet join a call
+                    continue
+                open_tool, provisional = None, []
+                if message.is_summary:
+                    group = open_group(_SUMMARY, _summary_turn(message, turn), count, position)
+                    origins[group] = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
+                else:
+                    open_group(_TEXT, turn, count, position)
+            elif role == "tool":
+                asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
+                if asked_ids is not None and only is result_type:
+                    answers = [contents[0].call_id]  # type: ignore[union-attr]
+                    belongs = answers[0] == asked_ids if type(asked_ids) is str else answers[0] in asked_ids
+                else:
+                    answers = answered_ids(contents)
+                    belongs = asked_ids is not None and bool(answers) and all(_asked(i, asked_ids) for i in answers)
+                if belongs:
+                    join(cast(int, open_tool), message, count, position, answers, True)
+                elif open_tool is not None and open_tool in unanswered and not any(i in waiting for i in answers):
+                    # A result nobody asked for, while a call still waits for its own, stays inside
+                    # the open group (flagged), so that call and its results are never split apart.
+                    join(open_tool, message, count, position, answers, False)
+                else:
+                    # A result of an earlier call, after other messages (an approval, a note, a user
+                    # reply): its own group, one unit with its call (SPEC §11); or, answering no
+                    # waiting call at all, an orphan group of its own.
+                    open_tool, provisional = None, []
+                    group = open_group(_TOOL_CALL, turn, count, position)
+                    if not answers or not self._link_answers(group, answers):
+                        orphans.add(group)
+                    tool_groups += 1
+            else:
+                open_tool, provisional = None, []
+                if role == "user":
+                    turn += 1
+                    group = open_group(_USER, turn, count, position)
+                    if only is not text_type:  # an approval response answers its request, wherever it is
+                        self._link_answers(group, answered_ids(contents))
+                else:  # system
+                    open_group(_SYSTEM, None, count, position)
+                    systems += 1
+        made = len(kinds) - start
+        table.reason.extend(repeat(None, made))
+        table.origin.extend(repeat("input", made))
+        table.replaces.extend(repeat(None, made))
+        for group, origin in origins.items():
+            table.origin[group] = origin
+        self._open_tool = open_tool
+        self._provisional = provisional
+        self._turn = turn
+        self._source.extend(new)
+        if table.bytes and tail:
+            table.bytes.pop(tail[0], None)  # an open group's byte count changes as results join
+        fresh = list(range(start, len(kinds)))
+        order, live = self._order, self._live
+        if dead:
+            gone = set(dead)
+            fresh = [group for group in fresh if group not in gone]
+            old = [group for group in tail if group in gone]
+            if old:  # merged groups from the last append leave the order and the included set
+                self._flush()
+                self._order = order = [group for group in order if group not in gone]
+                for group in old:
+                    live.pop(group, None)
+                tail = [group for group in tail if group not in gone]
+        order.extend(fresh)
+        if reopened:
+            self._open_turns(turn)
+            included = self._tally(tail + fresh, 1)
+            live.update(zip(self._keys(included), included))
+            return
+        live.update(zip(fresh, fresh))
+        self._count_appended(
+            len(fresh),
+            len(new),
+            sum(counts),
+            systems=systems,
+            tool_groups=tool_groups,
+            turns=map(turns.__getitem__, fresh),
+            first_turn=first_turn,
+            last_turn=turn,
+        )

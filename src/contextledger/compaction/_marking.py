@@ -1,0 +1,380 @@
+"""Marking: the one way groups change after grouping — excluded, included, replaced, inserted.
+
+Strategies never delete anything.  They mark groups excluded (with a reason) or put summary
+groups in, and the projection (the included messages, in order) is what gets sent.
+
+Every change is made by group id, through the methods of :class:`Marking` without a leading
+underscore (``exclude_ids``, ``include_ids``, ``replace_ids``, ``collapse_ids``,
+``insert_summary``).  The built-in strategies use exactly these, and so can a strategy of
+your own; the methods that take :class:`MessageGroup` objects (``exclude``, ``replace_many``,
+``insert_before``...) are thin wrappers over them.  Each keeps the unit rule (SPEC §11: a
+group in a unit takes the others with it) and tells the metrics what changed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
+from typing import Any, cast
+
+from contextledger.compaction._metrics import Metrics
+from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup
+from contextledger.exceptions import CompactionError
+from contextledger.messages import Message, assistant_text_message
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
+
+__all__ = ["Marking"]
+
+
+class Marking(Metrics):
+    """Changing which groups are included, by id, with the metrics kept in step."""
+
+    tokenizer: Tokenizer
+    # The included groups, in conversation order: key -> group id.  A group's key is its own
+    # id, except for a replacement, which holds the key of the group whose place it took.
+    _live: dict[int, int]
+    _live_key: dict[int, int]  # replacement id -> the key it holds in _live
+    _order: list[int]  # every group id in conversation order, but for pending insertions
+    # Groups inserted since the order was last read, each just before its anchor, in the order
+    # they were inserted: two flat lists, so inserting thousands of summaries costs two extends.
+    _anchors: list[int]
+    _inserted: list[int]
+
+    def _reset_marking(self) -> None:
+        self._live = {}
+        self._live_key = {}
+        self._order = []
+        self._anchors = []
+        self._inserted = []
+
+    def _keys(self, groups: Iterable[int]) -> Iterator[int]:
+        """Each group's key among the included groups (its own id, unless it is a replacement)."""
+        return map(self._live_key.get, groups, groups)  # dict.get(id, default=id)
+
+    def _ids(self, groups: Iterable[int], what: str) -> list[int]:
+        """Group ids from a caller, checked: a wrong id must fail here, not corrupt the metrics."""
+        ids = groups if isinstance(groups, list) else list(groups)
+        # Three C-level passes, so checking thousands of ids costs little next to using them.
+        if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) >= len(self._table.kind)):
+            bad = next(g for g in ids if type(g) is not int or not 0 <= g < len(self._table.kind))
+            raise CompactionError(f"{what}: {bad!r} is not a group id of this index; read ids from index.live_ids()")
+        return ids
+
+    def id_of(self, group: MessageGroup) -> int:
+        """The id of one of this index's groups (what the ``*_ids`` methods take)."""
+        if group._table is not self._table:
+            raise CompactionError(f"{group!r} is not a group of this index; read groups from index.groups")
+        return group._id
+
+    # Excluding and including ------------------------------------------------------------------
+
+    def exclude_ids(self, groups: Iterable[int], reason: str) -> list[int]:
+        """Exclude groups by id, with the whole unit of each; returns those that were included,
+        in order.  ``reason`` is what reports show (``"truncation"``, ``"sliding_window"``...)."""
+        if not isinstance(reason, str) or not reason:
+            raise CompactionError(f"an exclusion needs a reason (non-empty text), got {reason!r}")
+        return self._exclude(self._ids(groups, "exclude_ids"), reason)
+
+    def _exclude(self, groups: list[int], reason: str) -> list[int]:
+        table = self._table
+        if table.unit and not table.unit.keys().isdisjoint(groups):
+            groups = table.with_units(groups)
+        if len(groups) == 1:  # the per-step path of strategies with an arbitrary target
+            group = groups[0]
+            if table.reason[group] is not None:
+                return []
+            self._count(group, -1)  # while still included, so its contribution is taken out
+            table.reason[group] = reason
+            del self._live[self._live_key.get(group, group)]
+            return groups
+        # One pass marks the included groups and skips repeats and groups already excluded.
+        reasons = table.reason
+        included: list[int] = []
+        add = included.append
+        for group in groups:
+            if reasons[group] is None:
+                reasons[group] = reason
+                add(group)
+        self._tally(included, -1, totals=False, fresh=True)
+        deque(map(self._live.pop, self._keys(included)), maxlen=0)
+        return included
+
+    def include_ids(self, groups: Iterable[int]) -> list[int]:
+        """Undo exclusions by id (a failed summarisation restoring what it took), with the whole
+        unit of each; returns those that were excluded, in order."""
+        table = self._table
+        ids = self._ids(groups, "include_ids")
+        if table.unit:
+            ids = table.with_units(ids)
+        restored = []
+        for group in ids:
+            if table.reason[group] is not None:
+                table.reason[group] = None
+                self._count(group, 1)
+                restored.append(group)
+        if restored:
+            self._relive()
+        return restored
+
+    def exclude(self, group: MessageGroup, reason: str) -> bool:
+        """Mark a group excluded; returns False if it already was."""
+        return bool(self.exclude_ids([self.id_of(group)], reason))
+
+    def exclude_many(self, groups: Iterable[MessageGroup], reason: str) -> list[MessageGroup]:
+        """Exclude several groups in one pass; returns those that were not already excluded."""
+        return list(map(self._table.view, self.exclude_ids(map(self.id_of, groups), reason)))
+
+    def include(self, group: MessageGroup) -> bool:
+        """Undo an exclusion; returns False if the group was already included."""
+        return bool(self.include_ids([self.id_of(group)]))
+
+    def include_many(self, groups: Sequence[MessageGroup]) -> None:
+        """Undo several exclusions."""
+        self.include_ids(map(self.id_of, groups))
+
+    def whole_units(self, groups: list[int], keep: set[int] | None = None) -> list[int]:
+        """``groups`` without those in a unit with a group that must stay: when a boundary falls
+        inside a unit, the unit is kept whole (a kept result keeps its call).  What must stay is
+        ``keep``, or by default every included group not in ``groups``."""
+        table = self._table
+        unit = table.unit
+        if not unit or unit.keys().isdisjoint(groups):
+            return groups
+        reasons = table.reason
+        if keep is None:
+            chosen = set(groups)
+            return [
+                group
+                for group in groups
+                if group not in unit or all(member in chosen or reasons[member] is not None for member in unit[group])
+            ]
+        return [group for group in groups if group not in unit or keep.isdisjoint(unit[group])]
+
+    def _relive(self) -> None:
+        """Rebuild the ordered set of included groups from the full order (O(n); only on restores)."""
+        self._flush()
+        reasons = self._table.reason
+        self._live = {group: group for group in self._order if reasons[group] is None}
+        self._live_key = {}
+
+    # Replacing ---------------------------------------------------------------------------------
+
+    def replace_ids(
+        self, originals: Iterable[int], messages: Sequence[Message], reason: str, *, origin: str
+    ) -> list[int]:
+        """Replace each original (included, not a system group, not in a unit with others) by a
+        one-message summary group of its turn that takes its place; returns the new ids.  The
+        messages are counted with the index's tokenizer in one batch."""
+        ids = self._replaceable(originals, len(messages), reason)
+        return self._replace(ids, messages, reason, origin=origin)
+
+    def collapse_ids(
+        self,
+        originals: Iterable[int],
+        texts: Sequence[str],
+        reason: str,
+        *,
+        origin: str,
+        properties: Mapping[str, Any],
+    ) -> list[int]:
+        """:meth:`replace_ids` with one assistant text (with ``properties``) for each original.
+
+        With the character estimate each text is counted from its length and its message is
+        written only when first read: in a pipeline most collapsed groups are excluded again
+        right away, and thousands of messages never built is most of a collapse's cost."""
+        ids = self._replaceable(originals, len(texts), reason)
+        tokenizer = self.tokenizer
+        if type(tokenizer) is not CharacterEstimatorTokenizer:
+            return self._replace(ids, [assistant_text_message(t, properties) for t in texts], reason, origin=origin)
+        counts = tokenizer.count_plain_texts(list(map(len, texts)))
+        replacements = self._replace(ids, [None] * len(ids), reason, origin=origin, counts=counts)
+        table = self._table
+        table.later.update(zip(replacements, texts))
+        table.later_properties = properties
+        table.later_memo = tokenizer.name
+        return replacements
+
+    def _replaceable(self, originals: Iterable[int], count: int, reason: str) -> list[int]:
+        if not isinstance(reason, str) or not reason:
+            raise CompactionError(f"a replacement needs a reason (non-empty text), got {reason!r}")
+        ids = self._ids(originals, "replace_ids")
+        table = self._table
+        if count != len(ids):
+            raise CompactionError(f"replace_ids: {len(ids)} groups but {count} replacements; give one each")
+        if (  # each check a C-level pass: a collapse replaces thousands of groups at once
+            len(set(ids)) != len(ids)
+            or any(map(table.reason.__getitem__, ids))
+            or _SYSTEM in map(table.kind.__getitem__, ids)
+            or not table.unit.keys().isdisjoint(ids)
+        ):
+            raise CompactionError(
+                "replace_ids replaces included non-system groups, each once, that are not part of a unit "
+                "with other groups; exclude those instead"
+            )
+        return ids
+
+    def _replace(
+        self,
+        originals: list[int],
+        messages: Sequence[Message | None],
+        reason: str,
+        *,
+        origin: str,
+        counts: list[int] | None = None,
+    ) -> list[int]:
+        """New one-message summary groups of the originals' turns take their places (a None
+        message is written later: see ``_Table.later``)."""
+        table = self._table
+        start, count = len(table.kind), len(messages)
+        table.first.extend(range(len(table.pool), len(table.pool) + count))
+        table.pool.extend(cast(Sequence[Message], messages))
+        table.size.extend(repeat(1, count))
+        table.tokens.extend(counts if counts is not None else self.tokenizer.count_messages(messages))  # type: ignore[arg-type]
+        table.kind.extend(repeat(_SUMMARY, count))
+        table.turn.extend(map(table.turn.__getitem__, originals))
+        table.reason.extend(repeat(None, count))
+        table.origin.extend(repeat(origin, count))
+        table.replaces.extend(originals)
+        replacements = list(range(start, start + count))
+        self._count_replaced(originals, replacements)
+        reasons = table.reason
+        for original in originals:
+            reasons[original] = reason
+        self._place(originals, replacements)
+        return replacements
+
+    def _place(self, originals: list[int], replacements: list[int]) -> None:
+        """Each replacement takes its original's key (and so its position) among the included groups."""
+        keys = list(self._keys(originals))
+        self._anchors.extend(originals)
+        self._inserted.extend(replacements)
+        self._live.update(zip(keys, replacements))
+        self._live_key.update(zip(replacements, keys))
+
+    def make_summary_groups(
+        self,
+        messages: Sequence[Message],
+        *,
+        turns: Sequence[int | None],
+        origin: str,
+        replaces: Sequence[tuple[MessageGroup, ...]],
+    ) -> list[MessageGroup]:
+        """Summary groups for many messages, counted in one tokenizer batch, not yet inserted."""
+        counts = self.tokenizer.count_messages(messages)
+        return [
+            MessageGroup(_SUMMARY, [message], turn, tokens, origin=origin, replaces=source)
+            for message, turn, tokens, source in zip(messages, turns, counts, replaces)
+        ]
+
+    def make_summary_group(
+        self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
+    ) -> MessageGroup:
+        """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
+        return self.make_summary_groups([message], turns=[turn], origin=origin, replaces=[replaces])[0]
+
+    def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
+        """Exclude each original and put its replacement (see :meth:`make_summary_groups`) in its place."""
+        originals = [self.id_of(original) for original, _ in pairs]
+        if any(self._table.reason[original] is not None for original in originals):  # a refusal changes nothing
+            raise CompactionError("replace_many: only included groups can be replaced")
+        for original, (_, replacement) in zip(originals, pairs):
+            self._account(original, self._adopt(replacement), reason)
+        self._place(originals, [self.id_of(replacement) for _, replacement in pairs])
+
+    def _account(self, original: int, replacement: int, reason: str) -> None:
+        """Exclude ``original`` and count ``replacement`` (adopted, placed by the caller) in."""
+        table = self._table
+        if (
+            table.turn[original] == table.turn[replacement]
+            and table.kind[original] is not _SYSTEM
+            and table.size[replacement] == 1
+            and table.reason[replacement] is None
+        ):
+            self._count_replaced([original], [replacement])
+            table.reason[original] = reason
+            return
+        self._count(original, -1)
+        table.reason[original] = reason
+        self._tally([replacement], 1)
+
+    def _adopt(self, group: MessageGroup) -> int:
+        """Take a group built outside the index (see :class:`MessageGroup`) into its table."""
+        if group._table is self._table:
+            return group._id
+        own, row = group._table, group._id
+        if len(own.kind) != 1 or own.views:
+            raise CompactionError(f"{group!r} belongs to another index; build a new group for this one")
+        replaced: tuple[MessageGroup, ...] = getattr(group, "_replaced", ())
+        new = self._table.add(
+            own.kind[row],
+            own.messages(row),
+            own.turn[row],
+            own.tokens[row],
+            reason=own.reason[row],
+            origin=own.origin[row],
+            replaces=tuple(map(self.id_of, replaced)),
+        )
+        if row in own.orphan:
+            self._table.orphan.add(new)
+        group._table, group._id = self._table, new
+        self._table.views[new] = group
+        return new
+
+    # Inserting ---------------------------------------------------------------------------------
+
+    def insert_summary(self, before: int, message: Message, *, replaces: Sequence[int], origin: str) -> int:
+        """Insert a summary group of no turn just before group ``before`` (what summarisation
+        writes for the groups it excluded); returns its id."""
+        self._ids([before, *replaces], "insert_summary")
+        tokens = self.tokenizer.count_messages([message])[0]
+        group = self._table.add(_SUMMARY, [message], None, tokens, origin=origin, replaces=tuple(replaces))
+        self._insert(before, group)
+        return group
+
+    def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
+        """Insert ``group`` just before ``anchor``.
+
+        Insertions are batched: the order is rebuilt once, the next time it is
+        read, so inserting thousands of groups costs one pass, not one per group.
+        """
+        self._insert(self.id_of(anchor), self._adopt(group))
+
+    def _insert(self, anchor: int, group: int) -> None:
+        self._anchors.append(anchor)
+        self._inserted.append(group)
+        self._count_total(group)
+        if self._table.reason[group] is None:
+            self._count(group, 1)
+            self._relive()
+
+    def _flush(self) -> None:
+        """Put the groups inserted since the order was last read in their places."""
+        if not self._inserted:
+            return
+        pending: dict[int, list[int]] = {}
+        for anchor, group in zip(self._anchors, self._inserted):
+            before = pending.get(anchor)
+            if before is None:
+                pending[anchor] = [group]
+            else:
+                before.append(group)
+        self._anchors, self._inserted = [], []
+        merged: list[int] = []
+
+        def place(group: int) -> None:
+            # A group inserted before another inserted group (a summary of summaries) lands first.
+            inserted = pending.pop(group, None)
+            if inserted is not None:
+                for earlier in inserted:
+                    place(earlier)
+            merged.append(group)
+
+        for group in self._order:
+            if group in pending:
+                place(group)
+            else:
+                merged.append(group)
+        if pending:  # an anchor that is not in the index: a strategy bug, never silently dropped
+            raise CompactionError("a summary group was anchored to a group that is not in this index")
+        self._order = merged

@@ -1,0 +1,212 @@
+"""The running metrics of an index: the one place that counts groups in and out.
+
+Triggers read these counters (``included_tokens``, ``included_turns``...) on every check, so
+they are kept up to date as groups are appended, excluded, included, replaced and inserted,
+and a check costs O(1) however long the history is.  Every change to them goes through a
+method of :class:`Metrics`; grouping and marking say *what* happened (these groups came in,
+these went out, these replaced those), and this module turns it into counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import add, is_
+from typing import cast
+
+from contextledger.compaction._table import _SYSTEM, _TOOL_CALL, _Table
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    """Totals over every group, and the same counts over the included groups only.
+
+    A turn counts as included while any of its groups is (turn 0, what came before the first
+    user message, is never counted as a turn).  :class:`MessageIndex` inherits these counters,
+    so ``index.included_tokens`` is a plain attribute read.
+    """
+
+    _table: _Table
+    total_groups: int
+    total_messages: int
+    total_tokens: int
+    total_turns: int
+    included_groups: int
+    included_messages: int
+    included_tokens: int
+    included_non_system_groups: int
+    included_non_system_messages: int
+    included_tool_call_groups: int
+    included_turns: int
+    _turn_groups: list[int]  # included groups per turn, indexed by turn (slot 0 is turn 0)
+
+    def _reset_metrics(self) -> None:
+        self.total_groups = self.total_messages = self.total_tokens = self.total_turns = 0
+        self.included_groups = self.included_messages = self.included_tokens = 0
+        self.included_non_system_groups = self.included_non_system_messages = 0
+        self.included_tool_call_groups = self.included_turns = 0
+        self._turn_groups = [0]
+
+    def metrics(self) -> dict[str, int]:
+        """Totals and included counts, for reports."""
+        return {
+            "groups": self.total_groups,
+            "messages": self.total_messages,
+            "tokens": self.total_tokens,
+            "turns": self.total_turns,
+            "included_groups": self.included_groups,
+            "included_messages": self.included_messages,
+            "included_tokens": self.included_tokens,
+            "included_turns": self.included_turns,
+        }
+
+    # One group ----------------------------------------------------------------------------------
+
+    def _count(self, group: int, sign: int) -> None:
+        """Add (sign=1) or remove (sign=-1) one included group's contribution."""
+        table = self._table
+        size = sign * table.size[group]
+        self.included_groups += sign
+        self.included_messages += size
+        self.included_tokens += sign * table.tokens[group]
+        kind = table.kind[group]
+        if kind is not _SYSTEM:
+            self.included_non_system_groups += sign
+            self.included_non_system_messages += size
+            if kind is _TOOL_CALL:
+                self.included_tool_call_groups += sign
+        turn = table.turn[group]
+        if turn:
+            before = self._turn_groups[turn]
+            after = before + sign
+            self._turn_groups[turn] = after
+            self.included_turns += (before == 0 and after > 0) - (before > 0 and after == 0)
+
+    def _count_total(self, group: int) -> None:
+        """Count a group that joined the index (a summary inserted by a strategy) in the totals."""
+        table = self._table
+        self.total_groups += 1
+        self.total_messages += table.size[group]
+        self.total_tokens += table.tokens[group]
+
+    # Many groups --------------------------------------------------------------------------------
+
+    def _tally(self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False) -> list[int]:
+        """Add (sign=1) or remove (sign=-1) many groups: in the totals (with ``totals``), and in
+        the included counts for those that are included.  Returns the included ones, each once,
+        in order; ``fresh`` says the caller knows that is all of them.
+
+        Every pass is a C-level loop over the columns (map, sum, Counter, compress), so thousands
+        of groups cost little more than a Python loop over their turns."""
+        table = self._table
+        ids = groups if isinstance(groups, list) else list(groups)
+        sizes, tokens = table.size, table.tokens
+        if totals:
+            self.total_groups += sign * len(ids)
+            self.total_messages += sign * sum(map(sizes.__getitem__, ids))
+            self.total_tokens += sign * sum(map(tokens.__getitem__, ids))
+        if fresh:
+            included = ids
+        else:
+            unique = list(dict.fromkeys(ids))
+            included = list(compress(unique, map(is_, map(table.reason.__getitem__, unique), repeat(None))))
+        if not included:
+            return included
+        counts = list(map(sizes.__getitem__, included))
+        kinds = list(map(table.kind.__getitem__, included))
+        messages = sum(counts)
+        systems = kinds.count(_SYSTEM)
+        system_messages = sum(size for size, kind in zip(counts, kinds) if kind is _SYSTEM) if systems else 0
+        self.included_groups += sign * len(included)
+        self.included_messages += sign * messages
+        self.included_tokens += sign * sum(map(tokens.__getitem__, included))
+        self.included_non_system_groups += sign * (len(included) - systems)
+        self.included_non_system_messages += sign * (messages - system_messages)
+        self.included_tool_call_groups += sign * kinds.count(_TOOL_CALL)
+        self._add_turns(map(table.turn.__getitem__, included), sign)
+        return included
+
+    def _add_turns(self, turns: Iterable[int | None], sign: int) -> None:
+        """Count groups of these turns in (sign=1) or out (sign=-1) of the per-turn counts."""
+        per_turn = Counter(turns)
+        per_turn.pop(None, None)
+        per_turn.pop(0, None)
+        if not per_turn:
+            return
+        turn_groups = self._turn_groups
+        keys = cast(list[int], list(per_turn))
+        before = list(map(turn_groups.__getitem__, keys))
+        after = list(map(add, before, per_turn.values() if sign > 0 else [-count for count in per_turn.values()]))
+        for turn, count in zip(keys, after):
+            turn_groups[turn] = count
+        self.included_turns += before.count(0) if sign > 0 else -after.count(0)
+
+    # Appends ------------------------------------------------------------------------------------
+
+    def _open_turns(self, turn: int) -> None:
+        """Make room for per-turn counts up to ``turn`` (the groups come in through ``_tally``)."""
+        self._turn_groups.extend(repeat(0, turn + 1 - len(self._turn_groups)))
+        self.total_turns = turn
+
+    def _count_appended(
+        self,
+        groups: int,
+        messages: int,
+        tokens: int,
+        *,
+        systems: int,
+        tool_groups: int,
+        turns: Iterable[int | None],
+        first_turn: int,
+        last_turn: int,
+    ) -> None:
+        """Count in ``groups`` new, included groups holding ``messages`` messages (``systems`` of
+        them system groups of one message each), of ``turns``, appended after ``first_turn``
+        (the turn that was open) up to ``last_turn``.
+
+        Every turn after ``first_turn`` is new and starts with its user group, so its count is
+        written in one slice; only the open turn may already have groups."""
+        self.total_groups += groups
+        self.total_messages += messages
+        self.total_tokens += tokens
+        self.included_groups += groups
+        self.included_messages += messages
+        self.included_tokens += tokens
+        self.included_non_system_groups += groups - systems
+        self.included_non_system_messages += messages - systems
+        self.included_tool_call_groups += tool_groups
+        per_turn = Counter(turns)
+        slots = self._turn_groups
+        if first_turn:
+            added = per_turn.get(first_turn, 0)
+            if added:
+                before = slots[first_turn]
+                slots[first_turn] = before + added
+                self.included_turns += before == 0
+        if last_turn > first_turn:
+            slots[first_turn + 1 :] = map(per_turn.__getitem__, range(first_turn + 1, last_turn + 1))
+            self.included_turns += last_turn - first_turn
+        self.total_turns = last_turn
+
+    # Replacements -------------------------------------------------------------------------------
+
+    def _count_replaced(self, originals: list[int], replacements: list[int]) -> None:
+        """Count each original out and its replacement in, where every pair is one non-system
+        group for a one-message group of the same turn (what a collapse writes): the group and
+        turn counts do not move, so the pairs are netted in one step."""
+        table = self._table
+        kinds, sizes, tokens = table.kind, table.size, table.tokens
+        added = sum(map(tokens.__getitem__, replacements))
+        removed_messages = sum(map(sizes.__getitem__, originals))
+        count = len(replacements)
+        self.total_groups += count
+        self.total_messages += count
+        self.total_tokens += added
+        self.included_messages += count - removed_messages
+        self.included_non_system_messages += count - removed_messages
+        self.included_tokens += added - sum(map(tokens.__getitem__, originals))
+        self.included_tool_call_groups += list(map(kinds.__getitem__, replacements)).count(_TOOL_CALL) - list(
+            map(kinds.__getitem__, originals)
+        ).count(_TOOL_CALL)

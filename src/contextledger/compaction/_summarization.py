@@ -1,0 +1,246 @@
+"""Summarisation: replace older groups with one summary written by a separate chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from contextledger.clients._protocol import ChatClient, Usage
+from contextledger.compaction._arguments import UNSET, Unset, one_of, summarization_style
+from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest
+from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._table import CompactionEvent, GroupKind, MessageGroup
+from contextledger.compaction._triggers import Trigger
+from contextledger.exceptions import ConfigurationError, SummarizationError
+from contextledger.messages import (
+    SUMMARY_PROPERTY,
+    SUMMARY_SOURCE_PROPERTY,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+)
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["DEFAULT_SUMMARIZATION_PROMPT", "FAILURES_BEFORE_ERROR", "SUMMARY_PREFIX", "SummarizationStrategy"]
+
+logger = logging.getLogger("contextledger.compaction")
+
+SUMMARY = GroupKind.SUMMARY
+
+DEFAULT_SUMMARIZATION_PROMPT = (
+    "You summarise the earlier part of a conversation between a user and an assistant so that the "
+    "assistant can continue it without the original messages. Keep every fact the user stated, every "
+    "decision, every preference and every constraint or prohibition exactly as stated, the outcome of "
+    "each tool call, and anything still unresolved. When the user corrected a value, keep only the "
+    "corrected value. Write plain prose, no preamble."
+)
+
+SUMMARY_PREFIX = "[Summary] "
+
+
+def _transcript(groups: Iterable[Sequence[Message]]) -> str:
+    """The groups' messages (each group's list in turn) as plain text for the summariser."""
+    lines: list[str] = []
+    for messages in groups:
+        for message in messages:
+            if message.is_summary:
+                lines.append(f"(earlier summary) {message.text}")
+                continue
+            for c in message.contents:
+                if isinstance(c, TextContent) and c.text:
+                    lines.append(f"{message.role}: {c.text}")
+                elif isinstance(c, FunctionCallContent):
+                    lines.append(f"assistant called {c.name}({c.arguments})")
+                elif isinstance(c, FunctionResultContent):
+                    lines.append(f"tool result: {c.result}")
+    return "\n".join(lines)
+
+
+FAILURES_BEFORE_ERROR = 3
+"""Summariser failures in a row after which :class:`SummarizationStrategy` logs once at ERROR."""
+
+
+class SummarizationStrategy(CompactionStrategy):
+    """Replace older groups with one ``[Summary]`` message written by a separate chat model.
+
+    Keyword style: triggers when included non-system messages exceed
+    ``target_count + threshold`` (4 + 2) and keeps the newest groups holding at
+    least ``target_count`` messages.  Trigger style: excludes the oldest groups
+    until the target is met, keeping ``minimum_preserved`` newest non-system
+    groups (default 4), then summarises what it excluded.
+
+    It fails closed: if the model raises or replies with nothing, every group it
+    had excluded is restored, nothing is inserted, the failure is logged and
+    recorded as an event (and raised as :class:`SummarizationError` with
+    ``on_error="raise"``).  Cancellation restores and propagates.  Input is
+    bounded by ``max_input_tokens`` (MAF spells it ``max_summary_input_tokens``):
+    older groups that do not fit wait for a later round, and a group too large to
+    fit on its own is left as it is while the groups after it are summarised, so
+    one huge message never stalls summarisation.  After
+    :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
+    """
+
+    name = "summarization"
+    calls_model = True
+
+    def __init__(
+        self,
+        client: ChatClient | None = None,
+        trigger: Trigger | None = None,
+        minimum_preserved: int | None = None,
+        *,
+        chat_client: ChatClient | None = None,
+        target: Trigger | None = None,
+        target_count: int | None = None,
+        threshold: int | None = None,
+        prompt: str | None = None,
+        summarization_prompt: str | None = None,
+        max_input_tokens: int | Unset | None = UNSET,
+        max_summary_input_tokens: int | Unset | None = UNSET,
+        tokenizer: Tokenizer | None = None,
+        on_error: Literal["report", "raise"] = "report",
+    ) -> None:
+        client = one_of("SummarizationStrategy", ("client", client), ("chat_client", chat_client))
+        if client is None or not callable(getattr(client, "get_response", None)):
+            raise ConfigurationError(
+                f"SummarizationStrategy needs a chat client with an async get_response(messages), got {client!r}"
+            )
+        prompt = one_of("SummarizationStrategy", ("prompt", prompt), ("summarization_prompt", summarization_prompt))
+        if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+            raise ConfigurationError(f"SummarizationStrategy prompt must be non-empty text, got {prompt!r}")
+        trigger, target, self.minimum_preserved, self.target_count, self.threshold, budget = summarization_style(
+            trigger, target, minimum_preserved, target_count, threshold, max_input_tokens, max_summary_input_tokens
+        )
+        super().__init__(trigger, target)
+        self.client = client
+        self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
+        self.max_input_tokens = budget
+        # Counts the summariser's input (and, like every strategy's tokenizer, the index).
+        self.tokenizer = tokenizer
+        self._failures = 0  # in a row
+        if on_error not in ("report", "raise"):
+            raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
+        self.on_error = on_error
+        self.last_usage: Usage | None = None
+
+    def _request(self, groups: Iterable[MessageGroup]) -> list[Message]:
+        return self._request_for(group.messages for group in groups)
+
+    def _request_for(self, groups: Iterable[Sequence[Message]]) -> list[Message]:
+        return [Message.system(self.prompt), Message.user(_transcript(groups))]
+
+    def _select(self, index: MessageIndex) -> tuple[list[int], bool]:
+        """Groups to summarise, oldest first, excluded as they are chosen; and whether the input
+        budget (rather than the floor or the target) is what stopped the choice."""
+        chosen: list[int] = []
+        over = False
+        budget = self.max_input_tokens
+        tokenizer = index.tokenizer
+        kind_of, sizes = index.columns.kind, index.columns.size
+        spent = sum(tokenizer.count_messages(self._request_for([])))
+        if self.target_count is not None:
+            kept: set[int] = set()
+            retained = 0
+            for group in index.newest_ids():
+                if kind_of[group] is SYSTEM:
+                    continue
+                if retained >= self.target_count and kept:
+                    break
+                kept.add(group)
+                retained += sizes[group]
+        else:
+            kept = newest(index, max(self.minimum_preserved, 1))
+        candidates = [g for g in index.live_ids() if kind_of[g] is not SYSTEM and g not in kept]
+        for group in candidates:
+            if group in index.columns.unit:
+                break  # a call whose results sit apart: summarising it would move them; stop before it
+            if self.target_count is None and self.target_met(index):
+                break
+            if budget is not None:
+                cost = tokenizer.count_text(_transcript([index.messages_of(group)]) + "\n")
+                if spent + cost > budget:
+                    if chosen:
+                        return chosen, True
+                    over = True  # too large on its own: left as it is, the groups after it go on
+                    continue
+                spent += cost
+            chosen.extend(index.exclude_ids([group], "summarized"))
+        return chosen, over and not chosen
+
+    def _restore(self, index: MessageIndex, groups: list[int]) -> None:
+        index.include_ids(groups)
+
+    def _fail(self, index: MessageIndex, groups: list[int], why: str) -> bool:
+        self._restore(index, groups)
+        index.events.append(CompactionEvent(self.name, "failed", detail=f"{why}; nothing was replaced"))
+        logger.warning("summarization skipped: %s; the history is unchanged", why)
+        self._failures += 1
+        if self._failures == FAILURES_BEFORE_ERROR:  # once per run of failures, as MAF does
+            logger.error(
+                "summarization has failed %d times in a row; the history is no longer being summarised",
+                self._failures,
+            )
+        if self.on_error == "raise":
+            raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
+        return False
+
+    async def _run(self, index: MessageIndex) -> bool:
+        groups, over_budget = self._select(index)
+        request = self._request_for(map(index.messages_of, groups))
+        if groups and self.max_input_tokens is not None:
+            # The per-group estimate above is close; the request as sent is what must fit.
+            while len(groups) > 1 and sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
+                index.include_ids([groups.pop()])
+                request = self._request_for(map(index.messages_of, groups))
+            if sum(index.tokenizer.count_messages(request)) > self.max_input_tokens:
+                index.include_ids(groups)
+                groups, over_budget = [], True
+        if not groups:
+            if over_budget:
+                why = "every group that could be summarised exceeds max_input_tokens on its own; nothing was replaced"
+                index.events.append(CompactionEvent(self.name, "failed", detail=why))
+                logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
+            return False
+        try:
+            response = await self.client.get_response(request)
+        except asyncio.CancelledError:
+            self._restore(index, groups)
+            raise
+        except Exception as error:  # any client failure fails closed
+            return self._fail(index, groups, f"the summariser raised {type(error).__name__}: {error}")
+        text = getattr(response, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            return self._fail(index, groups, "the summariser replied with no text")
+        text = text.strip()
+        if not text.startswith(SUMMARY_PREFIX.strip()):
+            text = SUMMARY_PREFIX + text
+        self.last_usage = getattr(response, "usage", None)
+        self._failures = 0
+        summary = Message(
+            "assistant",
+            (TextContent(text),),
+            additional_properties={SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "summarization"},
+        )
+        replacement = index.insert_summary(groups[0], summary, replaces=groups, origin="summarization")
+        tokens = index.columns.tokens
+        index.events.append(
+            CompactionEvent(
+                self.name,
+                "summarized",
+                SUMMARY.value,
+                None,
+                sum(map(index.columns.size.__getitem__, groups)),
+                sum(map(tokens.__getitem__, groups)),
+                f"{len(groups)} groups -> {tokens[replacement]} tokens",
+                usage=self.last_usage,
+            )
+        )
+        return True
+
+    def __repr__(self) -> str:
+        if self.target_count is not None:
+            return f"SummarizationStrategy(target_count={self.target_count}, threshold={self.threshold})"
+        return f"SummarizationStrategy(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
