@@ -305,7 +305,7 @@ class Marking(Metrics):
         own, row = group._table, group._id
         if len(own.kind) != 1 or own.views:
             raise CompactionError(f"{group!r} belongs to another index; build a new group for this one")
-        replaced: tuple[MessageGroup, ...] = getattr(group, "_replaced", ())
+        replaced = group._replaced
         new = self._table.add(
             own.kind[row],
             own.messages(row),

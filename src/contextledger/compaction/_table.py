@@ -276,7 +276,7 @@ class MessageGroup:
 
     _table: _Table
     _id: int
-    _replaced: tuple[MessageGroup, ...]  # only on a group built outside an index
+    _replaced: tuple[MessageGroup, ...]  # what a group built outside an index stands in for
 
     def __init__(
         self,
@@ -302,6 +302,7 @@ class MessageGroup:
         view = cls.__new__(cls)
         view._table = table
         view._id = group
+        view._replaced = ()  # set, so reading ``replaces`` never raises and catches on the way
         return view
 
     @property
@@ -343,7 +344,7 @@ class MessageGroup:
         table = self._table
         replaced = table.replaces[self._id]
         if replaced is None:
-            return getattr(self, "_replaced", ())
+            return self._replaced
         if isinstance(replaced, int):
             return (table.view(replaced),)
         return tuple(map(table.view, replaced))

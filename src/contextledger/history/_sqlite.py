@@ -120,6 +120,9 @@ class SQLiteHistoryProvider:
         # does not own, so per-thread connections could not all be closed by close().
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
+        # A second connection, for version reads on the caller's thread (see _peek_version).
+        self._peek_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteHistoryProvider({self.path!r}, source_id={self.source_id!r})"
@@ -171,7 +174,10 @@ class SQLiteHistoryProvider:
 
     async def version(self, session_id: str) -> HistoryVersion:
         key = check_session_id(session_id)
-        return await asyncio.to_thread(self._version, key)
+        # Asked before every turn of an agent: read at once on this thread when that cannot wait
+        # (see _peek_version), which spares a worker-thread hop costing ten times the read.
+        found = self._peek_version(key)
+        return found if found is not None else await asyncio.to_thread(self._version, key)
 
     async def rewrite(
         self, session_id: str, start: int, messages: Sequence[Message], expected: HistoryVersion
@@ -236,6 +242,24 @@ class SQLiteHistoryProvider:
             if inserted:
                 self._put(connection, session_id, bodies, False)
         return bool(inserted)
+
+    def _peek_version(self, session_id: str) -> HistoryVersion | None:
+        """The version read on the caller's thread over a reader connection that never waits (no
+        busy timeout), or None if reading might have to wait or failed: the file is not open yet,
+        another thread is using the reader, or SQLite answered busy.  A reader in WAL mode does
+        not wait for writers, so this is the usual case; the worker thread handles the rest and
+        reports any real failure."""
+        if self._connection is None or self.path == ":memory:" or not self._peek_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._reader is None:
+                self._reader = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+            generation, length = self._reader.execute(_VERSION, (session_id, session_id)).fetchone()
+        except sqlite3.Error:
+            return None
+        finally:
+            self._peek_lock.release()
+        return HistoryVersion(generation or 0, length)
 
     def _version(self, session_id: str) -> HistoryVersion:
         with self._lock:
@@ -359,10 +383,11 @@ class SQLiteHistoryProvider:
             connection.close()
 
     def _close(self) -> None:
-        with self._lock:
-            connection, self._connection = self._connection, None
-            if connection is not None:
-                connection.close()
+        with self._lock, self._peek_lock:
+            for connection in (self._connection, self._reader):
+                if connection is not None:
+                    connection.close()
+            self._connection = self._reader = None
 
     def _failure(self, error: sqlite3.Error, action: str) -> HistoryError:
         reason = str(error)
