@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import compress, repeat
+from operator import is_
 from typing import Any, cast
 
 from contextledger.compaction._metrics import Metrics
@@ -57,9 +58,13 @@ class Marking(Metrics):
         ids = groups if isinstance(groups, list) else list(groups)
         # Three C-level passes, so checking thousands of ids costs little next to using them.
         if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) >= len(self._table.kind)):
-            bad = next(g for g in ids if type(g) is not int or not 0 <= g < len(self._table.kind))
-            raise CompactionError(f"{what}: {bad!r} is not a group id of this index; read ids from index.live_ids()")
+            raise self._bad_id(ids, what)
         return ids
+
+    def _bad_id(self, ids: list[int], what: str) -> CompactionError:
+        count = len(self._table.kind)
+        bad = next((repr(g) for g in ids if type(g) is not int or not 0 <= g < count), "an id given")
+        return CompactionError(f"{what}: {bad} is not a group id of this index; read ids from index.live_ids()")
 
     def id_of(self, group: MessageGroup) -> int:
         """The id of one of this index's groups (what the ``*_ids`` methods take)."""
@@ -74,30 +79,47 @@ class Marking(Metrics):
         in order.  ``reason`` is what reports show (``"truncation"``, ``"sliding_window"``...)."""
         if not isinstance(reason, str) or not reason:
             raise CompactionError(f"an exclusion needs a reason (non-empty text), got {reason!r}")
-        return self._exclude(self._ids(groups, "exclude_ids"), reason)
+        ids = groups if isinstance(groups, list) else list(groups)
+        try:
+            # Checked by using them, before anything changes: a window excludes most of a long
+            # history at once, and a separate pass per check would cost as much as the work.
+            # A negative id is the one wrong id that reading a column accepts.
+            if ids and min(ids) < 0:
+                raise IndexError(min(ids))
+            included = self._included(ids)
+        except (TypeError, IndexError):
+            raise self._bad_id(ids, "exclude_ids") from None
+        return self._mark(included, reason)
 
     def _exclude(self, groups: list[int], reason: str) -> list[int]:
+        return self._mark(self._included(groups), reason)
+
+    def _included(self, groups: list[int]) -> list[int]:
+        """``groups`` and the rest of their units, but only those still included (a repeat may
+        stay); one C-level pass over the reason column."""
         table = self._table
         if table.unit and not table.unit.keys().isdisjoint(groups):
             groups = table.with_units(groups)
-        if len(groups) == 1:  # the per-step path of strategies with an arbitrary target
-            group = groups[0]
-            if table.reason[group] is not None:
-                return []
+        reasons = list(map(table.reason.__getitem__, groups))
+        if reasons.count(None) == len(reasons):  # the usual case: strategies pick from live_ids()
+            return groups
+        return list(compress(groups, map(is_, reasons, repeat(None))))
+
+    def _mark(self, included: list[int], reason: str) -> list[int]:
+        """Exclude ``included`` (all of them included) for ``reason``; returns them, each once."""
+        table = self._table
+        if len(included) == 1:  # the per-step path of strategies with an arbitrary target
+            group = included[0]
             self._count(group, -1)  # while still included, so its contribution is taken out
             table.reason[group] = reason
             del self._live[self._live_key.get(group, group)]
-            return groups
-        # One pass marks the included groups and skips repeats and groups already excluded.
-        reasons = table.reason
-        included: list[int] = []
-        add = included.append
-        for group in groups:
-            if reasons[group] is None:
-                reasons[group] = reason
-                add(group)
+            return included
+        # Thousands of groups at a time: C-level passes, not a Python loop.  A repeated id is
+        # found by its second removal from the included set finding nothing.
+        if None in list(map(self._live.pop, self._keys(included), repeat(None))):
+            included = list(dict.fromkeys(included))
+        deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
         self._tally(included, -1, totals=False, fresh=True)
-        deque(map(self._live.pop, self._keys(included)), maxlen=0)
         return included
 
     def include_ids(self, groups: Iterable[int]) -> list[int]:
