@@ -35,6 +35,11 @@ class _Instant:
 async def _ours(turns: int) -> list[float]:
     compaction = CompactionProvider(before_strategy=SlidingWindowStrategy(keep_last_groups=20))
     agent = Agent(_Instant(), context_providers=[compaction])
+    return await _timed(agent, turns)
+
+
+async def _timed(agent: Any, turns: int) -> list[float]:
+    """Milliseconds of each of ``turns`` runs of ``agent`` in one session (either framework's)."""
     session = agent.create_session()
     times = []
     for number in range(turns):
@@ -55,13 +60,7 @@ async def _maf(turns: int, *, compaction: bool) -> list[float]:
     if compaction:
         providers.append(maf.CompactionProvider(before_strategy=maf.SlidingWindowStrategy(keep_last_groups=20)))
     agent = maf.Agent(InstantClient(), context_providers=providers)
-    session = agent.create_session()
-    times = []
-    for number in range(turns):
-        start = time.perf_counter()
-        await agent.run(f"Anything new about item{number}?", session=session)
-        times.append((time.perf_counter() - start) * 1000)
-    return times
+    return await _timed(agent, turns)
 
 
 def main(turns: int) -> int:

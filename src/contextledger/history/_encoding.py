@@ -176,14 +176,20 @@ def encode_messages(
     return checked_session, bodies, stored
 
 
+def _text(stored: object, where: str) -> object:
+    """Bytes a store handed back (Redis without decoding, a BLOB) as text; anything else as is."""
+    if isinstance(stored, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(stored).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HistoryCorruptError(f"{where} is not UTF-8 text ({error.reason})") from None
+    return stored
+
+
 def decode_message(body: object, *, session_id: str, position: int, store: str) -> Message:
     """Read one stored message back; anything unreadable raises :class:`HistoryCorruptError` saying where."""
     where = f"{store}: session {session_id!r}, message {position}"
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        try:
-            body = bytes(body).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise HistoryCorruptError(f"{where} is not UTF-8 text ({error.reason})") from None
+    body = _text(body, where)
     if not isinstance(body, str):
         raise HistoryCorruptError(f"{where} is stored as {type(body).__name__}, not JSON text")
     try:
@@ -255,11 +261,7 @@ def encode_turns(session_id: object, turns: object) -> tuple[str, list[tuple[str
 def decode_turn(record: object, *, session_id: str, turn_id: str, store: str) -> StoredTurn:
     """Read a turn's record back; anything unreadable raises :class:`HistoryCorruptError` saying where."""
     where = f"{store}: session {session_id!r}, turn {turn_id!r}"
-    if isinstance(record, (bytes, bytearray, memoryview)):
-        try:
-            record = bytes(record).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise HistoryCorruptError(f"{where} is not UTF-8 text ({error.reason})") from None
+    record = _text(record, where)
     try:
         data = json.loads(record) if isinstance(record, str) else None
         inputs, items = data["inputs"], data["messages"]  # type: ignore[index]
