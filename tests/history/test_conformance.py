@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
-from contextledger.history import HistoryProvider, StoredTurn
+from contextledger.history import HistoryProvider, StoredTurn, TurnRewriter
 from contextledger.messages import Message, TextContent
 from tests.history.support import Backend, rich_messages
 
@@ -618,5 +618,193 @@ def test_rewrite_refuses_a_start_outside_the_history(backend: Backend, start: An
         with pytest.raises(ConfigurationError, match="start must be an int from 0 to"):
             await history.rewrite("s", start, [], await history.version("s"))
         assert await history.load("s") == numbered("a", 5)
+
+    backend.run(scenario)
+
+
+# A turn and a rewrite in one step (TurnRewriter) -----------------------------------------------
+
+
+def test_every_backend_can_write_a_turn_and_a_rewrite_in_one_step(backend: Backend) -> None:
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+
+    backend.run(scenario)
+
+
+def test_rewrite_and_append_turn_applies_both_at_the_expected_version(backend: Backend) -> None:
+    inputs, reply = turn_of("t", replies=2)
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        await history.append("s", numbered("a", 5))
+        expected = await history.version("s")
+        written = await history.rewrite_and_append_turn("s", 2, numbered("z", 1), expected, "turn-1", inputs, reply)
+        assert written.stored
+        assert written.version is not None
+        assert written.version == await history.version("s")
+        assert written.version.generation != expected.generation
+        assert written.version.length == 2 + 1 + 3
+        assert await history.load("s") == [*numbered("a", 2), *numbered("z", 1), *inputs, *reply]
+        found = await history.load_turn("s", "turn-1")
+        assert found is not None
+        assert (list(found.inputs), list(found.reply)) == (inputs, reply)
+
+    backend.run(scenario)
+
+
+def test_rewrite_and_append_turn_appends_only_the_turn_when_the_history_moved_on(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        await history.append("s", numbered("a", 3))
+        expected = await history.version("s")
+        await history.append("s", numbered("other", 1))  # another writer, after the version was read
+        before = await history.version("s")
+        written = await history.rewrite_and_append_turn("s", 0, [], expected, "turn-1", inputs, reply)
+        assert written.stored
+        assert written.version is None
+        assert await history.load("s") == [*numbered("a", 3), *numbered("other", 1), *inputs, *reply]
+        after = await history.version("s")
+        assert (after.generation, after.length) == (before.generation, before.length + 2)  # an append
+        assert await history.load_turn("s", "turn-1") is not None
+
+    backend.run(scenario)
+
+
+def test_rewrite_and_append_turn_writes_nothing_for_a_recorded_turn(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        await history.append_turn("s", "turn-1", inputs, reply)
+        expected = await history.version("s")
+        written = await history.rewrite_and_append_turn("s", 0, [], expected, "turn-1", inputs, reply)
+        assert (written.stored, written.version) == (False, None)
+        assert await history.load("s") == [*inputs, *reply]
+        assert await history.version("s") == expected
+
+    backend.run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"start": 4}, ConfigurationError, "start must be an int from 0 to"),
+        ({"start": -1}, ConfigurationError, "start must be an int from 0 to"),
+        ({"expected": (0, 3)}, ConfigurationError, "expected must be a HistoryVersion"),
+        ({"turn_id": ""}, ConfigurationError, "turn"),
+        ({"inputs": []}, InvalidMessageError, "no input message"),
+        ({"messages": ["not a message"]}, InvalidMessageError, "session 's'"),
+        ({"reply": [Message.assistant("ok"), 3]}, InvalidMessageError, "session 's'"),
+    ],
+)
+def test_bad_rewrite_and_append_turn_raises_and_writes_nothing(
+    backend: Backend, change: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        await history.append("s", numbered("a", 3))
+        version = await history.version("s")
+        arguments: dict[str, Any] = {
+            "session_id": "s",
+            "start": 1,
+            "messages": numbered("z", 1),
+            "expected": version,
+            "turn_id": "turn-1",
+            "inputs": inputs,
+            "reply": reply,
+            **change,
+        }
+        with pytest.raises(error, match=match):
+            await history.rewrite_and_append_turn(**arguments)
+        assert await history.load("s") == numbered("a", 3)
+        assert await history.version("s") == version
+        assert await history.load_turn("s", "turn-1") is None
+
+    backend.run(scenario)
+
+
+def test_concurrent_rewrites_with_one_turn_store_it_once(backend: Backend) -> None:
+    inputs, reply = turn_of("t")
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        await history.append("s", numbered("a", 4))
+        expected = await history.version("s")
+        outcomes = await asyncio.gather(
+            *(
+                history.rewrite_and_append_turn("s", 1, numbered("z", 1), expected, "turn-1", inputs, reply)
+                for _ in range(12)
+            )
+        )
+        assert sorted(outcome.stored for outcome in outcomes) == [False] * 11 + [True]
+        assert [outcome.version is not None for outcome in outcomes].count(True) == 1
+        assert await history.load("s") == [*numbered("a", 1), *numbered("z", 1), *inputs, *reply]
+
+    backend.run(scenario)
+
+
+# Operations as a writer with a cached version sees them: its own turns with a rewrite, checked
+# against the version it last read, and another writer's appends and rewrites in between.
+_writer_operations = st.lists(
+    st.tuples(
+        st.sampled_from(["mine", "mine", "theirs_append", "theirs_rewrite", "read_version"]),
+        st.integers(min_value=0, max_value=6),
+        st.integers(min_value=0, max_value=3),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=_writer_operations)
+def test_a_stale_rewrite_is_never_applied_and_every_turn_is_stored_once(
+    backend: Backend, operations: list[tuple[str, int, int]]
+) -> None:
+    key = f"stale-{uuid.uuid4().hex}"
+
+    async def scenario(history: HistoryProvider) -> None:
+        assert isinstance(history, TurnRewriter)
+        model: list[Message] = []
+        generation_moves = 0
+        seen = await history.version(key)
+        for number, (operation, start, size) in enumerate(operations):
+            if operation == "read_version":
+                seen = await history.version(key)
+            elif operation == "theirs_append":
+                extra = numbered(f"theirs{number}", size)
+                await history.append(key, extra)
+                model += extra
+            elif operation == "theirs_rewrite":
+                now = await history.version(key)
+                cut = min(start, now.length)
+                suffix = numbered(f"rw{number}", size)
+                assert await history.rewrite(key, cut, suffix, now) is not None
+                model = [*model[:cut], *suffix]
+                generation_moves += 1
+            else:
+                inputs, reply = turn_of(f"mine{number}")
+                cut = min(start, seen.length)
+                suffix = numbered(f"mine{number}-rw", size)
+                fresh = seen == await history.version(key)
+                written = await history.rewrite_and_append_turn(key, cut, suffix, seen, f"turn-{number}", inputs, reply)
+                assert written.stored
+                assert (written.version is not None) is fresh  # applied exactly when not stale
+                if fresh:
+                    model = model[:cut] + suffix
+                    generation_moves += 1
+                model += [*inputs, *reply]
+                if written.version is not None:
+                    seen = written.version
+                    assert seen == await history.version(key)
+            assert await history.load(key) == model
+        mine = [number for number, (operation, _, _) in enumerate(operations) if operation == "mine"]
+        for number in mine:
+            assert await history.load_turn(key, f"turn-{number}") is not None
+        assert len(await history.load_turns(key)) == len(mine)
 
     backend.run(scenario)

@@ -42,7 +42,7 @@ from contextledger.exceptions import (
     ToolLoopError,
     TurnIdReusedError,
 )
-from contextledger.history import HistoryProvider, InMemoryHistoryProvider, StoredTurn
+from contextledger.history import HistoryProvider, InMemoryHistoryProvider, StoredTurn, TurnRewriter
 from contextledger.history._encoding import check_turn_id
 from contextledger.messages import FunctionCallContent, Message
 
@@ -214,6 +214,9 @@ class Agent:
         try:
             response = await self._run(context)
             context.response = response
+            for provider in [*self.context_providers, *self._client_providers]:
+                if isinstance(provider, ContextProvider):
+                    await provider.before_store(context)
             earlier = await self._store(context)
             if earlier is not None:
                 # Another run of this turn id stored it first (a retry racing the original):
@@ -320,9 +323,27 @@ class Agent:
         session, turn = context.session, context.turn_id
         inputs, reply = context.input_messages, tuple(context.generated)
         done: list[HistoryProvider] = []
+        # A rewrite asked for with the turn goes in the same store operation, where one can hold
+        # both: with a second history to write, a turn failing there is taken back by undo_turn,
+        # which can remove a turn but not put back what a rewrite replaced.
+        rewrites = context._rewrites if len(self.history_providers) == 1 else {}
         for provider in self.history_providers.values():
             try:
-                stored = await provider.append_turn(session.session_id, turn, inputs, reply)
+                rewrite = rewrites.get(provider.source_id)
+                kept = kept_history(session, provider)
+                if rewrite is not None and kept is not None and isinstance(provider, TurnRewriter):
+                    written = await provider.rewrite_and_append_turn(
+                        session.session_id, rewrite.start, rewrite.messages, kept.version, turn, inputs, reply
+                    )
+                    if written.stored and written.version is not None:
+                        context._keep_history_from(rewrite.start)
+                        kept.rewritten(rewrite.start, [*rewrite.messages, *inputs, *reply], written.version)
+                        context._rewritten[provider.source_id] = written.version
+                        done.append(provider)
+                        continue
+                    stored = written.stored
+                else:
+                    stored = await provider.append_turn(session.session_id, turn, inputs, reply)
             except HistoryError:
                 for other in done:
                     await other.undo_turn(session.session_id, turn, [*inputs, *reply])

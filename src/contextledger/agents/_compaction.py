@@ -15,11 +15,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from contextledger.agents._context import INSTRUCTIONS_PROPERTY, AgentView, ContextProvider, RunContext
+from contextledger.agents._context import (
+    INSTRUCTIONS_PROPERTY,
+    AgentView,
+    ContextProvider,
+    RequestMessages,
+    RunContext,
+)
 from contextledger.agents._history import kept_history, synced_history
+from contextledger.agents._session import Session
 from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
@@ -346,6 +354,32 @@ class CompactionProvider(ContextProvider):
 
     # After a successful run -------------------------------------------------------------------
 
+    # The retained history, reduced with each turn ------------------------------------------------
+
+    async def before_store(self, context: RunContext) -> None:
+        """Reduce the retained history as it will be once this turn is stored, and ask for the
+        reduction to be written with the turn: one store operation a turn instead of two."""
+        if self.after_strategy is None:
+            return
+        history = context.agent.history_providers[self.history_source_id]
+        copy = kept_history(context.session, history)
+        if copy is None:
+            return  # not the history this run was built on: after_run reads and reduces it
+        turn = [*context.input_messages, *context.generated]
+        stored = copy.messages
+        full = RequestMessages((stored, len(stored)), (turn, len(turn)))
+        plan = await self._reduce(context.session, full, copy.version.generation)
+        cache = context.session.cache(self)
+        cache["reduced"] = True
+        if plan is None:
+            return
+        cache["plan"] = plan
+        start, suffix, _ = plan
+        size = len(turn)
+        if start <= len(stored) and len(suffix) >= size and all(map(operator.is_, suffix[len(suffix) - size :], turn)):
+            # The turn's own messages are stored as they are: the reduction is of what came before.
+            context.rewrite_with_turn(history.source_id, start, suffix[: len(suffix) - size])
+
     async def after_run(self, context: RunContext) -> None:
         session = context.session
         cache = session.cache(self)
@@ -356,15 +390,52 @@ class CompactionProvider(ContextProvider):
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
-        copy = kept_history(session, history) or await synced_history(session, history)
-        stored = copy.messages
-        # The retained history is the projection of an index over everything ever stored, kept
-        # between runs: a run adds a few messages, so only those are grouped and counted, the
-        # strategy's earlier decisions stand, and only the part of the stored list it changed is
-        # written again.  If the store moved on otherwise (another writer, a restart), the index
-        # is rebuilt from the store.
+        copy = kept_history(session, history)
+        if cache.pop("reduced", False) and copy is not None:
+            plan: _Plan | None = cache.pop("plan", None)
+            written = context.rewritten_with_turn(history.source_id)
+        else:
+            # Not reduced before the store (not the history this run was built on): read it now.
+            copy = copy or await synced_history(session, history)
+            plan = await self._reduce(session, copy.messages, copy.version.generation)
+            written = None
+        retained: _Retained = cache["after"]
+        if plan is None:
+            retained.synced(copy.version.generation, copy.messages)
+            return
+        start, suffix, replaced = plan
+        if written is None:  # not written with the turn: write it now
+            try:
+                written = await history.rewrite(session.session_id, start, suffix, copy.version)
+            except BaseException:
+                cache.pop("after", None)  # the index holds a reduction the store may not have
+                raise
+            if written is None:  # the store changed under this run: read it again next time
+                cache.pop("after", None)
+                session.cache(history).pop("history", None)
+                return
+            context._keep_history_from(start)
+            copy.rewritten(start, suffix, written)
+        retained.forget(replaced)
+        retained.place(suffix, start)
+        retained.synced(written.generation, copy.messages)
+
+    async def _reduce(self, session: Session, stored: Sequence[Message], generation: int) -> _Plan | None:
+        """Run the after-strategy on the retained index brought up to ``stored`` (the history as it
+        is, or as it will be once the turn is stored), and return what to write: the first
+        position it changed, the messages from there on, and the ones they replace; None if
+        nothing is to be written.
+
+        The retained history is the projection of an index over everything ever stored, kept
+        between runs: a run adds a few messages, so only those are grouped and counted, the
+        strategy's earlier decisions stand, and only the part of the stored list it changed is
+        written again.  If the store moved on otherwise (another writer, a restart), the index is
+        rebuilt from the store.
+        """
+        assert self.after_strategy is not None
+        cache = session.cache(self)
         retained: _Retained | None = cache.get("after")
-        if retained is not None and retained.follows(copy.version.generation, len(stored)):
+        if retained is not None and retained.follows(generation, stored):
             index = retained.index
             appended = stored[retained.length :]
             retained.place(appended, retained.length)
@@ -372,32 +443,26 @@ class CompactionProvider(ContextProvider):
             seen = len(index.events)
             changed = await self.after_strategy.compact(index)
         else:
-            index = MessageIndex(stored, tokenizer=self._after_tokenizer)
+            index = MessageIndex(list(stored), tokenizer=self._after_tokenizer)
             retained = _Retained(index)
             retained.place(stored, 0)
             seen = 0
             changed = await self.after_strategy.compact(index) or bool(index.events)
         cache["after"] = retained
         if not changed:
-            retained.synced(copy.version.generation, len(stored))
-            return
+            return None
         found = retained.changed_suffix(index, seen, len(stored))
         start, suffix = found if found is not None else (0, index.projection())
         # Only a compaction that changed something can have cut a turn in two.
         if _starts_mid_turn(itertools.chain(itertools.islice(stored, start), suffix)) and _drop_stranded(index):
             start, suffix = 0, index.projection()
-        if stored[start:] == suffix:
-            retained.synced(copy.version.generation, len(stored))
-            return
-        version = await history.rewrite(session.session_id, start, suffix, copy.version)
-        if version is None:  # the store changed under this run: read it again next time
-            cache.pop("after", None)
-            session.cache(history).pop("history", None)
-            return
-        retained.forget(stored[start:])
-        retained.place(suffix, start)
-        copy.rewritten(start, suffix, version)
-        retained.synced(version.generation, len(stored))
+        replaced = list(stored[start:])
+        if replaced == suffix:
+            return None
+        return start, suffix, replaced
+
+
+_Plan = tuple[int, list[Message], list[Message]]
 
 
 class _Retained:
@@ -408,20 +473,31 @@ class _Retained:
     stored list from there on is written again.
     """
 
-    __slots__ = ("generation", "index", "length", "positions")
+    __slots__ = ("generation", "index", "last", "length", "positions")
 
     def __init__(self, index: MessageIndex) -> None:
         self.index = index
         self.positions: dict[int, int] = {}
         self.generation: int | None = None
         self.length = 0
+        self.last: Message | None = None
 
-    def follows(self, generation: int, length: int) -> bool:
-        """Whether the stored list only grew since this index last matched it."""
-        return generation == self.generation and length >= self.length
+    def follows(self, generation: int, stored: Sequence[Message]) -> bool:
+        """Whether the stored list only grew since this index last matched it.
 
-    def synced(self, generation: int, length: int) -> None:
-        self.generation, self.length = generation, length
+        The generation and the length say so for this session's own turns; the last message the
+        index matched, still in its place (the same object: a list loaded again holds new ones),
+        rules out another writer's messages landing before the turn this session appended.
+        """
+        length = self.length
+        return (
+            generation == self.generation and len(stored) >= length and (length == 0 or stored[length - 1] is self.last)
+        )
+
+    def synced(self, generation: int, stored: Sequence[Message]) -> None:
+        """The index matches ``stored``, at ``generation``."""
+        self.generation, self.length = generation, len(stored)
+        self.last = stored[-1] if stored else None
 
     def place(self, messages: Sequence[Message], start: int) -> None:
         self.positions.update(zip(map(id, messages), range(start, start + len(messages))))

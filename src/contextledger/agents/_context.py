@@ -12,7 +12,7 @@ from contextledger.agents._response import AgentResponse
 from contextledger.agents._session import Session
 from contextledger.clients._protocol import ChatClient, ChatResponse
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
-from contextledger.history import HistoryProvider
+from contextledger.history import HistoryProvider, HistoryVersion
 from contextledger.messages import Message
 
 __all__ = [
@@ -134,6 +134,14 @@ class RequestMessages(Sequence[Message]):
         return f"RequestMessages({self._length} messages)"
 
 
+@dataclass(frozen=True, slots=True)
+class StoredRewrite:
+    """A rewrite asked to be written with the turn: keep ``start`` messages, then ``messages``."""
+
+    start: int
+    messages: tuple[Message, ...]
+
+
 class RunContext:
     """One run as the providers see it.
 
@@ -155,11 +163,15 @@ class RunContext:
         self._context: list[tuple[Message, MessageSource]] = []
         # The history as loaded: the session's own copy (see _history.py), read up to
         # _history_count, because the copy grows by this turn once the turn is stored.
-        self._history_messages: list[Message] = []
+        self._history_messages: Sequence[Message] = []
         self._history_count = 0
         self._history_source = MessageSource("history")
         self.generated: list[Message] = []
         self._sources: dict[int, MessageSource] | None = None
+        # Rewrites of a history proposed to be written with the turn (see rewrite_with_turn), and
+        # what the store did with each: the history's version after it, or None if not applied.
+        self._rewrites: dict[str, StoredRewrite] = {}
+        self._rewritten: dict[str, HistoryVersion | None] = {}
 
     def add_instructions(self, text: str) -> None:
         if not isinstance(text, str):
@@ -189,8 +201,16 @@ class RunContext:
     @property
     def history_messages(self) -> list[Message]:
         """The history this run was built on (a list the caller may keep: a new one on each read)."""
-        history = self._history_messages
-        return history.copy() if len(history) == self._history_count else history[: self._history_count]
+        return list(self._history_messages[: self._history_count])
+
+    def _keep_history_from(self, start: int) -> None:
+        """The session's copy of the history is about to be rewritten from ``start`` on (this
+        run's turn is being stored with a reduction): keep what this run was built on by holding
+        the part that changes, not the whole list."""
+        if start < self._history_count:
+            history = self._history_messages
+            tail = list(history[start : self._history_count])
+            self._history_messages = RequestMessages((history, start), (tail, len(tail)))
 
     @property
     def entries(self) -> list[tuple[Message, MessageSource]]:
@@ -208,7 +228,14 @@ class RunContext:
     def messages_from(self, kind: SourceKind) -> list[Message]:
         if kind not in _KINDS:
             raise ConfigurationError(f"source kind must be one of {', '.join(_KINDS)}, got {kind!r}")
-        return [message for message, source in self.entries if source.kind == kind]
+        # Straight from the part asked for: reading the input must not copy the whole history.
+        if kind == "history":
+            return self.history_messages
+        if kind == "external":
+            return list(self.input_messages)
+        if kind == "generated":
+            return list(self.generated)
+        return self.context_messages
 
     def source_of(self, message: Message) -> MessageSource | None:
         """The source of a message object of this run (by identity), or None if it is not one."""
@@ -220,14 +247,36 @@ class RunContext:
     @property
     def conversation(self) -> list[Message]:
         """History, input and generated messages: the part of the request that grows turn by turn."""
-        history = self._history_messages
-        if len(history) != self._history_count:
-            history = history[: self._history_count]
-        return [*history, *self.input_messages, *self.generated]
+        return [*self._history_messages[: self._history_count], *self.input_messages, *self.generated]
 
     @property
     def context_messages(self) -> list[Message]:
         return [message for message, _ in self._context]
+
+    def rewrite_with_turn(self, source_id: str, start: int, messages: Sequence[Message]) -> None:
+        """Ask that history ``source_id`` keep its first ``start`` stored messages and put
+        ``messages`` after them in the same atomic step that stores this turn (for a provider's
+        ``before_store``).
+
+        The rewrite is made only if the history is still as this run loaded it, and only where
+        one step can do it (the agent's only history, and one that is a
+        :class:`~contextledger.history.TurnRewriter`); :meth:`rewritten_with_turn` tells, in
+        ``after_run``, whether it was.  ``start`` counts the messages this run loaded.
+        """
+        if source_id not in self.agent.history_providers:
+            raise ConfigurationError(f"rewrite_with_turn: the agent has no history {source_id!r}")
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self._history_count:
+            raise ConfigurationError(
+                f"rewrite_with_turn: start must be an int from 0 to the {self._history_count} messages this run "
+                f"loaded, got {start!r}"
+            )
+        self._rewrites[source_id] = StoredRewrite(start, tuple(messages))
+
+    def rewritten_with_turn(self, source_id: str) -> HistoryVersion | None:
+        """The history's version after the turn was stored with the rewrite asked of it, or None
+        if no rewrite was made with the turn (none asked, not possible, or the history had moved
+        on)."""
+        return self._rewritten.get(source_id)
 
     def _request(self) -> RequestMessages:
         """The providers' messages, the history and the input, as the first model call sends them
@@ -268,6 +317,11 @@ class ContextProvider:
         Return a new sequence (a list) to change the request; never change ``messages``.
         """
         return messages
+
+    async def before_store(self, context: RunContext) -> None:
+        """After the model's last reply, before the turn is stored: the place to ask for a
+        rewrite of the stored history to be written with the turn
+        (:meth:`RunContext.rewrite_with_turn`).  Store nothing here: the turn may still fail."""
 
     async def after_run(self, context: RunContext) -> None:
         """After a successful run; the run's messages are already in the history."""

@@ -7,7 +7,7 @@ constructor.  Importing this package does not import ``redis``; only creating a
 """
 
 from contextledger.history._memory import InMemoryHistoryProvider
-from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn
+from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter, TurnWrite
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
 
@@ -18,4 +18,6 @@ __all__ = [
     "RedisHistoryProvider",
     "SQLiteHistoryProvider",
     "StoredTurn",
+    "TurnRewriter",
+    "TurnWrite",
 ]

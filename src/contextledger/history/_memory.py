@@ -17,7 +17,7 @@ from contextledger.history._encoding import (
     encode_turns,
     last_run,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
 from contextledger.messages import Message
 
 __all__ = ["InMemoryHistoryProvider"]
@@ -120,6 +120,37 @@ class InMemoryHistoryProvider:
             turns[turn] = stored
             self._sessions.setdefault(key, []).extend([*stored.inputs, *stored.reply])
         return True
+
+    async def rewrite_and_append_turn(
+        self,
+        session_id: str,
+        start: int,
+        messages: Sequence[Message],
+        expected: HistoryVersion,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+    ) -> TurnWrite:
+        """See :meth:`TurnRewriter.rewrite_and_append_turn`; everything is checked before the lock."""
+        input_items, reply_items, items = _materialise(inputs), _materialise(reply), _materialise(messages)
+        key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items, self._encoded)
+        encode_messages(session_id, items, "rewrite", self._encoded)
+        check_start(start, expected)
+        suffix: list[Message] = items  # type: ignore[assignment]  # checked just now
+        stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
+        with self._lock:
+            turns = self._turns.setdefault(key, {})
+            if turn in turns:
+                return TurnWrite(False, None)
+            turns[turn] = stored
+            history = self._sessions.setdefault(key, [])
+            rewritten = HistoryVersion(self._generations.get(key, 0), len(history)) == expected
+            if rewritten:
+                del history[start:]
+                history.extend(suffix)
+                self._rewritten(key)
+            history.extend([*stored.inputs, *stored.reply])
+            return TurnWrite(True, HistoryVersion(self._generations[key], len(history)) if rewritten else None)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from contextledger.messages import Message
 
-__all__ = ["HistoryProvider", "HistoryVersion", "StoredTurn"]
+__all__ = ["HistoryProvider", "HistoryVersion", "StoredTurn", "TurnRewriter", "TurnWrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,20 @@ class StoredTurn:
     turn_id: str
     inputs: tuple[Message, ...]
     reply: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWrite:
+    """What :meth:`TurnRewriter.rewrite_and_append_turn` did.
+
+    ``stored``: the turn was stored now (False: its id was recorded already, and nothing was
+    written).  ``version``: the history's version after the write when the rewrite was applied
+    with it, None when it was not (the history had moved on from the version it expected, so
+    only the turn was appended).
+    """
+
+    stored: bool
+    version: HistoryVersion | None
 
 
 @runtime_checkable
@@ -141,4 +155,36 @@ class HistoryProvider(Protocol):
 
     async def close(self) -> None:
         """Release connections and files; calling it twice is harmless, and a later call reopens them."""
+        ...
+
+
+@runtime_checkable
+class TurnRewriter(Protocol):
+    """A history that can rewrite its stored list and append a turn in one atomic step.
+
+    Optional: an agent whose single history offers it writes a turn and the reduction of the
+    retained history that the turn brings about (a compaction provider's ``after_strategy``)
+    with one store operation instead of two, which on a networked store is one round trip a
+    turn fewer.  Histories without it get the two writes, with the same result.
+    """
+
+    async def rewrite_and_append_turn(
+        self,
+        session_id: str,
+        start: int,
+        messages: Sequence[Message],
+        expected: HistoryVersion,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+    ) -> TurnWrite:
+        """Record ``turn_id`` and append ``[*inputs, *reply]``, as ``append_turn`` does, after first
+        keeping the first ``start`` stored messages and putting ``messages`` after them if the
+        history is still at ``expected`` (as ``rewrite`` does), all in one atomic step.
+
+        A turn id recorded already writes nothing (``stored`` False).  A history that moved on
+        from ``expected`` gets the turn appended and no rewrite (``version`` None).  Errors are
+        those of ``append_turn``, checked before anything is written, plus ``rewrite``'s check of
+        ``start``.
+        """
         ...

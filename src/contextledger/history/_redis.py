@@ -33,7 +33,7 @@ from contextledger.history._encoding import (
     encode_turn,
     encode_turns,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
 from contextledger.messages import Message
 
 if TYPE_CHECKING:
@@ -52,6 +52,33 @@ for first = 3, #ARGV, 500 do
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
+"""
+
+# KEYS: list, turns hash, generation.  ARGV: turn id, record, expected generation, expected
+# length, start, how many bodies the rewrite puts after ``start``, those bodies, the turn's bodies.
+# The turn as _APPEND_TURN writes it, after a rewrite as _REWRITE writes it if the version is the
+# one expected; reads first, as there.  Returns 0 (turn recorded already), {1} (turn appended,
+# no rewrite) or {1, generation, length} (both).
+_REWRITE_AND_APPEND_TURN = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local length = redis.call('LLEN', KEYS[1])
+local generation = tonumber(redis.call('GET', KEYS[3]) or '0')
+local rewrite = generation == tonumber(ARGV[3]) and length == tonumber(ARGV[4])
+local count = tonumber(ARGV[6])
+if rewrite then
+  local start = tonumber(ARGV[5])
+  if start == 0 then redis.call('DEL', KEYS[1]) else redis.call('LTRIM', KEYS[1], 0, start - 1) end
+  for first = 7, 6 + count, 500 do
+    redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, 6 + count)))
+  end
+  generation = redis.call('INCR', KEYS[3])
+end
+for first = 7 + count, #ARGV, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if rewrite then return {1, generation, redis.call('LLEN', KEYS[1])} end
+return {1}
 """
 
 # KEYS: the session's hash of turn records.  ARGV: turn id, record, turn id, record, ...  Only
@@ -243,19 +270,48 @@ class RedisHistoryProvider:
         """
         checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         key, turns = self.key(checked), self.turns_key(checked)
+        stored = await self._turn_script(checked, turn, key, _APPEND_TURN, 2, key, turns, turn, record, *bodies)
+        return bool(stored)
+
+    async def rewrite_and_append_turn(
+        self,
+        session_id: str,
+        start: int,
+        messages: Sequence[Message],
+        expected: HistoryVersion,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+    ) -> TurnWrite:
+        """See :meth:`TurnRewriter.rewrite_and_append_turn`: one Lua script, failing as ``append_turn``'s."""
+        checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
+        _, suffix, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
+        check_start(start, expected)
+        key = self.key(checked)
+        keys = (key, self.turns_key(checked), self.generation_key(checked))
+        counts = (expected.generation, expected.length, start, len(suffix))
+        result = await self._turn_script(
+            checked, turn, key, _REWRITE_AND_APPEND_TURN, 3, *keys, turn, record, *counts, *suffix, *bodies
+        )
+        if not result:
+            return TurnWrite(False, None)
+        return TurnWrite(True, HistoryVersion(int(result[1]), int(result[2])) if len(result) == 3 else None)
+
+    async def _turn_script(self, session_id: str, turn: str, key: str, script: str, *arguments: Any) -> Any:
+        """Run a script that records ``turn``: a failure before it reached the server is a
+        ``HistoryError`` (nothing stored), any later one a ``TurnOutcomeUnknownError``."""
         try:
-            stored = await self._client.eval(_APPEND_TURN, 2, key, turns, turn, record, *bodies)
+            return await self._client.eval(script, *arguments)
         except Exception as error:
             if self._never_sent(error):
-                self._raise(error, f"append turn {turn!r} to session {checked!r} (nothing was stored)", key)
+                self._raise(error, f"append turn {turn!r} to session {session_id!r} (nothing was stored)", key)
             raise TurnOutcomeUnknownError(
-                f"turn {turn!r} of session {checked!r}: {self._where} took the write but did not confirm it "
+                f"turn {turn!r} of session {session_id!r}: {self._where} took the write but did not confirm it "
                 f"({type(error).__name__}: {error}); it is stored once or not at all. Retry with the same "
                 f"turn_id={turn!r}: a stored turn is returned as it is, a missing one is run again",
                 turn_id=turn,
-                session_id=checked,
+                session_id=session_id,
             ) from error
-        return bool(stored)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         turns, turn = self.turns_key(session_id), check_turn_id(turn_id)

@@ -24,7 +24,7 @@ from contextledger.history._encoding import (
     encode_turns,
     last_run,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
 from contextledger.messages import Message
 
 __all__ = ["SQLiteHistoryProvider"]
@@ -154,6 +154,22 @@ class SQLiteHistoryProvider:
         key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         return await asyncio.to_thread(self._write_turn, key, turn, bodies, record)
 
+    async def rewrite_and_append_turn(
+        self,
+        session_id: str,
+        start: int,
+        messages: Sequence[Message],
+        expected: HistoryVersion,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+    ) -> TurnWrite:
+        """See :meth:`TurnRewriter.rewrite_and_append_turn`: one transaction, as ``append_turn``'s."""
+        key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
+        _, suffix, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
+        check_start(start, expected)
+        return await asyncio.to_thread(self._rewrite_and_write_turn, key, turn, bodies, record, start, suffix, expected)
+
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)
         return await asyncio.to_thread(self._load_turn, key, turn)
@@ -242,6 +258,37 @@ class SQLiteHistoryProvider:
             if inserted:
                 self._put(connection, session_id, bodies, False)
         return bool(inserted)
+
+    def _rewrite_and_write_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        bodies: list[str],
+        record: str,
+        start: int,
+        suffix: list[str],
+        expected: HistoryVersion,
+    ) -> TurnWrite:
+        """Record ``turn_id``, rewrite from ``start`` if the version is ``expected``, and append the
+        turn's messages, in one transaction; nothing at all if the turn id is recorded already."""
+        with self._transaction(f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)") as connection:
+            inserted = connection.execute(
+                "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
+                (session_id, turn_id, record),
+            ).rowcount
+            if not inserted:
+                return TurnWrite(False, None)
+            generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
+            rewritten = HistoryVersion(generation or 0, length) == expected
+            if rewritten:
+                connection.execute(
+                    "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
+                )
+                connection.execute(_BUMP, (session_id,))
+                bodies = [*suffix, *bodies]
+            first = start if rewritten else length
+            connection.executemany(_INSERT, [(session_id, first + offset, body) for offset, body in enumerate(bodies)])
+        return TurnWrite(True, HistoryVersion(expected.generation + 1, first + len(bodies)) if rewritten else None)
 
     def _peek_version(self, session_id: str) -> HistoryVersion | None:
         """The version read on the caller's thread over a reader connection that never waits (no
