@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from contextledger.agents import Agent, AgentResponse
+from contextledger.agents import Agent, AgentResponse, CompactionProvider
 from contextledger.clients import ChatResponse
+from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import (
     ConfigurationError,
     HistoryUnavailableError,
@@ -52,6 +53,17 @@ class CountingModel:
 
 def texts(messages: Sequence[Message]) -> list[str]:
     return [f"{m.role}:{m.text}" for m in messages]
+
+
+def agent_on(model: CountingModel, history: HistoryProvider, *, reducing: bool) -> Agent:
+    """An agent on ``history``; ``reducing`` adds a retained-history window of the last turn, so
+    every turn is written together with the reduction it brings about (one store operation)."""
+    if not reducing:
+        return Agent(model, history=history)
+    compaction = CompactionProvider(
+        after_strategy=SlidingWindowStrategy(keep_last_groups=2), history_source_id=history.source_id
+    )
+    return Agent(model, context_providers=[history, compaction])
 
 
 def test_every_run_has_a_turn_id() -> None:
@@ -154,9 +166,10 @@ async def stored_count(url: str, namespace: str, session_id: str, turn_id: str) 
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("reducing", [False, True], ids=["turn", "turn-with-reduction"])
 @pytest.mark.parametrize("pause", ["sigstop", "client-pause"])
 def test_redis_paused_during_the_write_then_retried_stores_the_turn_once(
-    own_redis_server: tuple[RedisServer, subprocess.Popen[bytes]], pause: str
+    own_redis_server: tuple[RedisServer, subprocess.Popen[bytes]], pause: str, reducing: bool
 ) -> None:
     server, process = own_redis_server
     namespace = f"pause-{uuid.uuid4().hex[:8]}"
@@ -164,7 +177,7 @@ def test_redis_paused_during_the_write_then_retried_stores_the_turn_once(
     async def scenario() -> None:
         history = RedisHistoryProvider(server.url, namespace=namespace, socket_timeout=0.3)
         model = CountingModel()
-        agent = Agent(model, history=history)
+        agent = agent_on(model, history, reducing=reducing)
         session = agent.create_session()
         await agent.run("warm up", session=session)
         admin = redis.asyncio.Redis.from_url(server.url)
@@ -208,6 +221,8 @@ def test_redis_paused_during_the_write_then_retried_stores_the_turn_once(
         assert again.replayed
         assert again.text == retried.text
         assert await stored_count(server.url, namespace, session.session_id, "turn-7") == (1, True)
+        if reducing:  # the window of one turn was written with it, or by the retry
+            assert texts(await history.load(session.session_id)) == ["user:question", f"assistant:{retried.text}"]
         await history.close()
         await admin.aclose()
 
@@ -249,16 +264,17 @@ def test_a_cancelled_run_against_a_stopped_redis_is_stored_at_most_once(
 # SQLite: the caller gives up while another connection holds the write lock ----------------------
 
 
+@pytest.mark.parametrize("reducing", [False, True], ids=["turn", "turn-with-reduction"])
 @pytest.mark.parametrize("retry_with", ["same provider", "another provider"])
 def test_sqlite_write_lock_held_past_the_callers_timeout_then_retried_stores_the_turn_once(
-    tmp_path: Path, retry_with: str
+    tmp_path: Path, retry_with: str, reducing: bool
 ) -> None:
     path = tmp_path / "history.sqlite3"
 
     async def scenario() -> None:
         history = SQLiteHistoryProvider(path)
         model = CountingModel()
-        agent = Agent(model, history=history)
+        agent = agent_on(model, history, reducing=reducing)
         session = agent.create_session()
         await agent.run("warm up", session=session)
         other = sqlite3.connect(path, isolation_level=None)
@@ -274,13 +290,14 @@ def test_sqlite_write_lock_held_past_the_callers_timeout_then_retried_stores_the
             retrying = agent  # its load waits for the write it still has in flight
         else:
             await asyncio.sleep(0.5)  # the first attempt commits once the lock is free
-            retrying = Agent(model, history=SQLiteHistoryProvider(path))
+            retrying = agent_on(model, SQLiteHistoryProvider(path), reducing=reducing)
         retried = await retrying.run("question", session=session, turn_id="turn-9")
         assert retried.replayed
         assert retried.text == "answer 2"
         assert model.calls == 2
         stored = await SQLiteHistoryProvider(path).load(session.session_id)
-        assert texts(stored) == ["user:warm up", "assistant:answer 1", "user:question", "assistant:answer 2"]
+        turn = ["user:question", "assistant:answer 2"]
+        assert texts(stored) == (turn if reducing else ["user:warm up", "assistant:answer 1", *turn])
         await history.close()
 
     asyncio.run(scenario())
