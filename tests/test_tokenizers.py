@@ -32,12 +32,12 @@ from contextledger import (
     FunctionCallContent,
     Message,
     OpenAITokenizer,
-    TextContent,
     Tokenizer,
     TokenizerUnavailableError,
     from_openai,
     get_tokenizer,
 )
+from contextledger.messages import set_token_memo
 
 ENCODINGS = ("cl100k_base", "o200k_base")
 
@@ -251,15 +251,18 @@ def test_estimate_count_messages_matches_count_message() -> None:
     assert batch == [expected for _, expected in ESTIMATE_CASES.values()]
 
 
-def test_estimate_batch_with_some_messages_counted_before_counts_the_rest_the_same_way() -> None:
-    """Re-indexing after an edit meets memoised and new messages in one batch: the memo serves the
-    old ones, the new ones are counted and memoised, and the numbers are the one-by-one numbers."""
+def test_estimate_counts_afresh_and_leaves_no_memo() -> None:
+    """An estimate is a length and a division, cheaper than writing a memo on every message of a
+    long history, so none is written; and a memo another tokenizer left does not change it."""
     tokenizer = CharacterEstimatorTokenizer()
-    builds = [build for build, _ in ESTIMATE_CASES.values()]
-    messages = [build() for build in builds]
-    tokenizer.count_messages(messages[::2])
-    assert tokenizer.count_messages(messages) == [expected for _, expected in ESTIMATE_CASES.values()]
-    assert [m._token_memo for m in messages] == [("estimate/4", e) for _, e in ESTIMATE_CASES.values()]
+    messages = [build() for build, _ in ESTIMATE_CASES.values()]
+    expected = [count for _, count in ESTIMATE_CASES.values()]
+    assert tokenizer.count_messages(messages) == expected
+    assert [m._token_memo for m in messages] == [None] * len(messages)
+    for message in messages[::2]:
+        set_token_memo(message, ("another tokenizer", 1))
+    assert tokenizer.count_messages(messages) == expected
+    assert [tokenizer.count_message(m) for m in messages] == expected
 
 
 @given(text=st.text(max_size=200), per_token=st.integers(1, 9))
@@ -304,49 +307,23 @@ def test_estimate_rejects_bad_characters_per_token(bad: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class CountingStr(str):
-    """A string that records how often its length is taken: the estimate's only work per message."""
-
-    reads = 0
-
-    def __len__(self) -> int:
-        CountingStr.reads += 1
-        return super().__len__()
-
-
-def test_estimate_counts_a_message_once_and_serves_the_memo_afterwards() -> None:
-    """Re-indexing a long history on every turn must not re-tokenise messages already seen."""
-    tokenizer = CharacterEstimatorTokenizer()
-    message = Message("user", (TextContent(CountingStr("abcdefgh")),))
-    CountingStr.reads = 0
-    assert tokenizer.count_message(message) == 3 + 2
-    first_reads = CountingStr.reads
-    assert first_reads >= 1
-    assert message._token_memo == ("estimate/4", 5)
-
-    assert tokenizer.count_message(message) == 5
-    assert tokenizer.count_messages([message, message]) == [5, 5]
-    assert CountingStr.reads == first_reads
-
-    # The memo is what is returned: a planted value shows no recount happens.
-    object.__setattr__(message, "_token_memo", ("estimate/4", 999))
-    assert tokenizer.count_messages([message]) == [999]
-    assert CharacterEstimatorTokenizer().count_message(message) == 999  # same name, same vocabulary
-
-
-def test_memo_of_another_tokenizer_is_not_reused() -> None:
+def test_memo_of_another_tokenizer_is_not_reused(exact: dict[str, OpenAITokenizer]) -> None:
     """A count memoised under one vocabulary is wrong for another, so a different name recounts."""
-    message = Message.user("abcdefgh")
-    assert CharacterEstimatorTokenizer().count_message(message) == 5
-    assert CharacterEstimatorTokenizer(2).count_message(message) == 3 + 4
-    assert message._token_memo == ("estimate/2", 7)
-    assert CharacterEstimatorTokenizer().count_message(message) == 5
+    message = Message.user("abcdefgh " * 20)
+    cl100k = exact["cl100k_base"].count_message(message)
+    set_token_memo(message, ("cl100k_base", 999))  # planted: a recount would not return it
+    assert exact["cl100k_base"].count_message(message) == 999
+    o200k = exact["o200k_base"].count_message(message)
+    assert o200k != 999
+    assert message._token_memo == ("o200k_base", o200k)
+    assert exact["cl100k_base"].count_message(message) == cl100k
+    assert CharacterEstimatorTokenizer().count_message(message) == 3 + 45  # the estimate reads no memo
 
 
-def test_memo_does_not_affect_equality() -> None:
+def test_memo_does_not_affect_equality(exact: dict[str, OpenAITokenizer]) -> None:
     """The index compares messages to detect an unchanged prefix; a counted message is still equal."""
     counted = Message.user("same text")
-    CharacterEstimatorTokenizer().count_message(counted)
+    exact["cl100k_base"].count_message(counted)
     assert counted._token_memo is not None
     assert counted == Message.user("same text")
 

@@ -12,7 +12,6 @@ messages already seen.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -130,21 +129,10 @@ class CharacterEstimatorTokenizer:
         return [MESSAGE_OVERHEAD - (-chars // per_token) for chars in characters]
 
     def count_messages(self, messages: Sequence[Message]) -> list[int]:
-        # The hot path of indexing a long history: one flat loop over the messages with the
-        # arithmetic inline, and the memos read and recorded around it.
-        name = self._name
-        memos = [message._token_memo for message in messages]
-        if memos.count(None) != len(memos):  # some were counted before: serve those from the memo
-            counts = [memo[1] if memo is not None and memo[0] == name else -1 for memo in memos]
-            if -1 in counts:
-                todo = [position for position, count in enumerate(counts) if count < 0]
-                for position, count in zip(todo, self._count_new([messages[p] for p in todo])):
-                    counts[position] = count
-            return counts
-        return self._count_new(messages)
-
-    def _count_new(self, messages: Sequence[Message]) -> list[int]:
-        """Count messages with no memo for this tokenizer, and memoise the counts."""
+        """Each message's estimate, counted afresh every time: one flat loop with the arithmetic
+        inline (the hot path of indexing a long history).  Unlike an exact tokenizer's, these
+        counts are not memoised on the messages: a length and a division cost no more than
+        reading a memo back, and writing one costs an attribute write per message."""
         per_token = self.characters_per_token
         rounding = per_token - 1
         text_type, result_type, call_type = TextContent, FunctionResultContent, FunctionCallContent
@@ -167,15 +155,7 @@ class CharacterEstimatorTokenizer:
                     append(call_overhead + (chars + rounding) // per_token)
                     continue
             append(self._count_any(message))
-        self._memoise(messages, out)
         return out
-
-    def _memoise(self, messages: Sequence[Message], counts: list[int]) -> None:
-        """Record each message's count.  Equal counts share one memo tuple, so a long history does
-        not leave a tuple per message for the garbage collector to walk."""
-        name = self._name
-        shared = {count: (name, count) for count in set(counts)}
-        deque(map(set_token_memo, messages, map(shared.__getitem__, counts)), maxlen=0)
 
     def _count_any(self, message: Message) -> int:
         """Any message: every content, the author name, a wrapper per tool call."""

@@ -236,8 +236,11 @@ class CompactionProvider(ContextProvider):
     ``context_providers`` it runs once per run, before the first model call;
     wrapped around the client with :func:`use_context_providers` it runs
     before every call of the tool loop.  ``after_strategy`` compacts the
-    stored history of the provider named ``history_source_id`` after each
-    successful run and stores the reduced list.
+    stored history of the provider named ``history_source_id`` as each
+    successful run leaves it, and stores the reduced list: in the same atomic
+    write as the turn when that history is the agent's only one and a
+    :class:`~contextledger.history.TurnRewriter` (the built-in ones are), else
+    right after the turn is stored.
     """
 
     def __init__(
@@ -352,8 +355,6 @@ class CompactionProvider(ContextProvider):
             return False
         return record.get("last") == _fingerprint(messages[base + length - 1])
 
-    # After a successful run -------------------------------------------------------------------
-
     # The retained history, reduced with each turn ------------------------------------------------
 
     async def before_store(self, context: RunContext) -> None:
@@ -391,14 +392,14 @@ class CompactionProvider(ContextProvider):
             return
         history = context.agent.history_providers[self.history_source_id]
         copy = kept_history(session, history)
-        if cache.pop("reduced", False) and copy is not None:
-            plan: _Plan | None = cache.pop("plan", None)
+        reduced, plan = cache.pop("reduced", False), cache.pop("plan", None)
+        written: HistoryVersion | None = None
+        if reduced and copy is not None:
             written = context.rewritten_with_turn(history.source_id)
         else:
             # Not reduced before the store (not the history this run was built on): read it now.
             copy = copy or await synced_history(session, history)
             plan = await self._reduce(session, copy.messages, copy.version.generation)
-            written = None
         retained: _Retained = cache["after"]
         if plan is None:
             retained.synced(copy.version.generation, copy.messages)

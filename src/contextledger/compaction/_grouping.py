@@ -108,7 +108,7 @@ class Grouping(Marking):
         tokenizer = self.tokenizer
         done = 0
         if self._plain_batches and self._open_tool is None and not self._provisional:
-            if type(tokenizer) is CharacterEstimatorTokenizer and [m._token_memo for m in new].count(None) == len(new):
+            if type(tokenizer) is CharacterEstimatorTokenizer:
                 # The estimate is counted in the same pass (each message is read once, which
                 # matters on a long history that does not fit the caches).
                 done = self._append_plain(new, None, tokenizer)
@@ -235,8 +235,6 @@ class Grouping(Marking):
         sizes = list(map(sub, ends, starts))
         if counts is None:
             counts = counted
-            if estimator is not None:
-                estimator._memoise(new[:position] if position < len(new) else new, counted)
         reached = list(accumulate(counts[:position], initial=0))
         tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
         first = len(table.kind)

@@ -214,7 +214,6 @@ class Marking(Metrics):
         table = self._table
         table.later.update(zip(replacements, texts))
         table.later_properties = properties
-        table.later_memo = tokenizer.name
         return replacements
 
     def _replaceable(self, originals: Iterable[int], count: int, reason: str) -> list[int]:

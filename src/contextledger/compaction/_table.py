@@ -88,7 +88,6 @@ class _Table:
         "first",
         "kind",
         "later",
-        "later_memo",
         "later_properties",
         "origin",
         "orphan",
@@ -127,10 +126,9 @@ class _Table:
         self.views: dict[int, MessageGroup] = {}
         # Summaries whose one-text message is written only when it is first read (in a pipeline
         # most collapsed groups are excluded again right away): group id -> the text.  Their pool
-        # entry is None until then; the message gets these properties and this tokenizer's memo.
+        # entry is None until then; the message gets these properties.
         self.later: dict[int, str] = {}
         self.later_properties: Mapping[str, Any] = {}
-        self.later_memo: object = None
 
     def add(
         self,
@@ -164,16 +162,10 @@ class _Table:
 
     def write(self, groups: Iterable[int]) -> None:
         """Write deferred summaries' messages (see ``later``)."""
-        pool, first, tokens, later = self.pool, self.first, self.tokens, self.later
-        properties, name = self.later_properties, self.later_memo
-        memos: dict[int, tuple[object, int]] = {}
+        pool, first, later, properties = self.pool, self.first, self.later, self.later_properties
         with gc_paused():  # thousands of small objects: one collector pass afterwards, not many
             for group in groups:
-                count = tokens[group]
-                memo = memos.get(count)
-                if memo is None:
-                    memo = memos[count] = (name, count)
-                pool[first[group]] = assistant_text_message(later.pop(group), properties, memo)
+                pool[first[group]] = assistant_text_message(later.pop(group), properties)
 
     def relocate(self, group: int, extra: Sequence[Message] = ()) -> None:
         """Copy a group's messages (and ``extra`` after them) to the end of the pool, where it can

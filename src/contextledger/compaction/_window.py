@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate, compress, groupby
+
 from contextledger.compaction._arguments import window_style
-from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest_non_system, threshold_of
+from contextledger.compaction._base import CompactionStrategy, newest_non_system, threshold_of
 from contextledger.compaction._index import MessageIndex
-from contextledger.compaction._table import GroupKind
 from contextledger.compaction._triggers import Trigger
 
 __all__ = ["SlidingWindowStrategy"]
-
-SUMMARY = GroupKind.SUMMARY
 
 
 def turn_steps(index: MessageIndex, turns: dict[int, list[int]], candidates: list[int]) -> list[tuple[int, list[int]]]:
@@ -84,13 +84,10 @@ class SlidingWindowStrategy(CompactionStrategy):
         return self._window_turns(index)
 
     def _window_groups(self, index: MessageIndex, keep: int) -> bool:
-        # System groups, turn 0 and conversation summaries survive any window.
-        kind_of, turn_of = index.columns.kind, index.columns.turn
-        eligible = [
-            g
-            for g in index.live_ids()
-            if not (kind_of[g] is SYSTEM or turn_of[g] == 0 or (kind_of[g] is SUMMARY and turn_of[g] is None))
-        ]
+        # System groups, turn 0 and conversation summaries survive any window: exactly the groups
+        # whose turn is 0 or None (the group table's invariant), so one pass in C finds the rest.
+        live, turn_of = index.live_ids(), index.columns.turn
+        eligible = list(compress(live, map(turn_of.__getitem__, live)))
         doomed = eligible[:-keep] if keep else eligible
         newest = newest_non_system(index)
         if doomed and doomed[-1] == newest:
@@ -101,18 +98,13 @@ class SlidingWindowStrategy(CompactionStrategy):
     def _window_turns(self, index: MessageIndex) -> bool:
         # The groups of each user turn; turn 0 and groups of no turn (system messages,
         # conversation summaries) survive any window.
+        # (A system group has no turn: the group table's invariant.)  A turn is usually one run of
+        # groups; a system message in the middle of one makes two, hence extend.
         turns: dict[int, list[int]] = {}
-        current: int | None = None
-        bucket: list[int] = []
-        kind_of, turn_of = index.columns.kind, index.columns.turn
-        for group in index.live_ids():
-            turn = turn_of[group]
-            if not turn or kind_of[group] is SYSTEM:
-                continue
-            if turn != current:
-                current = turn
-                bucket = turns.setdefault(turn, [])
-            bucket.append(group)
+        turn_of = index.columns.turn
+        for turn, run in groupby(index.live_ids(), turn_of.__getitem__):
+            if turn:
+                turns.setdefault(turn, []).extend(run)
         ordered = sorted(turns)
         floor = self.minimum_preserved
         candidates = ordered[: len(ordered) - floor] if floor else ordered
@@ -133,28 +125,29 @@ class SlidingWindowStrategy(CompactionStrategy):
                     break  # excluding this turn would leave nothing but system messages
                 excluded.extend(index.exclude_ids(groups, reason))
             return index.record(self.name, "excluded", excluded, "sliding_window (whole turns)")
-        # A threshold: the turns to drop are found with local arithmetic, then excluded in one batch.
-        # A step's groups are all of its turns' included groups (no system group has a turn), so
-        # dropping it takes exactly its turns off the count.
+        # A threshold: the turns to drop are found with arithmetic on running sums, then excluded in
+        # one batch.  A step's groups are all of its turns' included groups (no system group has a
+        # turn), so dropping it takes exactly its turns off the count.  Steps go oldest first while
+        # the metric is above the limit and something besides system messages would be left.
         metric, limit = threshold
         remaining = getattr(index, metric)
-        doomed: list[int] = []
-        tokens, sizes = index.columns.tokens, index.columns.size
-        for step_turns, groups in steps:
-            if remaining <= limit:
-                break
-            if len(groups) >= left:
-                break  # excluding this turn would leave nothing but system messages
-            left -= len(groups)
-            doomed.extend(groups)
-            if metric == "included_tokens":
-                remaining -= sum(map(tokens.__getitem__, groups))
-            elif metric == "included_messages":
-                remaining -= sum(map(sizes.__getitem__, groups))
-            elif metric == "included_groups":
-                remaining -= len(groups)
-            else:
-                remaining -= step_turns
+        sizes_of_steps = [len(groups) for _, groups in steps]
+        if metric == "included_tokens":
+            tokens = index.columns.tokens
+            drops = [sum(map(tokens.__getitem__, groups)) for _, groups in steps]
+        elif metric == "included_messages":
+            sizes = index.columns.size
+            drops = [sum(map(sizes.__getitem__, groups)) for _, groups in steps]
+        elif metric == "included_groups":
+            drops = sizes_of_steps
+        else:
+            drops = [step_turns for step_turns, _ in steps]
+        # Step i goes if the first i steps left the metric above the limit and, with it gone,
+        # fewer groups than ``left`` would be gone: the first step failing either ends the run.
+        above = bisect_left(list(accumulate(drops, initial=0)), remaining - limit)
+        room = bisect_left(list(accumulate(sizes_of_steps)), left)
+        taken = steps[: min(above, room, len(steps))]
+        doomed = [group for _, groups in taken for group in groups]
         return index.record(self.name, "excluded", index.exclude_ids(doomed, reason), "sliding_window (whole turns)")
 
     def __repr__(self) -> str:
