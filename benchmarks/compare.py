@@ -39,9 +39,7 @@ def export(revision: str, into: Path) -> Path:
 
 def run_once(src: Path, sizes: str, repeats: int, out: Path, *, cpu: bool) -> dict[tuple[str, int], float]:
     """One run of ``run.py`` against ``src``: {(strategy, size): median ms}."""
-    # One hash seed for every run of both sides: string hashing lays out the dicts and sets the
-    # engine fills, and a seed drawn per process adds its own spread to every figure.
-    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    env = {**os.environ, "PYTHONPATH": str(src)}
     command = [sys.executable, str(HERE / "run.py"), "--sizes", sizes, "--repeats", str(repeats)]
     if cpu:
         command.append("--cpu")
