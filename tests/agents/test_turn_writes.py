@@ -20,6 +20,7 @@ import pytest
 from contextledger.agents import Agent, CompactionProvider, ContextProvider, RunContext
 from contextledger.clients import ChatResponse
 from contextledger.compaction import SlidingWindowStrategy, ToolResultCompactionStrategy
+from contextledger.exceptions import ConfigurationError
 from contextledger.history import (
     HistoryProvider,
     InMemoryHistoryProvider,
@@ -245,5 +246,69 @@ def test_after_the_store_a_provider_still_reads_the_history_the_run_was_built_on
             await agent.run(question, session=session)
         assert "rewrite_and_append_turn" in history.writes
         assert reader.after == reader.before
+
+    asyncio.run(scenario())
+
+
+class KeepLastTurn(ContextProvider):
+    """A provider of one's own: the stored history keeps only the newest turn, written with it."""
+
+    source_id = "keep-last"
+
+    def __init__(self) -> None:
+        self.versions: list[object] = []
+
+    async def before_store(self, context: RunContext) -> None:
+        context.rewrite_with_turn("in_memory", 0, [])
+
+    async def after_run(self, context: RunContext) -> None:
+        self.versions.append(context.rewritten_with_turn("in_memory"))
+
+
+def test_a_provider_of_ones_own_rewrites_the_history_with_the_turn() -> None:
+    async def scenario() -> None:
+        history = Counted(InMemoryHistoryProvider())
+        keeper = KeepLastTurn()
+        agent = Agent(ToolModel(), context_providers=[history, keeper])
+        session = agent.create_session("s")
+        for question in ("one", "two", "three"):
+            history.writes.clear()
+            reply = await agent.run(question, session=session)
+            assert history.writes == ["rewrite_and_append_turn"]
+            assert await history.load("s") == [Message.user(question), *reply.messages]
+        assert keeper.versions[-1] == await history.version("s")
+        assert len(await history.load_turns("s")) == 3
+
+    asyncio.run(scenario())
+
+
+class BadRewrite(ContextProvider):
+    def __init__(self, source_id: str, start: Any) -> None:
+        self.target, self.start = source_id, start
+
+    async def before_store(self, context: RunContext) -> None:
+        context.rewrite_with_turn(self.target, self.start, [])
+
+
+@pytest.mark.parametrize(
+    ("source_id", "start", "match"),
+    [
+        ("archive", 0, "no history 'archive'"),
+        ("in_memory", 3, "start must be an int from 0 to the 2 messages this run loaded, got 3"),
+        ("in_memory", -1, "start must be an int from 0 to"),
+        ("in_memory", True, "start must be an int from 0 to"),
+    ],
+)
+def test_a_bad_rewrite_request_fails_the_run_before_anything_is_stored(source_id: str, start: Any, match: str) -> None:
+    async def scenario() -> None:
+        history = InMemoryHistoryProvider()
+        agent = Agent(ToolModel(), context_providers=[history])
+        session = agent.create_session("s")
+        await agent.run("first", session=session)
+        before = await history.load("s")
+        failing = Agent(ToolModel(), context_providers=[history, BadRewrite(source_id, start)])
+        with pytest.raises(ConfigurationError, match=match):
+            await failing.run("second", session=session)
+        assert await history.load("s") == before
 
     asyncio.run(scenario())
