@@ -352,7 +352,6 @@ class Agent:
                 return await provider.load_turn(session.session_id, turn)
             if stored:
                 done.append(provider)
-                kept = kept_history(session, provider)
                 if kept is not None:
                     # Right after the write, with no await in between.  Another writer's turn
                     # landing first makes the store's version differ from this one, and the

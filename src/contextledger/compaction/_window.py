@@ -96,10 +96,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         return index.record(self.name, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
-        # The groups of each user turn; turn 0 and groups of no turn (system messages,
-        # conversation summaries) survive any window.
-        # (A system group has no turn: the group table's invariant.)  A turn is usually one run of
-        # groups; a system message in the middle of one makes two, hence extend.
+        # The groups of each user turn; turn 0 and groups of no turn (system messages and
+        # conversation summaries, by the group table's invariant) survive any window.  A turn is
+        # usually one run of groups; a system message in the middle of one makes two, hence extend.
         turns: dict[int, list[int]] = {}
         turn_of = index.columns.turn
         for turn, run in groupby(index.live_ids(), turn_of.__getitem__):

@@ -223,6 +223,25 @@ def encode_turn(
     return checked_session, checked_turn, bodies, [*input_messages, *reply_messages], record
 
 
+def encode_rewritten_turn(
+    session_id: object,
+    start: object,
+    messages: object,
+    expected: object,
+    turn_id: object,
+    inputs: object,
+    reply: object,
+    recent: RecentEncodings | None = None,
+) -> tuple[str, str, list[str], str, list[str], list[Message]]:
+    """Check a turn and the rewrite to make with it (``rewrite_and_append_turn``) before anything
+    is written: :func:`encode_turn`'s session id, turn id, bodies and record, then the rewrite's
+    bodies and its messages as they will read back."""
+    checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, recent)
+    _, suffix, decoded = encode_messages(checked, messages, "rewrite", recent)
+    check_start(start, expected)
+    return checked, turn, bodies, record, suffix, decoded
+
+
 def encode_turns(session_id: object, turns: object) -> tuple[str, list[tuple[str, str]], list[StoredTurn]]:
     """Check a batch of turn records for ``rewrite_turns`` before anything is written.
 

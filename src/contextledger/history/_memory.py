@@ -13,6 +13,7 @@ from contextledger.history._encoding import (
     check_start,
     check_turn_id,
     encode_messages,
+    encode_rewritten_turn,
     encode_turn,
     encode_turns,
     last_run,
@@ -112,14 +113,7 @@ class InMemoryHistoryProvider:
         input_items, reply_items = _materialise(inputs), _materialise(reply)
         key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items, self._encoded)
         # Checked to be lists of Messages just now; the objects are kept, as in append().
-        stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
-        with self._lock:
-            turns = self._turns.setdefault(key, {})
-            if turn in turns:
-                return False
-            turns[turn] = stored
-            self._sessions.setdefault(key, []).extend([*stored.inputs, *stored.reply])
-        return True
+        return self._write_turn(key, StoredTurn(turn, tuple(input_items), tuple(reply_items))).stored  # type: ignore[arg-type]
 
     async def rewrite_and_append_turn(
         self,
@@ -133,21 +127,30 @@ class InMemoryHistoryProvider:
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`; everything is checked before the lock."""
         input_items, reply_items, items = _materialise(inputs), _materialise(reply), _materialise(messages)
-        key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items, self._encoded)
-        encode_messages(session_id, items, "rewrite", self._encoded)
-        check_start(start, expected)
-        suffix: list[Message] = items  # type: ignore[assignment]  # checked just now
+        key, turn, *_ = encode_rewritten_turn(
+            session_id, start, items, expected, turn_id, input_items, reply_items, self._encoded
+        )
         stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
+        return self._write_turn(key, stored, (start, items, expected))  # type: ignore[arg-type]
+
+    def _write_turn(
+        self, key: str, stored: StoredTurn, rewrite: tuple[int, list[Message], HistoryVersion] | None = None
+    ) -> TurnWrite:
+        """Record the turn and append its messages under the lock, unless it is recorded already;
+        with ``rewrite`` (start, messages, expected version), first replace the stored messages
+        from ``start`` on if the version is the one expected."""
         with self._lock:
             turns = self._turns.setdefault(key, {})
-            if turn in turns:
+            if stored.turn_id in turns:
                 return TurnWrite(False, None)
-            turns[turn] = stored
+            turns[stored.turn_id] = stored
             history = self._sessions.setdefault(key, [])
-            rewritten = HistoryVersion(self._generations.get(key, 0), len(history)) == expected
-            if rewritten:
-                del history[start:]
-                history.extend(suffix)
+            rewritten = (
+                rewrite is not None and HistoryVersion(self._generations.get(key, 0), len(history)) == rewrite[2]
+            )
+            if rewrite is not None and rewritten:
+                del history[rewrite[0] :]
+                history.extend(rewrite[1])
                 self._rewritten(key)
             history.extend([*stored.inputs, *stored.reply])
             return TurnWrite(True, HistoryVersion(self._generations[key], len(history)) if rewritten else None)

@@ -30,6 +30,7 @@ from contextledger.history._encoding import (
     decode_message,
     decode_turn,
     encode_messages,
+    encode_rewritten_turn,
     encode_turn,
     encode_turns,
 )
@@ -284,9 +285,9 @@ class RedisHistoryProvider:
         reply: Sequence[Message],
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`: one Lua script, failing as ``append_turn``'s."""
-        checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
-        _, suffix, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
-        check_start(start, expected)
+        checked, turn, bodies, record, suffix, _ = encode_rewritten_turn(
+            session_id, start, messages, expected, turn_id, inputs, reply, self._encoded
+        )
         key = self.key(checked)
         keys = (key, self.turns_key(checked), self.generation_key(checked))
         counts = (expected.generation, expected.length, start, len(suffix))

@@ -20,6 +20,7 @@ from contextledger.history._encoding import (
     decode_message,
     decode_turn,
     encode_messages,
+    encode_rewritten_turn,
     encode_turn,
     encode_turns,
     last_run,
@@ -152,7 +153,7 @@ class SQLiteHistoryProvider:
         turn id finds it.
         """
         key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
-        return await asyncio.to_thread(self._write_turn, key, turn, bodies, record)
+        return (await asyncio.to_thread(self._write_turn, key, turn, bodies, record)).stored
 
     async def rewrite_and_append_turn(
         self,
@@ -165,10 +166,10 @@ class SQLiteHistoryProvider:
         reply: Sequence[Message],
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`: one transaction, as ``append_turn``'s."""
-        key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
-        _, suffix, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
-        check_start(start, expected)
-        return await asyncio.to_thread(self._rewrite_and_write_turn, key, turn, bodies, record, start, suffix, expected)
+        key, turn, bodies, record, suffix, _ = encode_rewritten_turn(
+            session_id, start, messages, expected, turn_id, inputs, reply, self._encoded
+        )
+        return await asyncio.to_thread(self._write_turn, key, turn, bodies, record, (start, suffix, expected))
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)
@@ -248,29 +249,17 @@ class SQLiteHistoryProvider:
             ).fetchone()
         connection.executemany(_INSERT, [(session_id, first + offset, body) for offset, body in enumerate(bodies)])
 
-    def _write_turn(self, session_id: str, turn_id: str, bodies: list[str], record: str) -> bool:
-        """Record ``turn_id`` and append its messages in one transaction, unless it is recorded already."""
-        with self._transaction(f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)") as connection:
-            inserted = connection.execute(
-                "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
-                (session_id, turn_id, record),
-            ).rowcount
-            if inserted:
-                self._put(connection, session_id, bodies, False)
-        return bool(inserted)
-
-    def _rewrite_and_write_turn(
+    def _write_turn(
         self,
         session_id: str,
         turn_id: str,
         bodies: list[str],
         record: str,
-        start: int,
-        suffix: list[str],
-        expected: HistoryVersion,
+        rewrite: tuple[int, list[str], HistoryVersion] | None = None,
     ) -> TurnWrite:
-        """Record ``turn_id``, rewrite from ``start`` if the version is ``expected``, and append the
-        turn's messages, in one transaction; nothing at all if the turn id is recorded already."""
+        """Record ``turn_id`` and append its messages in one transaction, unless it is recorded
+        already; with ``rewrite`` (start, bodies, expected version), first replace the rows from
+        ``start`` on if the version is the one expected."""
         with self._transaction(f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)") as connection:
             inserted = connection.execute(
                 "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
@@ -278,17 +267,21 @@ class SQLiteHistoryProvider:
             ).rowcount
             if not inserted:
                 return TurnWrite(False, None)
+            if rewrite is None:
+                self._put(connection, session_id, bodies, False)
+                return TurnWrite(True, None)
+            start, suffix, expected = rewrite
             generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
-            rewritten = HistoryVersion(generation or 0, length) == expected
-            if rewritten:
-                connection.execute(
-                    "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
-                )
-                connection.execute(_BUMP, (session_id,))
-                bodies = [*suffix, *bodies]
-            first = start if rewritten else length
-            connection.executemany(_INSERT, [(session_id, first + offset, body) for offset, body in enumerate(bodies)])
-        return TurnWrite(True, HistoryVersion(expected.generation + 1, first + len(bodies)) if rewritten else None)
+            if HistoryVersion(generation or 0, length) != expected:
+                self._put(connection, session_id, bodies, False)
+                return TurnWrite(True, None)
+            connection.execute(
+                "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
+            )
+            connection.execute(_BUMP, (session_id,))
+            rows = [*suffix, *bodies]
+            connection.executemany(_INSERT, [(session_id, start + offset, body) for offset, body in enumerate(rows)])
+        return TurnWrite(True, HistoryVersion(expected.generation + 1, start + len(rows)))
 
     def _peek_version(self, session_id: str) -> HistoryVersion | None:
         """The version read on the caller's thread over a reader connection that never waits (no
