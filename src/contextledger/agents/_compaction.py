@@ -363,9 +363,11 @@ class CompactionProvider(ContextProvider):
         if self.after_strategy is None:
             return
         history = context.agent.history_providers[self.history_source_id]
-        copy = kept_history(context.session, history)
+        # Only the history this run was built on has a copy checked against the store this run;
+        # another one (a mirror) is read and reduced in after_run, as before.
+        copy = kept_history(context.session, history) if history is context.agent.history else None
         if copy is None:
-            return  # not the history this run was built on: after_run reads and reduces it
+            return
         turn = [*context.input_messages, *context.generated]
         stored = copy.messages
         full = RequestMessages((stored, len(stored)), (turn, len(turn)))
