@@ -248,7 +248,10 @@ def test_a_cancelled_run_against_a_stopped_redis_is_stored_at_most_once(
 
         model.during_call = stop_the_server
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(agent.run("question", session=session, turn_id="turn-c"), 0.3)
+            # Long enough that the write is surely in flight when the caller gives up (a collector
+            # pause in a long test session can take a few tenths of a second), well inside the
+            # 5 s socket timeout the write then waits on.
+            await asyncio.wait_for(agent.run("question", session=session, turn_id="turn-c"), 1.5)
         model.during_call = None
         process.send_signal(signal.SIGCONT)
         first = await agent.run("question", session=session, turn_id="turn-c")
@@ -281,7 +284,10 @@ def test_sqlite_write_lock_held_past_the_callers_timeout_then_retried_stores_the
         other.execute("BEGIN IMMEDIATE")  # another process in the middle of a long write
         try:
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(agent.run("question", session=session, turn_id="turn-9"), 0.3)
+                # Long enough that the write is surely waiting for the lock when the caller gives up
+                # (a collector pause in a long test session can take a few tenths of a second), well
+                # inside the 10 s busy timeout it waits with.
+                await asyncio.wait_for(agent.run("question", session=session, turn_id="turn-9"), 1.5)
             assert texts(await SQLiteHistoryProvider(path).load(session.session_id))[-1] == "assistant:answer 1"
         finally:
             other.execute("ROLLBACK")
