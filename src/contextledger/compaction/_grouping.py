@@ -241,6 +241,8 @@ class Grouping(Marking):
         # One int object per id and per position, shared by every column that holds it (a long
         # history would otherwise make, and later free, several hundred thousand of them).
         ids = list(range(first, first + count))
+        if len(table.ids) == first:
+            table.ids.extend(ids)
         table.pool.extend(new[:position] if position < len(new) else new)
         table.kind.extend(kinds)
         table.turn.extend(turns)

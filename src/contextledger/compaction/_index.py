@@ -131,21 +131,28 @@ class MessageIndex(Grouping):
         "excluded", "collapsed"...); True if there were any groups."""
         if not groups:
             return False
-        # Thousands of groups per call on a long history: every pass here runs in C.
+        # Thousands of groups per call on a long history: every pass here runs in C, on slices of
+        # the columns when the groups are a run of ids (see _Table.run).
         table = self._table
-        every_turn = list(map(table.turn.__getitem__, groups))
+        run = table.run(groups)
+        if run is not None:
+            start, stop = run.start, run.stop
+            every_turn, kinds = table.turn[start:stop], table.kind[start:stop]
+            messages, tokens = sum(table.size[start:stop]), sum(table.tokens[start:stop])
+        else:
+            every_turn, kinds = list(map(table.turn.__getitem__, groups)), list(map(table.kind.__getitem__, groups))
+            messages, tokens = sum(map(table.size.__getitem__, groups)), sum(map(table.tokens.__getitem__, groups))
         turns = cast(list[int], every_turn if None not in every_turn else [t for t in every_turn if t is not None])
         first, last = (min(turns), max(turns)) if turns else (None, None)
         span = f", turns {first}-{last}" if turns else ""
-        kinds = set(map(table.kind.__getitem__, groups))
         self.events.append(
             CompactionEvent(
                 strategy,
                 action,
-                kinds.pop().value if len(kinds) == 1 else None,
+                kinds[0].value if kinds.count(kinds[0]) == len(kinds) else None,
                 first if first == last else None,
-                sum(map(table.size.__getitem__, groups)),
-                sum(map(table.tokens.__getitem__, groups)),
+                messages,
+                tokens,
                 f"{len(groups)} group{'s' if len(groups) != 1 else ''}{span}: {detail}",
                 groups=_Groups(table, groups),
             )

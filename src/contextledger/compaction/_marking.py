@@ -83,8 +83,9 @@ class Marking(Metrics):
         try:
             # Checked by using them, before anything changes: a window excludes most of a long
             # history at once, and a separate pass per check would cost as much as the work.
-            # A negative id is the one wrong id that reading a column accepts.
-            if ids and min(ids) < 0:
+            # A negative id is the one wrong id that reading a column accepts; a run of ids (see
+            # _Table.run) is checked by being one.
+            if ids and self._table.run(ids) is None and min(ids) < 0:
                 raise IndexError(min(ids))
             included = self._included(ids)
         except (TypeError, IndexError):
@@ -100,7 +101,8 @@ class Marking(Metrics):
         table = self._table
         if table.unit and not table.unit.keys().isdisjoint(groups):
             groups = table.with_units(groups)
-        reasons = list(map(table.reason.__getitem__, groups))
+        run = table.run(groups)
+        reasons = table.reason[run.start : run.stop] if run is not None else list(map(table.reason.__getitem__, groups))
         if reasons.count(None) == len(reasons):  # the usual case: strategies pick from live_ids()
             return groups
         return list(compress(groups, map(is_, reasons, repeat(None))))
@@ -116,10 +118,15 @@ class Marking(Metrics):
             return included
         # Thousands of groups at a time: C-level passes, not a Python loop.  A repeated id is
         # found by its second removal from the included set finding nothing.
-        if None in list(map(self._live.pop, self._keys(included), repeat(None))):
+        keys = self._keys(included) if self._live_key else included
+        if None in list(map(self._live.pop, keys, repeat(None))):
             included = list(dict.fromkeys(included))
-        deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
-        self._tally(included, -1, totals=False, fresh=True)
+        run = table.run(included)
+        if run is not None:  # a run of ids: its columns are written and read in slices
+            table.reason[run.start : run.stop] = [reason] * len(run)
+        else:
+            deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
+        self._tally(included, -1, totals=False, fresh=True, run=run)
         return included
 
     def include_ids(self, groups: Iterable[int]) -> list[int]:

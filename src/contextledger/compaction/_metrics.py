@@ -5,6 +5,12 @@ they are kept up to date as groups are appended, excluded, included, replaced an
 and a check costs O(1) however long the history is.  Every change to them goes through a
 method of :class:`Metrics`; grouping and marking say *what* happened (these groups came in,
 these went out, these replaced those), and this module turns it into counts.
+
+The per-turn counts behind ``included_turns`` are the one exception to "always up to date":
+a batch that takes in or out as many groups as stay included (indexing a history, a window
+excluding most of it) drops them, and they are counted again from the included groups when
+``included_turns`` is next read.  Counting the few groups left is cheaper than tracking the
+many that moved, and a strategy that never reads turns never pays for them.
 """
 
 from __future__ import annotations
@@ -39,15 +45,46 @@ class Metrics:
     included_non_system_groups: int
     included_non_system_messages: int
     included_tool_call_groups: int
-    included_turns: int
-    _turn_groups: list[int]  # included groups per turn, indexed by turn (slot 0 is turn 0)
+    _included_turns: int
+    # Included groups per turn, indexed by turn (slot 0 is turn 0); None while they are to be
+    # counted again from the included groups (see the module docstring).
+    _turn_groups: list[int] | None
+    _live: dict[int, int]  # the included groups (kept by marking)
 
     def _reset_metrics(self) -> None:
         self.total_groups = self.total_messages = self.total_tokens = self.total_turns = 0
         self.included_groups = self.included_messages = self.included_tokens = 0
         self.included_non_system_groups = self.included_non_system_messages = 0
-        self.included_tool_call_groups = self.included_turns = 0
+        self.included_tool_call_groups = self._included_turns = 0
         self._turn_groups = [0]
+
+    @property
+    def included_turns(self) -> int:
+        """User turns with at least one included group (turn 0 is not a turn)."""
+        if self._turn_groups is None:
+            self._recount_turns()
+        return self._included_turns
+
+    def _recount_turns(self) -> None:
+        """Count the included groups of each turn afresh, from the included groups."""
+        per_turn = Counter(map(self._table.turn.__getitem__, self._live.values()))
+        per_turn.pop(None, None)
+        per_turn.pop(0, None)
+        slots = [0] * (self.total_turns + 1)
+        for turn, count in per_turn.items():
+            slots[turn] = count  # type: ignore[index]
+        self._turn_groups = slots
+        self._included_turns = len(per_turn)
+
+    def _batch_turns(self, moved: int) -> bool:
+        """Whether a batch of ``moved`` groups should update the per-turn counts (True), or
+        leave them to be counted again when read (False: they are dropped here)."""
+        if self._turn_groups is None:
+            return False
+        if moved > 64 and moved * 2 > self.included_groups:
+            self._turn_groups = None
+            return False
+        return True
 
     def metrics(self) -> dict[str, int]:
         """Totals and included counts, for reports."""
@@ -78,11 +115,12 @@ class Metrics:
             if kind is _TOOL_CALL:
                 self.included_tool_call_groups += sign
         turn = table.turn[group]
-        if turn:
-            before = self._turn_groups[turn]
+        slots = self._turn_groups
+        if turn and slots is not None:
+            before = slots[turn]
             after = before + sign
-            self._turn_groups[turn] = after
-            self.included_turns += (before == 0 and after > 0) - (before > 0 and after == 0)
+            slots[turn] = after
+            self._included_turns += (before == 0 and after > 0) - (before > 0 and after == 0)
 
     def _count_total(self, group: int) -> None:
         """Count a group that joined the index (a summary inserted by a strategy) in the totals."""
@@ -93,10 +131,13 @@ class Metrics:
 
     # Many groups --------------------------------------------------------------------------------
 
-    def _tally(self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False) -> list[int]:
+    def _tally(
+        self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False, run: range | None = None
+    ) -> list[int]:
         """Add (sign=1) or remove (sign=-1) many groups: in the totals (with ``totals``), and in
         the included counts for those that are included.  Returns the included ones, each once,
-        in order; ``fresh`` says the caller knows that is all of them.
+        in order; ``fresh`` says the caller knows that is all of them, ``run`` that they are
+        exactly the ids of that range (see ``_Table.run``), so the columns are read in slices.
 
         Every pass is a C-level loop over the columns (map, sum, Counter, compress), so thousands
         of groups cost little more than a Python loop over their turns."""
@@ -112,42 +153,54 @@ class Metrics:
         else:
             unique = list(dict.fromkeys(ids))
             included = list(compress(unique, map(is_, map(table.reason.__getitem__, unique), repeat(None))))
+            run = None
         if not included:
             return included
-        counts = list(map(sizes.__getitem__, included))
-        kinds = list(map(table.kind.__getitem__, included))
+        if run is not None:
+            start, stop = run.start, run.stop
+            counts, kinds, token_sum = sizes[start:stop], table.kind[start:stop], sum(tokens[start:stop])
+        else:
+            counts = list(map(sizes.__getitem__, included))
+            kinds = list(map(table.kind.__getitem__, included))
+            token_sum = sum(map(tokens.__getitem__, included))
         messages = sum(counts)
         systems = kinds.count(_SYSTEM)
         system_messages = sum(size for size, kind in zip(counts, kinds) if kind is _SYSTEM) if systems else 0
         self.included_groups += sign * len(included)
         self.included_messages += sign * messages
-        self.included_tokens += sign * sum(map(tokens.__getitem__, included))
+        self.included_tokens += sign * token_sum
         self.included_non_system_groups += sign * (len(included) - systems)
         self.included_non_system_messages += sign * (messages - system_messages)
         self.included_tool_call_groups += sign * kinds.count(_TOOL_CALL)
-        self._add_turns(map(table.turn.__getitem__, included), sign)
+        if self._batch_turns(len(included)):
+            turn = table.turn
+            self._add_turns(turn[run.start : run.stop] if run is not None else map(turn.__getitem__, included), sign)
         return included
 
     def _add_turns(self, turns: Iterable[int | None], sign: int) -> None:
         """Count groups of these turns in (sign=1) or out (sign=-1) of the per-turn counts."""
+        turn_groups = self._turn_groups
+        if turn_groups is None:
+            return
         per_turn = Counter(turns)
         per_turn.pop(None, None)
         per_turn.pop(0, None)
         if not per_turn:
             return
-        turn_groups = self._turn_groups
         keys = cast(list[int], list(per_turn))
         before = list(map(turn_groups.__getitem__, keys))
         after = list(map(add, before, per_turn.values() if sign > 0 else [-count for count in per_turn.values()]))
         for turn, count in zip(keys, after):
             turn_groups[turn] = count
-        self.included_turns += before.count(0) if sign > 0 else -after.count(0)
+        self._included_turns += before.count(0) if sign > 0 else -after.count(0)
 
     # Appends ------------------------------------------------------------------------------------
 
     def _open_turns(self, turn: int) -> None:
         """Make room for per-turn counts up to ``turn`` (the groups come in through ``_tally``)."""
-        self._turn_groups.extend(repeat(0, turn + 1 - len(self._turn_groups)))
+        slots = self._turn_groups
+        if slots is not None:
+            slots.extend(repeat(0, turn + 1 - len(slots)))
         self.total_turns = turn
 
     def _count_appended(
@@ -177,18 +230,20 @@ class Metrics:
         self.included_non_system_groups += groups - systems
         self.included_non_system_messages += messages - systems
         self.included_tool_call_groups += tool_groups
+        self.total_turns = last_turn
+        if not self._batch_turns(groups):
+            return
+        slots = cast(list[int], self._turn_groups)
         per_turn = Counter(turns)
-        slots = self._turn_groups
         if first_turn:
             added = per_turn.get(first_turn, 0)
             if added:
                 before = slots[first_turn]
                 slots[first_turn] = before + added
-                self.included_turns += before == 0
+                self._included_turns += before == 0
         if last_turn > first_turn:
             slots[first_turn + 1 :] = map(per_turn.__getitem__, range(first_turn + 1, last_turn + 1))
-            self.included_turns += last_turn - first_turn
-        self.total_turns = last_turn
+            self._included_turns += last_turn - first_turn
 
     # Replacements -------------------------------------------------------------------------------
 

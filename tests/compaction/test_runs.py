@@ -1,0 +1,138 @@
+"""Batches on long histories: runs of ids and per-turn counts taken again.
+
+Two shortcuts make a strategy's batch cheap on a long history: a batch that is exactly the
+consecutive ids ``first..last`` is read and written in column slices, and a batch that moves as
+many groups as stay included drops the per-turn counts, which are counted again from the
+included groups when ``included_turns`` is next read.  Both only start past a few dozen
+groups, which the generated conversations of the other property tests seldom reach; here the
+histories are long and the batches random (runs, runs out of order, runs with a repeat, single
+groups, restores), and after every step the index must agree with a recount from its groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextledger.compaction import MessageIndex, SlidingWindowStrategy, turns_exceed
+from contextledger.exceptions import CompactionError
+from contextledger.messages import FunctionCallContent, Message
+from tests.compaction.test_properties import assert_index_consistent
+from tests.conversations import conversations
+
+_STEPS = ("run", "run", "run", "run_reversed", "run_with_repeat", "run_with_gap", "one", "include", "read_turns")
+
+
+@st.composite
+def plain_histories(draw: st.DrawFn) -> list[Message]:
+    """Long histories of the plain shape (what most agents send: text turns, calls answered right
+    away, the odd system message), whose groups have consecutive ids, so batches are runs."""
+    messages = [Message.system("You are terse.")]
+    turns = draw(st.lists(st.sampled_from(("chat", "tool", "two_tools", "system")), min_size=20, max_size=200))
+    for number, shape in enumerate(turns, 1):
+        messages.append(Message.user(f"question {number} " * (number % 5 + 1)))
+        if shape == "system":
+            messages.append(Message.system(f"note {number}"))
+        for call in range(("tool", "two_tools").index(shape) + 1 if shape in ("tool", "two_tools") else 0):
+            call_id = f"call_{number}_{call}"
+            messages.append(Message.assistant(calls=[FunctionCallContent(call_id, "lookup", "{}")]))
+            messages.append(Message.tool(call_id, f"result {number} " * (number % 7 + 1)))
+        messages.append(Message.assistant(f"answer {number}"))
+    return messages
+
+
+def _history(turns: int) -> list[Message]:
+    messages = [Message.system("You are terse.")]
+    for number in range(1, turns + 1):
+        messages += [
+            Message.user(f"question {number}"),
+            Message.assistant(calls=[FunctionCallContent(f"call_{number}", "lookup", f'{{"n": {number}}}')]),
+            Message.tool(f"call_{number}", f"result {number} " * (number % 7 + 1)),
+            Message.assistant(f"answer {number}"),
+        ]
+    return messages
+
+
+def _random_batches(index: MessageIndex, data: st.DataObject) -> None:
+    assert_index_consistent(index)
+    for _ in range(data.draw(st.integers(1, 6), label="steps")):
+        live = index.live_ids()
+        step = data.draw(st.sampled_from(_STEPS), label="step")
+        if step == "read_turns":
+            assert index.included_turns >= 0
+        elif step == "include":
+            excluded = [g for g in range(index.total_groups) if index.columns.reason[g] is not None]
+            if excluded:
+                chosen = data.draw(st.lists(st.sampled_from(excluded), max_size=len(excluded)), label="restore")
+                index.include_ids(chosen)
+        elif live:
+            # Mostly long batches: the shortcuts start at a few dozen groups.
+            length = data.draw(st.integers(1, len(live)) | st.integers(max(len(live) - 40, 1), len(live)), label="len")
+            start = data.draw(st.integers(0, len(live) - length), label="start")
+            batch = live[start : start + length]
+            if step == "one":
+                batch = batch[:1]
+            elif step == "run_reversed":
+                batch.reverse()
+            elif step == "run_with_repeat":
+                batch.append(batch[len(batch) // 2])
+            elif step == "run_with_gap" and len(batch) > 2:
+                del batch[len(batch) // 2]
+            index.exclude_ids(batch, "test")
+        assert_index_consistent(index)
+
+
+@settings(max_examples=80, deadline=None)
+@given(messages=plain_histories(), data=st.data())
+def test_random_batches_on_long_plain_histories_keep_the_index_consistent(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    _random_batches(MessageIndex(messages), data)
+
+
+@settings(max_examples=40, deadline=None)
+@given(messages=conversations(max_blocks=160, traffic=True), data=st.data())
+def test_random_batches_on_long_real_traffic_keep_the_index_consistent(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    _random_batches(MessageIndex(messages), data)
+
+
+def test_a_window_over_a_long_history_takes_a_run_and_counts_turns_again_when_read() -> None:
+    index = MessageIndex(_history(500))
+    assert index.included_turns == 500
+    assert index.total_groups == 1 + 500 * 3
+    changed = asyncio.run(SlidingWindowStrategy(keep_last_groups=20).compact(index))
+    assert changed
+    (event,) = index.events
+    assert event.messages == index.total_messages - index.included_messages
+    assert event.tokens == index.total_tokens - index.included_tokens
+    assert event.detail.startswith(f"{index.total_groups - 21} groups, turns 1-494")
+    assert_index_consistent(index)
+    assert index.included_turns == 7  # groups of turns 494 (its last group) to 500
+    # Back to one group at a time: the counts taken again are kept up to date from here.
+    index.include_ids([1, 2, 3])
+    assert index.included_turns == 8
+    index.exclude_ids([index.live_ids()[1]], "test")
+    assert_index_consistent(index)
+
+
+def test_a_turn_window_over_a_long_history_reads_turns_counted_again() -> None:
+    index = MessageIndex(_history(300))
+    asyncio.run(SlidingWindowStrategy(trigger=turns_exceed(4)).compact(index))
+    assert index.included_turns == 4
+    assert_index_consistent(index)
+
+
+def test_a_run_with_a_negative_start_is_refused_and_changes_nothing() -> None:
+    index = MessageIndex(_history(40))
+    before = index.metrics()
+    with pytest.raises(CompactionError, match="is not a group id of this index"):
+        index.exclude_ids(list(range(-1, 60)), "test")
+    with pytest.raises(CompactionError, match="is not a group id of this index"):
+        index.exclude_ids(list(range(60, index.total_groups + 1)), "test")
+    assert index.metrics() == before
+    assert_index_consistent(index)
