@@ -15,9 +15,7 @@ history has thousands of groups, and a group object per step would cost more tha
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import accumulate
 from typing import ClassVar
 
 from contextledger.compaction._arguments import trigger as check_trigger
@@ -90,8 +88,19 @@ def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit:
     if metric == "included_groups":
         return candidates[: remaining - limit]
     column = index.columns.tokens if metric == "included_tokens" else index.columns.size
-    reached = list(accumulate(map(column.__getitem__, candidates)))
-    return candidates[: bisect_left(reached, remaining - limit) + 1]
+    # The oldest candidates whose sizes add up to at least ``remaining - limit``: everything but
+    # the newest ones that fit in what may stay of the candidates.  A truncation of a long history
+    # keeps few groups, so the cut is found from the newest end, reading only those.
+    run = index.run_of(candidates)
+    total = sum(column[run.start : run.stop]) if run is not None else sum(map(column.__getitem__, candidates))
+    room = total - (remaining - limit)  # what the kept candidates may add up to
+    kept = 0
+    for group in reversed(candidates):
+        room -= column[group]
+        if room < 0:
+            break
+        kept += 1
+    return candidates[: len(candidates) - kept]
 
 
 class CompactionStrategy(ABC):
@@ -153,7 +162,7 @@ class CompactionStrategy(ABC):
         doomed: list[int] = []
         if stops_never(self.target, self.trigger):
             doomed = index.exclude_ids(candidates, reason)
-        elif threshold is not None and index.columns.unit.keys().isdisjoint(candidates):
+        elif threshold is not None and (not index.columns.unit or index.columns.unit.keys().isdisjoint(candidates)):
             metric, limit = threshold
             doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)
         else:

@@ -106,6 +106,12 @@ class MessageIndex(Grouping):
         found.reverse()
         return found
 
+    def run_of(self, groups: list[int]) -> range | None:
+        """``groups`` as a range when they are exactly the consecutive ids ``first..last``, in
+        order (else None), so their :attr:`columns` can be read in slices: at cold, a window or a
+        truncation usually takes such a run, and a slice is read in C, not id by id."""
+        return self._table.run(groups)
+
     def messages_of(self, group: int) -> list[Message]:
         """One group's messages, in order (a new list).  Reading cannot harm the index, so the id
         is not checked beyond what indexing a list does: a collapse reads thousands."""

@@ -234,7 +234,7 @@ class Marking(Metrics):
             len(set(ids)) != len(ids)
             or any(map(table.reason.__getitem__, ids))
             or _SYSTEM in map(table.kind.__getitem__, ids)
-            or not table.unit.keys().isdisjoint(ids)
+            or (table.unit and not table.unit.keys().isdisjoint(ids))
         ):
             raise CompactionError(
                 "replace_ids replaces included non-system groups, each once, that are not part of a unit "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from itertools import compress, filterfalse, repeat
+from operator import is_not
+
 from contextledger.compaction._arguments import truncation_style
 from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest
 from contextledger.compaction._index import MessageIndex
@@ -52,8 +55,8 @@ class TruncationStrategy(CompactionStrategy):
             first_user = next((g for g in live if kind_of[g] is GroupKind.USER), None)
             if first_user is not None:
                 protected.add(first_user)
+        # Both passes in C: a truncation of a long history picks from thousands of groups.
         if self.preserve_system:
-            candidates = [g for g in live if kind_of[g] is not SYSTEM and g not in protected]
-        else:
-            candidates = [g for g in live if g not in protected]
+            live = list(compress(live, map(is_not, map(kind_of.__getitem__, live), repeat(SYSTEM))))
+        candidates = list(filterfalse(protected.__contains__, live)) if protected else live
         return self._exclude_oldest(index, candidates, "truncation")
