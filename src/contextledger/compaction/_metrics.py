@@ -22,6 +22,7 @@ from operator import add, is_
 from typing import cast
 
 from contextledger.compaction._table import _SYSTEM, _TOOL_CALL, _Table
+from contextledger.messages import Message
 
 __all__ = ["Metrics"]
 
@@ -50,6 +51,7 @@ class Metrics:
     # counted again from the included groups (see the module docstring).
     _turn_groups: list[int] | None
     _live: dict[int, int]  # the included groups (kept by marking)
+    _source: list[Message]  # the indexed messages (kept by the index)
 
     def _reset_metrics(self) -> None:
         self.total_groups = self.total_messages = self.total_tokens = self.total_turns = 0
@@ -62,6 +64,10 @@ class Metrics:
     def included_turns(self) -> int:
         """User turns with at least one included group (turn 0 is not a turn)."""
         if self._turn_groups is None:
+            if self.included_groups == self.total_groups and self.total_messages == len(self._source):
+                # Nothing excluded and nothing written by a strategy: every turn's user group is
+                # included, and no other group has a turn of its own making.  No need to count.
+                return self.total_turns
             self._recount_turns()
         return self._included_turns
 
