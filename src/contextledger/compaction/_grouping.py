@@ -261,7 +261,7 @@ class Grouping(Marking):
         self._turn = turn
         self._source.extend(new[:position] if position < len(new) else new)
         self._order.extend(ids)
-        self._live.update(zip(ids, ids))
+        self._tail.extend(ids)
         self._count_appended(
             count,
             position,
@@ -473,7 +473,7 @@ class Grouping(Marking):
         if table.bytes and tail:
             table.bytes.pop(tail[0], None)  # an open group's byte count changes as results join
         fresh = list(range(start, len(kinds)))
-        order, live = self._order, self._live
+        order, live = self._order, self._settled()
         if dead:
             gone = set(dead)
             fresh = [group for group in fresh if group not in gone]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import add, ne
 from typing import cast
 
@@ -84,11 +84,12 @@ class MessageIndex(Grouping):
 
     def live_ids(self) -> list[int]:
         """The included groups' ids, in conversation order (a snapshot: safe to mark while iterating)."""
-        return list(self._live.values())
+        return self._included_ids()
 
     def newest_ids(self) -> Iterator[int]:
         """Included groups' ids from the newest back; stop early to pay only for what you read."""
-        return reversed(self._live.values())
+        tail = self._tail
+        return chain(reversed(tail), reversed(self._live.values())) if tail else reversed(self._live.values())
 
     def tool_call_ids(self) -> list[int]:
         """The included tool-call groups' ids, in order, read from the newest back only as far as
@@ -98,7 +99,7 @@ class MessageIndex(Grouping):
         found: list[int] = []
         if wanted:
             kind_of = self._table.kind
-            for group in reversed(self._live.values()):
+            for group in self.newest_ids():
                 if kind_of[group] is _TOOL_CALL:
                     found.append(group)
                     if len(found) == wanted:
@@ -180,7 +181,7 @@ class MessageIndex(Grouping):
 
     @property
     def included_bytes(self) -> int:
-        return sum(map(self._table.byte_count, self._live.values()))
+        return sum(map(self._table.byte_count, self._included_ids()))
 
     @property
     def total_bytes(self) -> int:
@@ -195,7 +196,7 @@ class MessageIndex(Grouping):
             # messages, in order (a group never has fewer than one message).
             return list(source)
         table = self._table
-        ids = self._live.values()
+        ids = self._included_ids()
         if table.later:  # deferred summaries that are sent are written now, the others never
             table.write(table.later.keys() & ids)
         starts = list(map(table.first.__getitem__, ids))
@@ -223,11 +224,11 @@ class MessageIndex(Grouping):
     @property
     def live(self) -> list[MessageGroup]:
         """The included groups, in order (a snapshot: safe to exclude while iterating)."""
-        return list(map(self._table.view, self._live.values()))
+        return list(map(self._table.view, self._included_ids()))
 
     def newest_live(self) -> Iterator[MessageGroup]:
         """Included groups from the newest back; stop early to pay only for what you read."""
-        return map(self._table.view, reversed(self._live.values()))
+        return map(self._table.view, self.newest_ids())
 
     def __len__(self) -> int:
         self._flush()

@@ -13,6 +13,7 @@ group in a unit takes the others with it) and tells the metrics what changed.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import compress, repeat
@@ -35,6 +36,10 @@ class Marking(Metrics):
     # The included groups, in conversation order: key -> group id.  A group's key is its own
     # id, except for a replacement, which holds the key of the group whose place it took.
     _live: dict[int, int]
+    # Included groups after every one in _live, in order, each its own key: appended groups not
+    # yet put in _live.  A window over a long history excludes most of them again at once, and
+    # cutting a run out of a list costs far less than a dict entry made and removed per group.
+    _tail: list[int]
     _live_key: dict[int, int]  # replacement id -> the key it holds in _live
     _order: list[int]  # every group id in conversation order, but for pending insertions
     # Groups inserted since the order was last read, each just before its anchor, in the order
@@ -44,10 +49,23 @@ class Marking(Metrics):
 
     def _reset_marking(self) -> None:
         self._live = {}
+        self._tail = []
         self._live_key = {}
         self._order = []
         self._anchors = []
         self._inserted = []
+
+    def _settled(self) -> dict[int, int]:
+        """The included groups as one ordered dict (the tail put in it), for changes by key."""
+        tail = self._tail
+        if tail:
+            self._live.update(zip(tail, tail))
+            self._tail = []
+        return self._live
+
+    def _included_ids(self) -> list[int]:
+        """The included groups' ids, in order."""
+        return [*self._live.values(), *self._tail] if self._live else list(self._tail)
 
     def _keys(self, groups: Iterable[int]) -> Iterator[int]:
         """Each group's key among the included groups (its own id, unless it is a replacement)."""
@@ -114,20 +132,32 @@ class Marking(Metrics):
             group = included[0]
             self._count(group, -1)  # while still included, so its contribution is taken out
             table.reason[group] = reason
-            del self._live[self._live_key.get(group, group)]
+            del self._settled()[self._live_key.get(group, group)]
             return included
-        # Thousands of groups at a time: C-level passes, not a Python loop.  A repeated id is
-        # found by its second removal from the included set finding nothing.
-        keys = self._keys(included) if self._live_key else included
-        if None in list(map(self._live.pop, keys, repeat(None))):
-            included = list(dict.fromkeys(included))
+        # Thousands of groups at a time: C-level passes, not a Python loop.
         run = table.run(included)
+        if run is None or not self._cut_from_tail(included):
+            # A repeated id is found by its second removal from the included set finding nothing.
+            keys = self._keys(included) if self._live_key else included
+            if None in list(map(self._settled().pop, keys, repeat(None))):
+                included = list(dict.fromkeys(included))
         if run is not None:  # a run of ids: its columns are written and read in slices
             table.reason[run.start : run.stop] = [reason] * len(run)
         else:
             deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
         self._tally(included, -1, totals=False, fresh=True, run=run)
         return included
+
+    def _cut_from_tail(self, run: list[int]) -> bool:
+        """Take a run of ids (see ``_Table.run``) out of the tail if it is one stretch of it; the
+        tail is in increasing id order, so where the stretch would start is found by bisection."""
+        tail = self._tail
+        start = bisect_left(tail, run[0])
+        stop = start + len(run)
+        if tail[start:stop] != run:
+            return False
+        del tail[start:stop]
+        return True
 
     def include_ids(self, groups: Iterable[int]) -> list[int]:
         """Undo exclusions by id (a failed summarisation restoring what it took), with the whole
@@ -185,6 +215,7 @@ class Marking(Metrics):
         self._flush()
         reasons = self._table.reason
         self._live = {group: group for group in self._order if reasons[group] is None}
+        self._tail = []
         self._live_key = {}
 
     # Replacing ---------------------------------------------------------------------------------
@@ -277,7 +308,7 @@ class Marking(Metrics):
         keys = list(self._keys(originals))
         self._anchors.extend(originals)
         self._inserted.extend(replacements)
-        self._live.update(zip(keys, replacements))
+        self._settled().update(zip(keys, replacements))
         self._live_key.update(zip(replacements, keys))
 
     def make_summary_groups(

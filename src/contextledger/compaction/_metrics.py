@@ -50,7 +50,6 @@ class Metrics:
     # Included groups per turn, indexed by turn (slot 0 is turn 0); None while they are to be
     # counted again from the included groups (see the module docstring).
     _turn_groups: list[int] | None
-    _live: dict[int, int]  # the included groups (kept by marking)
     _source: list[Message]  # the indexed messages (kept by the index)
 
     def _reset_metrics(self) -> None:
@@ -59,6 +58,9 @@ class Metrics:
         self.included_non_system_groups = self.included_non_system_messages = 0
         self.included_tool_call_groups = self._included_turns = 0
         self._turn_groups = [0]
+
+    def _included_ids(self) -> list[int]:
+        raise NotImplementedError  # the included groups, in order: marking keeps them
 
     @property
     def included_turns(self) -> int:
@@ -73,7 +75,7 @@ class Metrics:
 
     def _recount_turns(self) -> None:
         """Count the included groups of each turn afresh, from the included groups."""
-        per_turn = Counter(map(self._table.turn.__getitem__, self._live.values()))
+        per_turn = Counter(map(self._table.turn.__getitem__, self._included_ids()))
         per_turn.pop(None, None)
         per_turn.pop(0, None)
         slots = [0] * (self.total_turns + 1)
