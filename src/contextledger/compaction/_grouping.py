@@ -25,6 +25,7 @@ results, reasoning that may precede a call) is re-examined, nothing before it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from itertools import accumulate, repeat
 from operator import add, sub
@@ -128,8 +129,9 @@ class Grouping(Marking):
     ) -> int:
         """Group the plain run at the start of ``new``; returns how many messages it took.
 
-        With ``estimator`` (and no ``counts``) it also counts each message it takes: then a plain
-        message is also one content and no author name, which is what the estimate reads."""
+        With ``estimator`` (and no ``counts``) it also counts each group it takes, a result into
+        its call's count: then a plain message is also one content and no author name, which is
+        what the estimate reads."""
         table = self._table
         base = len(table.pool)
         kinds: list[GroupKind] = []
@@ -144,8 +146,9 @@ class Grouping(Marking):
         answered = False  # whether the last group is a call that got its result
         text_type, call_type, result_type = TextContent, FunctionCallContent, FunctionResultContent
         estimate = estimator is not None
-        counted: list[int] = []
+        counted: list[int] = []  # the estimate of each group, with ``estimator``
         add_count = counted.append
+        answers: list[int] = []  # call groups their result joined (two messages), as positions in ``kinds``
         per_token = estimator.characters_per_token if estimator is not None else 1
         rounding = per_token - 1
         overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
@@ -196,7 +199,8 @@ class Grouping(Marking):
                 if type(content) is not result_type or content.call_id != open_call:
                     break
                 if estimate:
-                    add_count(overhead + (len(content.result) + rounding) // per_token)
+                    counted[-1] += overhead + (len(content.result) + rounding) // per_token
+                answers.append(len(kinds) - 1)
                 open_call = None
                 answered = True
                 continue
@@ -231,12 +235,17 @@ class Grouping(Marking):
         if position == 0:
             return 0
         count = len(kinds)
-        ends = [*starts[1:], position]
-        sizes = list(map(sub, ends, starts))
+        # Every plain group is one message, but a call its result joined.
+        sizes = [1] * count
+        deque(map(sizes.__setitem__, answers, repeat(2)), maxlen=0)
         if counts is None:
-            counts = counted
-        reached = list(accumulate(counts[:position], initial=0))
-        tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
+            tokens = counted
+            added = sum(counted)
+        else:
+            ends = [*starts[1:], position]
+            reached = list(accumulate(counts[:position], initial=0))
+            tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
+            added = reached[position]
         first = len(table.kind)
         # One int object per id and per position, shared by every column that holds it (a long
         # history would otherwise make, and later free, several hundred thousand of them).
@@ -252,7 +261,8 @@ class Grouping(Marking):
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat("input", count))
         table.replaces.extend(repeat(None, count))
-        table.call_ids.update(zip(map(add, calls, repeat(first)), asked))
+        if calls:
+            table.pending_calls.append((first, calls, asked))
         if open_call is not None:
             table.unanswered[first + count - 1] = open_call
             self._waiting[open_call] = first + count - 1
@@ -265,7 +275,7 @@ class Grouping(Marking):
         self._count_appended(
             count,
             position,
-            reached[position],
+            added,
             systems=systems,
             tool_groups=len(calls),
             turns=turns,

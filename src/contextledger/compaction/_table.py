@@ -16,6 +16,8 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import repeat
+from operator import add
 from typing import Any, overload
 
 from contextledger.messages import Message, assistant_text_message
@@ -83,8 +85,8 @@ class _Table:
     """
 
     __slots__ = (
+        "_call_ids",
         "bytes",
-        "call_ids",
         "first",
         "ids",
         "kind",
@@ -92,6 +94,7 @@ class _Table:
         "later_properties",
         "origin",
         "orphan",
+        "pending_calls",
         "pool",
         "reason",
         "replaces",
@@ -113,7 +116,11 @@ class _Table:
         self.reason: list[str | None] = []  # why a group is excluded; None while it is included
         # Call ids of tool-call groups: the id itself for the usual single call, so indexing a long
         # history makes no container per group for the garbage collector to walk.
-        self.call_ids: dict[int, str | frozenset[str]] = {}
+        self._call_ids: dict[int, str | frozenset[str]] = {}
+        # Calls the plain grouping loop found, not yet in ``call_ids``: (first id of the batch,
+        # positions of its call groups in the batch, their call ids).  Read far less often than a
+        # long history is indexed, so the dict is made when first read.
+        self.pending_calls: list[tuple[int, list[int], list[str]]] = []
         self.unanswered: dict[int, str | frozenset[str]] = {}  # calls still waiting for a result
         self.orphan: set[int] = set()
         # Groups of one unit that are not adjacent (a result after an approval note or a user
@@ -134,6 +141,15 @@ class _Table:
         # as in the other containers where grouping made them, so comparing with it is a pointer
         # comparison per id.
         self.ids: list[int] = []
+
+    @property
+    def call_ids(self) -> dict[int, str | frozenset[str]]:
+        """The calls each tool-call group opened: the call id itself for the usual single call."""
+        if self.pending_calls:
+            for first, positions, asked in self.pending_calls:
+                self._call_ids.update(zip(map(add, positions, repeat(first)), asked))
+            self.pending_calls = []
+        return self._call_ids
 
     def run(self, groups: list[int]) -> range | None:
         """``groups`` as a range when they are exactly the consecutive ids ``first..last`` in
@@ -455,7 +471,7 @@ class GroupColumns:
     (:meth:`MessageIndex.exclude_ids` and the methods beside it), which keeps the metrics right.
     """
 
-    __slots__ = ("call_ids", "kind", "orphan", "reason", "size", "tokens", "turn", "unanswered", "unit")
+    __slots__ = ("_table", "kind", "orphan", "reason", "size", "tokens", "turn", "unanswered", "unit")
 
     def __init__(self, table: _Table) -> None:
         self.kind: Sequence[GroupKind] = table.kind
@@ -467,4 +483,9 @@ class GroupColumns:
         self.unit: Mapping[int, Sequence[int]] = table.unit
         self.orphan: AbstractSet[int] = table.orphan  # groups holding a result no call of theirs asked for
         self.unanswered: Mapping[int, str | frozenset[str]] = table.unanswered  # calls still waiting
-        self.call_ids: Mapping[int, str | frozenset[str]] = table.call_ids
+        self._table = table
+
+    @property
+    def call_ids(self) -> Mapping[int, str | frozenset[str]]:
+        """The calls each tool-call group opened (the id itself for a single call)."""
+        return self._table.call_ids
