@@ -198,7 +198,8 @@ class MessageIndex(Grouping):
         table = self._table
         ids = self._included_ids()
         if table.later:  # deferred summaries that are sent are written now, the others never
-            table.write(table.later.keys() & ids)
+            # In conversation order: the new messages then lie in memory in the order they are sent.
+            table.write(filter(table.later.__contains__, ids))
         starts = list(map(table.first.__getitem__, ids))
         sizes = list(map(table.size.__getitem__, ids))
         pool = table.pool
