@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger.compaction import MessageIndex, SlidingWindowStrategy, turns_exceed
+from contextledger.compaction._base import oldest_until
 from contextledger.exceptions import CompactionError
 from contextledger.messages import FunctionCallContent, Message
 from tests.compaction.test_properties import assert_index_consistent
@@ -136,3 +137,32 @@ def test_a_run_with_a_negative_start_is_refused_and_changes_nothing() -> None:
         index.exclude_ids(list(range(60, index.total_groups + 1)), "test")
     assert index.metrics() == before
     assert_index_consistent(index)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    messages=plain_histories(),
+    metric=st.sampled_from(["included_tokens", "included_messages"]),
+    keep=st.floats(0, 1.2),
+    data=st.data(),
+)
+def test_the_cut_of_a_truncation_is_the_fewest_oldest_groups_that_reach_the_limit(
+    messages: list[Message], metric: str, keep: float, data: st.DataObject
+) -> None:
+    """``oldest_until`` walks from whichever end is nearer the cut; either way it must return
+    what running sums from the oldest say: the fewest oldest candidates that bring the metric
+    down to the limit (all of them if none do)."""
+    index = MessageIndex(messages)
+    live = index.live_ids()
+    candidates = live[data.draw(st.integers(0, len(live) // 3), label="skip") :]
+    remaining = getattr(index, metric)
+    limit = int(remaining * keep)
+    column = index.columns.tokens if metric == "included_tokens" else index.columns.size
+    expected: list[int] = []
+    reached = 0
+    for group in candidates:
+        if remaining - reached <= limit:
+            break
+        expected.append(group)
+        reached += column[group]
+    assert oldest_until(index, candidates, metric, limit) == expected

@@ -88,12 +88,19 @@ def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit:
     if metric == "included_groups":
         return candidates[: remaining - limit]
     column = index.columns.tokens if metric == "included_tokens" else index.columns.size
-    # The oldest candidates whose sizes add up to at least ``remaining - limit``: everything but
-    # the newest ones that fit in what may stay of the candidates.  A truncation of a long history
-    # keeps few groups, so the cut is found from the newest end, reading only those.
+    # The fewest oldest candidates whose sizes add up to ``need``, found by walking from whichever
+    # end is nearer the cut: a truncation of a long history usually drops most groups and keeps
+    # few, so only those few are read one by one.
+    need = remaining - limit
     run = index.run_of(candidates)
     total = sum(column[run.start : run.stop]) if run is not None else sum(map(column.__getitem__, candidates))
-    room = total - (remaining - limit)  # what the kept candidates may add up to
+    if need <= total // 2:
+        dropped = 0
+        for count, group in enumerate(candidates, 1):
+            dropped += column[group]
+            if dropped >= need:
+                return candidates[:count]
+    room = total - need  # what the kept candidates may add up to
     kept = 0
     for group in reversed(candidates):
         room -= column[group]

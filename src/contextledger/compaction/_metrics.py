@@ -75,12 +75,14 @@ class Metrics:
 
     def _recount_turns(self) -> None:
         """Count the included groups of each turn afresh, from the included groups."""
-        per_turn = Counter(map(self._table.turn.__getitem__, self._included_ids()))
-        per_turn.pop(None, None)
-        per_turn.pop(0, None)
-        slots = [0] * (self.total_turns + 1)
+        counted = Counter(map(self._table.turn.__getitem__, self._included_ids()))
+        counted.pop(None, None)
+        counted.pop(0, None)
+        per_turn = cast("Counter[int]", counted)
+        # A group a strategy of yours inserted may carry a turn past the last one indexed.
+        slots = [0] * (max(self.total_turns, *per_turn) + 1 if per_turn else self.total_turns + 1)
         for turn, count in per_turn.items():
-            slots[turn] = count  # type: ignore[index]
+            slots[turn] = count
         self._turn_groups = slots
         self._included_turns = len(per_turn)
 
