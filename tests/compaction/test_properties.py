@@ -453,7 +453,7 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
             turns.setdefault(group.turn, []).append(group)
     ordered = sorted(turns)
     floor = strategy.minimum_preserved
-    candidates = ordered[: len(ordered) - floor] if floor else ordered
+    candidates = ordered[: max(len(ordered) - floor, 0)]  # fewer turns than the floor: none may go
     newest = [g for g in live if g.kind is not SYSTEM][-1]
     if candidates and candidates[-1] == newest.turn:
         candidates.pop()  # the turn of the latest exchange is kept whatever the floor

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextledger.compaction import MessageIndex, SlidingWindowStrategy, turns_exceed
+from contextledger.compaction import MessageIndex, SlidingWindowStrategy, Trigger, always, turns_exceed
 from contextledger.compaction._base import oldest_until
 from contextledger.exceptions import CompactionError
 from contextledger.messages import FunctionCallContent, Message
@@ -166,3 +166,16 @@ def test_the_cut_of_a_truncation_is_the_fewest_oldest_groups_that_reach_the_limi
         expected.append(group)
         reached += column[group]
     assert oldest_until(index, candidates, metric, limit) == expected
+
+
+@pytest.mark.parametrize("trigger", [always(), turns_exceed(1)], ids=["always", "turns_exceed(1)"])
+def test_a_turn_window_keeps_every_turn_when_there_are_fewer_than_its_floor(trigger: Trigger) -> None:
+    """Three turns and ``minimum_preserved=5``: the floor keeps them all (the oldest turn used to
+    go, the floor being subtracted from the turn count and the negative result taken as a slice)."""
+    messages = [Message.system("s")]
+    for number in range(3):
+        messages += [Message.user(f"q{number}"), Message.assistant(f"a{number}")]
+    index = MessageIndex(messages)
+    assert not asyncio.run(SlidingWindowStrategy(trigger, minimum_preserved=5).compact(index))
+    assert index.included_turns == 3
+    assert index.projection() == messages

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate, compress, groupby
+from operator import itemgetter, ne
 
 from contextledger.compaction._arguments import window_style
 from contextledger.compaction._base import CompactionStrategy, newest_non_system, threshold_of
@@ -96,30 +97,17 @@ class SlidingWindowStrategy(CompactionStrategy):
         return index.record(self.name, "excluded", excluded, "sliding_window")
 
     def _window_turns(self, index: MessageIndex) -> bool:
-        # The groups of each user turn; turn 0 and groups of no turn (system messages and
-        # conversation summaries, by the group table's invariant) survive any window.  A turn is
-        # usually one run of groups; a system message in the middle of one makes two, hence extend.
-        turns: dict[int, list[int]] = {}
-        turn_of = index.columns.turn
-        for turn, run in groupby(index.live_ids(), turn_of.__getitem__):
-            if turn:
-                turns.setdefault(turn, []).extend(run)
-        ordered = sorted(turns)
-        floor = self.minimum_preserved
-        candidates = ordered[: len(ordered) - floor] if floor else ordered
-        newest = newest_non_system(index)
-        if newest is not None and candidates and candidates[-1] == turn_of[newest]:
-            candidates.pop()  # the latest exchange is always sent, whatever the floor
-        steps = turn_steps(index, turns, candidates)
+        flat, bounds, turns_per_step = self._turn_steps(index)
         reason = "sliding_window"
-        left = index.included_non_system_groups
+        steps = len(bounds) - 1
         threshold = threshold_of(self.target, self.trigger, turns=True)
         if threshold is None:
             # Any other target: exclude a step at a time and ask the index after each.
             excluded: list[int] = []
-            for _, groups in steps:
+            for step in range(steps):
                 if self.target_met(index):
                     break
+                groups = flat[bounds[step] : bounds[step + 1]]
                 if len(groups) >= index.included_non_system_groups:
                     break  # excluding this turn would leave nothing but system messages
                 excluded.extend(index.exclude_ids(groups, reason))
@@ -129,25 +117,63 @@ class SlidingWindowStrategy(CompactionStrategy):
         # turn), so dropping it takes exactly its turns off the count.  Steps go oldest first while
         # the metric is above the limit and something besides system messages would be left.
         metric, limit = threshold
-        remaining = getattr(index, metric)
-        sizes_of_steps = [len(groups) for _, groups in steps]
-        if metric == "included_tokens":
-            tokens = index.columns.tokens
-            drops = [sum(map(tokens.__getitem__, groups)) for _, groups in steps]
-        elif metric == "included_messages":
-            sizes = index.columns.size
-            drops = [sum(map(sizes.__getitem__, groups)) for _, groups in steps]
+        if metric in {"included_tokens", "included_messages"}:
+            column = index.columns.tokens if metric == "included_tokens" else index.columns.size
+            reached = list(accumulate(map(column.__getitem__, flat), initial=0))
+            dropped = list(map(reached.__getitem__, bounds))  # by the first i steps
         elif metric == "included_groups":
-            drops = sizes_of_steps
+            dropped = bounds
         else:
-            drops = [step_turns for step_turns, _ in steps]
+            dropped = list(accumulate(turns_per_step, initial=0)) if turns_per_step else list(range(steps + 1))
         # Step i goes if the first i steps left the metric above the limit and, with it gone,
-        # fewer groups than ``left`` would be gone: the first step failing either ends the run.
-        above = bisect_left(list(accumulate(drops, initial=0)), remaining - limit)
-        room = bisect_left(list(accumulate(sizes_of_steps)), left)
-        taken = steps[: min(above, room, len(steps))]
-        doomed = [group for _, groups in taken for group in groups]
+        # fewer groups than are included besides system groups would be gone: the first step
+        # failing either ends the run.
+        above = bisect_left(dropped, getattr(index, metric) - limit)
+        room = bisect_left(bounds, index.included_non_system_groups, 1) - 1
+        doomed = flat[: bounds[min(above, room, steps)]]
         return index.record(self.name, "excluded", index.exclude_ids(doomed, reason), "sliding_window (whole turns)")
+
+    def _turn_steps(self, index: MessageIndex) -> tuple[list[int], list[int], list[int] | None]:
+        """The steps the window may take, oldest first, as one flat list of their groups and the
+        boundaries between them (``bounds[i]``: how many groups the first ``i`` steps hold), with
+        the turns each step spans (None when each is one turn).
+
+        A step is one user turn's included groups, except that the turns a unit spans form one
+        step (see :func:`turn_steps`).  Turn 0 and groups of no turn (system messages, summaries
+        written by summarisation) are never in a step; the newest ``minimum_preserved`` turns and
+        the turn of the newest non-system group are not either."""
+        columns = index.columns
+        turn_of = columns.turn
+        live = index.live_ids()
+        floor = self.minimum_preserved
+        newest = newest_non_system(index)
+        newest_turn = turn_of[newest] if newest is not None else None
+        turns = list(map(turn_of.__getitem__, live))
+        eligible = list(compress(live, turns))
+        in_order = list(filter(None, turns))
+        if not columns.unit and in_order == sorted(in_order):
+            # The usual case: each turn one run of groups, in order, so the steps are cut where the
+            # turn changes, in C passes, with no list per turn.
+            starts = [0, *compress(range(1, len(in_order)), map(ne, in_order[1:], in_order))] if in_order else []
+            ordered = list(map(in_order.__getitem__, starts))
+            count = max(len(ordered) - floor, 0)
+            if count and ordered[count - 1] == newest_turn:
+                count -= 1  # the latest exchange is always sent, whatever the floor
+            bounds = [*starts[:count], starts[count] if count < len(starts) else len(eligible)]
+            return eligible[: bounds[-1]], bounds, None
+        # Otherwise the groups of each turn (a system message in the middle of one splits its run).
+        by_turn: dict[int, list[int]] = {}
+        for turn, run in groupby(zip(turns, live), itemgetter(0)):
+            if turn:
+                by_turn.setdefault(turn, []).extend(group for _, group in run)
+        ordered = sorted(by_turn)
+        candidates = ordered[: max(len(ordered) - floor, 0)]
+        if candidates and candidates[-1] == newest_turn:
+            candidates.pop()
+        steps = turn_steps(index, by_turn, candidates)
+        flat = [group for _, groups in steps for group in groups]
+        bounds = list(accumulate((len(groups) for _, groups in steps), initial=0))
+        return flat, bounds, [spanned for spanned, _ in steps]
 
     def __repr__(self) -> str:
         if self.keep_last_groups is not None:
