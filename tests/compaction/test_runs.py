@@ -1,12 +1,13 @@
-"""Batches on long histories: runs of ids and per-turn counts taken again.
+"""Batches on long histories: the shortcuts a strategy's batch takes, held to the slow path.
 
-Two shortcuts make a strategy's batch cheap on a long history: a batch that is exactly the
-consecutive ids ``first..last`` is read and written in column slices, and a batch that moves as
-many groups as stay included drops the per-turn counts, which are counted again from the
-included groups when ``included_turns`` is next read.  Both only start past a few dozen
-groups, which the generated conversations of the other property tests seldom reach; here the
-histories are long and the batches random (runs, runs out of order, runs with a repeat, single
-groups, restores), and after every step the index must agree with a recount from its groups.
+A batch that is exactly the consecutive ids ``first..last`` is read and written in column slices
+and cut out of the list of appended groups in one step; a batch that moves as many groups as stay
+included drops the per-turn counts, which are counted again from the included groups when
+``included_turns`` is next read; a truncation finds its cut from whichever end is nearer; a turn
+window cuts its steps where the turn changes.  These only start past a few dozen groups, which the
+generated conversations of the other property tests seldom reach: here the histories are long and
+the batches random (runs, runs out of order, runs with a repeat, single groups, restores), and
+after every step the index must agree with a recount from its groups.
 """
 
 from __future__ import annotations
