@@ -103,30 +103,34 @@ class Marking(Metrics):
             # history at once, and a separate pass per check would cost as much as the work.
             # A negative id is the one wrong id that reading a column accepts; a run of ids (see
             # _Table.run) is checked by being one.
-            if ids and self._table.run(ids) is None and min(ids) < 0:
+            run = self._table.run(ids)
+            if ids and run is None and min(ids) < 0:
                 raise IndexError(min(ids))
-            included = self._included(ids)
+            included, run = self._included(ids, run)
         except (TypeError, IndexError):
             raise self._bad_id(ids, "exclude_ids") from None
-        return self._mark(included, reason)
+        return self._mark(included, reason, run)
 
     def _exclude(self, groups: list[int], reason: str) -> list[int]:
-        return self._mark(self._included(groups), reason)
+        included, run = self._included(groups, self._table.run(groups))
+        return self._mark(included, reason, run)
 
-    def _included(self, groups: list[int]) -> list[int]:
-        """``groups`` and the rest of their units, but only those still included (a repeat may
-        stay); one C-level pass over the reason column."""
+    def _included(self, groups: list[int], run: range | None) -> tuple[list[int], range | None]:
+        """``groups`` (``run`` if they are one: see ``_Table.run``) and the rest of their units,
+        but only those still included (a repeat may stay), with the run they still are, if any;
+        one C-level pass over the reason column."""
         table = self._table
         if table.unit and not table.unit.keys().isdisjoint(groups):
             groups = table.with_units(groups)
-        run = table.run(groups)
+            run = table.run(groups)
         reasons = table.reason[run.start : run.stop] if run is not None else list(map(table.reason.__getitem__, groups))
         if reasons.count(None) == len(reasons):  # the usual case: strategies pick from live_ids()
-            return groups
-        return list(compress(groups, map(is_, reasons, repeat(None))))
+            return groups, run
+        return list(compress(groups, map(is_, reasons, repeat(None)))), None
 
-    def _mark(self, included: list[int], reason: str) -> list[int]:
-        """Exclude ``included`` (all of them included) for ``reason``; returns them, each once."""
+    def _mark(self, included: list[int], reason: str, run: range | None) -> list[int]:
+        """Exclude ``included`` (all of them included; ``run`` if they are one) for ``reason``;
+        returns them, each once."""
         table = self._table
         if len(included) == 1:  # the per-step path of strategies with an arbitrary target
             group = included[0]
@@ -135,7 +139,6 @@ class Marking(Metrics):
             del self._settled()[self._live_key.get(group, group)]
             return included
         # Thousands of groups at a time: C-level passes, not a Python loop.
-        run = table.run(included)
         if run is None or not self._cut_from_tail(included):
             # A repeated id is found by its second removal from the included set finding nothing.
             keys = self._keys(included) if self._live_key else included
