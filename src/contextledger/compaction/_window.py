@@ -133,6 +133,12 @@ class SlidingWindowStrategy(CompactionStrategy):
         doomed = flat[: bounds[min(above, room, steps)]]
         return index.record(self.name, "excluded", index.exclude_ids(doomed, reason), "sliding_window (whole turns)")
 
+    def _turns_that_may_go(self, ordered: list[int], newest_turn: int | None) -> int:
+        """How many of the ``ordered`` turns, oldest first, are not kept by the floor (all of them
+        when there are fewer turns than it) nor hold the latest exchange (always sent)."""
+        count = max(len(ordered) - self.minimum_preserved, 0)
+        return count - 1 if count and ordered[count - 1] == newest_turn else count
+
     def _turn_steps(self, index: MessageIndex) -> tuple[list[int], list[int], list[int] | None]:
         """The steps the window may take, oldest first, as one flat list of their groups and the
         boundaries between them (``bounds[i]``: how many groups the first ``i`` steps hold), with
@@ -145,7 +151,6 @@ class SlidingWindowStrategy(CompactionStrategy):
         columns = index.columns
         turn_of = columns.turn
         live = index.live_ids()
-        floor = self.minimum_preserved
         newest = newest_non_system(index)
         newest_turn = turn_of[newest] if newest is not None else None
         turns = list(map(turn_of.__getitem__, live))
@@ -155,10 +160,7 @@ class SlidingWindowStrategy(CompactionStrategy):
             # The usual case: each turn one run of groups, in order, so the steps are cut where the
             # turn changes, in C passes, with no list per turn.
             starts = [0, *compress(range(1, len(in_order)), map(ne, in_order[1:], in_order))] if in_order else []
-            ordered = list(map(in_order.__getitem__, starts))
-            count = max(len(ordered) - floor, 0)
-            if count and ordered[count - 1] == newest_turn:
-                count -= 1  # the latest exchange is always sent, whatever the floor
+            count = self._turns_that_may_go(list(map(in_order.__getitem__, starts)), newest_turn)
             bounds = [*starts[:count], starts[count] if count < len(starts) else len(eligible)]
             return eligible[: bounds[-1]], bounds, None
         # Otherwise the groups of each turn (a system message in the middle of one splits its run).
@@ -167,10 +169,7 @@ class SlidingWindowStrategy(CompactionStrategy):
             if turn:
                 by_turn.setdefault(turn, []).extend(group for _, group in run)
         ordered = sorted(by_turn)
-        candidates = ordered[: max(len(ordered) - floor, 0)]
-        if candidates and candidates[-1] == newest_turn:
-            candidates.pop()
-        steps = turn_steps(index, by_turn, candidates)
+        steps = turn_steps(index, by_turn, ordered[: self._turns_that_may_go(ordered, newest_turn)])
         flat = [group for _, groups in steps for group in groups]
         bounds = list(accumulate((len(groups) for _, groups in steps), initial=0))
         return flat, bounds, [spanned for spanned, _ in steps]
