@@ -22,6 +22,7 @@ from contextledger.compaction import MessageIndex, SlidingWindowStrategy, Trigge
 from contextledger.compaction._base import oldest_until
 from contextledger.exceptions import CompactionError
 from contextledger.messages import FunctionCallContent, Message
+from tests.compaction.test_columns import tool_history
 from tests.compaction.test_properties import assert_index_consistent
 from tests.conversations import conversations
 
@@ -43,18 +44,6 @@ def plain_histories(draw: st.DrawFn) -> list[Message]:
             messages.append(Message.assistant(calls=[FunctionCallContent(call_id, "lookup", "{}")]))
             messages.append(Message.tool(call_id, f"result {number} " * (number % 7 + 1)))
         messages.append(Message.assistant(f"answer {number}"))
-    return messages
-
-
-def _history(turns: int) -> list[Message]:
-    messages = [Message.system("You are terse.")]
-    for number in range(1, turns + 1):
-        messages += [
-            Message.user(f"question {number}"),
-            Message.assistant(calls=[FunctionCallContent(f"call_{number}", "lookup", f'{{"n": {number}}}')]),
-            Message.tool(f"call_{number}", f"result {number} " * (number % 7 + 1)),
-            Message.assistant(f"answer {number}"),
-        ]
     return messages
 
 
@@ -104,7 +93,7 @@ def test_random_batches_on_long_real_traffic_keep_the_index_consistent(
 
 
 def test_a_window_over_a_long_history_takes_a_run_and_counts_turns_again_when_read() -> None:
-    index = MessageIndex(_history(500))
+    index = MessageIndex(tool_history(500))
     assert index.included_turns == 500
     assert index.total_groups == 1 + 500 * 3
     changed = asyncio.run(SlidingWindowStrategy(keep_last_groups=20).compact(index))
@@ -123,14 +112,14 @@ def test_a_window_over_a_long_history_takes_a_run_and_counts_turns_again_when_re
 
 
 def test_a_turn_window_over_a_long_history_reads_turns_counted_again() -> None:
-    index = MessageIndex(_history(300))
+    index = MessageIndex(tool_history(300))
     asyncio.run(SlidingWindowStrategy(trigger=turns_exceed(4)).compact(index))
     assert index.included_turns == 4
     assert_index_consistent(index)
 
 
 def test_a_run_with_a_negative_start_is_refused_and_changes_nothing() -> None:
-    index = MessageIndex(_history(40))
+    index = MessageIndex(tool_history(40))
     before = index.metrics()
     with pytest.raises(CompactionError, match="is not a group id of this index"):
         index.exclude_ids(list(range(-1, 60)), "test")
