@@ -1,24 +1,35 @@
 """Batches on long histories: the shortcuts a strategy's batch takes, held to the slow path.
 
-A batch that is exactly the consecutive ids ``first..last`` is read and written in column slices
-and cut out of the list of appended groups in one step; a batch that moves as many groups as stay
+A batch of evenly spaced ids in increasing order (consecutive, or every k-th: a collapse on a
+history whose turns have one shape) is read and written in column slices, and a consecutive one is
+cut out of the list of appended groups in one step; a batch that moves as many groups as stay
 included drops the per-turn counts, which are counted again from the included groups when
 ``included_turns`` is next read; a truncation finds its cut from whichever end is nearer; a turn
 window cuts its steps where the turn changes.  These only start past a few dozen groups, which the
 generated conversations of the other property tests seldom reach: here the histories are long and
-the batches random (runs, runs out of order, runs with a repeat, single groups, restores), and
+the batches random (runs, runs out of order, runs with a repeat, every k-th group, collapses,
+single groups, restores), and
 after every step the index must agree with a recount from its groups.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextledger.compaction import MessageIndex, SlidingWindowStrategy, Trigger, always, turns_exceed
+from contextledger.compaction import (
+    GroupKind,
+    MessageIndex,
+    SlidingWindowStrategy,
+    ToolResultCompactionStrategy,
+    Trigger,
+    always,
+    turns_exceed,
+)
 from contextledger.compaction._base import oldest_until
 from contextledger.exceptions import CompactionError
 from contextledger.messages import FunctionCallContent, Message
@@ -26,7 +37,23 @@ from tests.compaction.test_columns import tool_history
 from tests.compaction.test_properties import assert_index_consistent
 from tests.conversations import conversations
 
-_STEPS = ("run", "run", "run", "run_reversed", "run_with_repeat", "run_with_gap", "one", "include", "read_turns")
+_PROPERTIES = MappingProxyType({"_summary": True})
+
+_STEPS = (
+    "run",
+    "run",
+    "run",
+    "run_reversed",
+    "run_with_repeat",
+    "run_with_gap",
+    "stride",
+    "stride",
+    "stride_with_gap",
+    "collapse",
+    "one",
+    "include",
+    "read_turns",
+)
 
 
 @st.composite
@@ -72,7 +99,18 @@ def _random_batches(index: MessageIndex, data: st.DataObject) -> None:
                 batch.append(batch[len(batch) // 2])
             elif step == "run_with_gap" and len(batch) > 2:
                 del batch[len(batch) // 2]
-            index.exclude_ids(batch, "test")
+            elif step.startswith("stride"):  # every k-th group (what a collapse takes on one shape)
+                batch = batch[data.draw(st.integers(0, 3), label="offset") :: data.draw(st.integers(2, 4), label="k")]
+                if step == "stride_with_gap" and len(batch) > 2:
+                    del batch[len(batch) // 2]
+            if step == "collapse":
+                columns = index.columns
+                tools = [g for g in batch if columns.kind[g] is GroupKind.TOOL_CALL and g not in columns.unit]
+                index.collapse_ids(
+                    tools, [f"summary of {g}" for g in tools], "collapsed", origin="test", properties=_PROPERTIES
+                )
+            else:
+                index.exclude_ids(batch, "test")
         assert_index_consistent(index)
 
 
@@ -108,6 +146,22 @@ def test_a_window_over_a_long_history_takes_a_run_and_counts_turns_again_when_re
     index.include_ids([1, 2, 3])
     assert index.included_turns == 8
     index.exclude_ids([index.live_ids()[1]], "test")
+    assert_index_consistent(index)
+
+
+def test_a_collapse_of_every_tool_group_reads_them_as_one_evenly_spaced_run() -> None:
+    index = MessageIndex(tool_history(500))
+    tools = index.tool_call_ids()
+    assert index.run_of(tools) == slice(2, 3 * 500, 3)  # user, call and result, answer: every third id
+    assert index.run_of([*tools[:-1], tools[-1] + 1]) is None  # the last one out of step
+    assert index.run_of(tools[:40] + tools[41:]) is None  # one missing
+    removed = sum(index.columns.tokens[g] for g in tools[:-1])
+    assert asyncio.run(ToolResultCompactionStrategy(keep_last_tool_call_groups=1).compact(index))
+    (event,) = index.events
+    assert event.detail.startswith("499 groups, turns 1-499: replaced by one-line summaries")
+    assert (event.messages, event.tokens) == (2 * 499, removed)
+    assert [index.columns.reason[g] for g in tools] == ["collapsed"] * 499 + [None]
+    assert (index.total_messages, index.included_messages) == (2001 + 499, 2001 - 2 * 499 + 499)
     assert_index_consistent(index)
 
 

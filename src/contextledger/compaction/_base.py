@@ -93,7 +93,7 @@ def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit:
     # few, so only those few are read one by one.
     need = remaining - limit
     run = index.run_of(candidates)
-    total = sum(column[run.start : run.stop]) if run is not None else sum(map(column.__getitem__, candidates))
+    total = sum(column[run]) if run is not None else sum(map(column.__getitem__, candidates))
     if need <= total // 2:
         dropped = 0
         for count, group in enumerate(candidates, 1):

@@ -29,6 +29,7 @@ from contextledger.compaction._table import (
     MessageGroup,
     _Groups,
     _Table,
+    gather,
 )
 from contextledger.messages import Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
@@ -107,10 +108,11 @@ class MessageIndex(Grouping):
         found.reverse()
         return found
 
-    def run_of(self, groups: list[int]) -> range | None:
-        """``groups`` as a range when they are exactly the consecutive ids ``first..last``, in
-        order (else None), so their :attr:`columns` can be read in slices: at cold, a window or a
-        truncation usually takes such a run, and a slice is read in C, not id by id."""
+    def run_of(self, groups: list[int]) -> slice | None:
+        """``groups`` as a slice of the :attr:`columns` when they are evenly spaced ids in
+        increasing order (else None), so ``sum(index.columns.tokens[run])`` reads them in C, not
+        id by id: at cold, a window or a truncation usually takes consecutive ids, and a collapse
+        every tool-call group of a history whose turns have one shape."""
         return self._table.run(groups)
 
     def messages_of(self, group: int) -> list[Message]:
@@ -142,13 +144,8 @@ class MessageIndex(Grouping):
         # the columns when the groups are a run of ids (see _Table.run).
         table = self._table
         run = table.run(groups)
-        if run is not None:
-            start, stop = run.start, run.stop
-            every_turn, kinds = table.turn[start:stop], table.kind[start:stop]
-            messages, tokens = sum(table.size[start:stop]), sum(table.tokens[start:stop])
-        else:
-            every_turn, kinds = list(map(table.turn.__getitem__, groups)), list(map(table.kind.__getitem__, groups))
-            messages, tokens = sum(map(table.size.__getitem__, groups)), sum(map(table.tokens.__getitem__, groups))
+        every_turn, kinds = gather(table.turn, groups, run), gather(table.kind, groups, run)
+        messages, tokens = sum(gather(table.size, groups, run)), sum(gather(table.tokens, groups, run))
         turns = cast(list[int], every_turn if None not in every_turn else [t for t in every_turn if t is not None])
         first, last = (min(turns), max(turns)) if turns else (None, None)
         span = f", turns {first}-{last}" if turns else ""

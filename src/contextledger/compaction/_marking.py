@@ -21,7 +21,7 @@ from operator import is_
 from typing import Any, cast
 
 from contextledger.compaction._metrics import Metrics
-from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup
+from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup, gather
 from contextledger.exceptions import CompactionError
 from contextledger.messages import Message, assistant_text_message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
@@ -115,7 +115,7 @@ class Marking(Metrics):
         included, run = self._included(groups, self._table.run(groups))
         return self._mark(included, reason, run)
 
-    def _included(self, groups: list[int], run: range | None) -> tuple[list[int], range | None]:
+    def _included(self, groups: list[int], run: slice | None) -> tuple[list[int], slice | None]:
         """``groups`` (``run`` if they are one: see ``_Table.run``) and the rest of their units,
         but only those still included (a repeat may stay), with the run they still are, if any;
         one C-level pass over the reason column."""
@@ -123,12 +123,12 @@ class Marking(Metrics):
         if table.unit and not table.unit.keys().isdisjoint(groups):
             groups = table.with_units(groups)
             run = table.run(groups)
-        reasons = table.reason[run.start : run.stop] if run is not None else list(map(table.reason.__getitem__, groups))
+        reasons = gather(table.reason, groups, run)
         if reasons.count(None) == len(reasons):  # the usual case: strategies pick from live_ids()
             return groups, run
         return list(compress(groups, map(is_, reasons, repeat(None)))), None
 
-    def _mark(self, included: list[int], reason: str, run: range | None) -> list[int]:
+    def _mark(self, included: list[int], reason: str, run: slice | None) -> list[int]:
         """Exclude ``included`` (all of them included; ``run`` if they are one) for ``reason``;
         returns them, each once."""
         table = self._table
@@ -139,20 +139,20 @@ class Marking(Metrics):
             del self._settled()[self._live_key.get(group, group)]
             return included
         # Thousands of groups at a time: C-level passes, not a Python loop.
-        if run is None or not self._cut_from_tail(included):
+        if run is None or run.step != 1 or not self._cut_from_tail(included):
             # A repeated id is found by its second removal from the included set finding nothing.
             keys = self._keys(included) if self._live_key else included
             if None in list(map(self._settled().pop, keys, repeat(None))):
                 included = list(dict.fromkeys(included))
         if run is not None:  # a run of ids: its columns are written and read in slices
-            table.reason[run.start : run.stop] = [reason] * len(run)
+            table.reason[run] = [reason] * len(included)
         else:
             deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
         self._tally(included, -1, totals=False, fresh=True, run=run)
         return included
 
     def _cut_from_tail(self, run: list[int]) -> bool:
-        """Take a run of ids (see ``_Table.run``) out of the tail if it is one stretch of it; the
+        """Take consecutive ids (see ``_Table.run``) out of the tail if they are one stretch of it; the
         tail is in increasing id order, so where the stretch would start is found by bisection."""
         tail = self._tail
         start = bisect_left(tail, run[0])
@@ -264,10 +264,11 @@ class Marking(Metrics):
         table = self._table
         if count != len(ids):
             raise CompactionError(f"replace_ids: {len(ids)} groups but {count} replacements; give one each")
+        run = table.run(ids)  # ids in a run are increasing, so never repeated
         if (  # each check a C-level pass: a collapse replaces thousands of groups at once
-            len(set(ids)) != len(ids)
-            or any(map(table.reason.__getitem__, ids))
-            or _SYSTEM in map(table.kind.__getitem__, ids)
+            (run is None and len(set(ids)) != len(ids))
+            or gather(table.reason, ids, run).count(None) != len(ids)
+            or _SYSTEM in gather(table.kind, ids, run)
             or (table.unit and not table.unit.keys().isdisjoint(ids))
         ):
             raise CompactionError(
@@ -294,21 +295,23 @@ class Marking(Metrics):
         table.size.extend(repeat(1, count))
         table.tokens.extend(counts if counts is not None else self.tokenizer.count_messages(messages))  # type: ignore[arg-type]
         table.kind.extend(repeat(_SUMMARY, count))
-        table.turn.extend(map(table.turn.__getitem__, originals))
+        run = table.run(originals)
+        table.turn.extend(gather(table.turn, originals, run))
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat(origin, count))
         table.replaces.extend(originals)
         replacements = list(range(start, start + count))
         self._count_replaced(originals, replacements)
-        reasons = table.reason
-        for original in originals:
-            reasons[original] = reason
+        if run is not None:
+            table.reason[run] = [reason] * count
+        else:
+            deque(map(table.reason.__setitem__, originals, repeat(reason)), maxlen=0)
         self._place(originals, replacements)
         return replacements
 
     def _place(self, originals: list[int], replacements: list[int]) -> None:
         """Each replacement takes its original's key (and so its position) among the included groups."""
-        keys = list(self._keys(originals))
+        keys = list(self._keys(originals)) if self._live_key else originals
         self._anchors.extend(originals)
         self._inserted.extend(replacements)
         self._settled().update(zip(keys, replacements))

@@ -21,7 +21,7 @@ from itertools import compress, repeat
 from operator import add, is_
 from typing import cast
 
-from contextledger.compaction._table import _SYSTEM, _TOOL_CALL, _Table
+from contextledger.compaction._table import _SYSTEM, _TOOL_CALL, _Table, gather
 from contextledger.messages import Message
 
 __all__ = ["Metrics"]
@@ -142,12 +142,12 @@ class Metrics:
     # Many groups --------------------------------------------------------------------------------
 
     def _tally(
-        self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False, run: range | None = None
+        self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False, run: slice | None = None
     ) -> list[int]:
         """Add (sign=1) or remove (sign=-1) many groups: in the totals (with ``totals``), and in
         the included counts for those that are included.  Returns the included ones, each once,
         in order; ``fresh`` says the caller knows that is all of them, ``run`` that they are
-        exactly the ids of that range (see ``_Table.run``), so the columns are read in slices.
+        exactly the ids that slice of the columns holds (see ``_Table.run``), so they are read in slices.
 
         Every pass is a C-level loop over the columns (map, sum, Counter, compress), so thousands
         of groups cost little more than a Python loop over their turns."""
@@ -166,13 +166,8 @@ class Metrics:
             run = None
         if not included:
             return included
-        if run is not None:
-            start, stop = run.start, run.stop
-            counts, kinds, token_sum = sizes[start:stop], table.kind[start:stop], sum(tokens[start:stop])
-        else:
-            counts = list(map(sizes.__getitem__, included))
-            kinds = list(map(table.kind.__getitem__, included))
-            token_sum = sum(map(tokens.__getitem__, included))
+        counts, kinds = gather(sizes, included, run), gather(table.kind, included, run)
+        token_sum = sum(gather(tokens, included, run))
         messages = sum(counts)
         systems = kinds.count(_SYSTEM)
         system_messages = sum(size for size, kind in zip(counts, kinds) if kind is _SYSTEM) if systems else 0
@@ -184,7 +179,7 @@ class Metrics:
         self.included_tool_call_groups += sign * kinds.count(_TOOL_CALL)
         if self._batch_turns(len(included)):
             turn = table.turn
-            self._add_turns(turn[run.start : run.stop] if run is not None else map(turn.__getitem__, included), sign)
+            self._add_turns(gather(turn, included, run), sign)
         return included
 
     def _add_turns(self, turns: Iterable[int | None], sign: int) -> None:
@@ -263,15 +258,16 @@ class Metrics:
         turn counts do not move, so the pairs are netted in one step."""
         table = self._table
         kinds, sizes, tokens = table.kind, table.size, table.tokens
-        added = sum(map(tokens.__getitem__, replacements))
-        removed_messages = sum(map(sizes.__getitem__, originals))
+        old, new = table.run(originals), table.run(replacements)  # (a collapse's new ids are a run)
+        added = sum(gather(tokens, replacements, new))
+        removed_messages = sum(gather(sizes, originals, old))
         count = len(replacements)
         self.total_groups += count
         self.total_messages += count
         self.total_tokens += added
         self.included_messages += count - removed_messages
         self.included_non_system_messages += count - removed_messages
-        self.included_tokens += added - sum(map(tokens.__getitem__, originals))
-        self.included_tool_call_groups += list(map(kinds.__getitem__, replacements)).count(_TOOL_CALL) - list(
-            map(kinds.__getitem__, originals)
+        self.included_tokens += added - sum(gather(tokens, originals, old))
+        self.included_tool_call_groups += gather(kinds, replacements, new).count(_TOOL_CALL) - gather(
+            kinds, originals, old
         ).count(_TOOL_CALL)

@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import repeat
 from operator import add
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from contextledger.messages import Message, assistant_text_message
 
-__all__ = ["CompactionEvent", "GroupColumns", "GroupKind", "MessageGroup", "gc_paused"]
+__all__ = ["CompactionEvent", "GroupColumns", "GroupKind", "MessageGroup", "gather", "gc_paused"]
+
+_T = TypeVar("_T")
+
+
+def gather(column: list[_T], groups: list[int], run: slice | None) -> list[_T]:
+    """``column``'s entries for ``groups``: one slice when they are a run (see ``_Table.run``),
+    else one C-level pass of lookups."""
+    return column[run] if run is not None else list(map(column.__getitem__, groups))
 
 
 @contextmanager
@@ -151,22 +159,27 @@ class _Table:
             self.pending_calls = []
         return self._call_ids
 
-    def run(self, groups: list[int]) -> range | None:
-        """``groups`` as a range when they are exactly the consecutive ids ``first..last`` in
-        order, else None.  A window or a truncation at cold usually excludes such a run, and a run's
-        columns can be read and written in slices, at C speed, instead of id by id."""
+    def run(self, groups: list[int]) -> slice | None:
+        """``groups`` as a slice of the columns when they are evenly spaced ids in increasing order
+        (``first, first + step, ... last``), else None.  A window or a truncation at cold usually
+        takes consecutive ids, a collapse or a selective removal every tool-call group of a
+        history whose turns have one shape (every third id, say); such a batch's columns are read
+        and written in slices, at C speed, instead of id by id."""
         count = len(groups)
         if count < 32:  # a slice saves nothing on a few ids
             return None
         start, last = groups[0], groups[-1]
-        if type(start) is not int or type(last) is not int or start < 0 or last - start != count - 1:
+        if type(start) is not int or type(last) is not int or start < 0 or last <= start:
+            return None
+        step, left = divmod(last - start, count - 1)
+        if left:
             return None
         ids = self.ids
         if len(ids) < len(self.kind):
             ids.extend(range(len(ids), len(self.kind)))
-        if last >= len(ids) or groups != ids[start : last + 1]:
+        if last >= len(ids) or groups != ids[start : last + 1 : step]:
             return None
-        return range(start, last + 1)
+        return slice(start, last + 1, step)
 
     def add(
         self,
