@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from operator import truediv
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,8 +46,10 @@ from contextledger.compaction import (
     tokens_exceed,
     turns_exceed,
 )
+from contextledger.messages import SUMMARY_PROPERTY, SUMMARY_SOURCE_PROPERTY, assistant_text_message
 
 TOKENIZER = CharacterEstimatorTokenizer()
+_SUMMARY_PROPERTIES = MappingProxyType({SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "tool_results"})
 # MAF's context-window strategy for a 128k model with 16k output, spelled with our parts.
 _INPUT_BUDGET = 128_000 - 16_384
 _EVICT_AT, _TRUNCATE_AT = int(_INPUT_BUDGET * 0.5), int(_INPUT_BUDGET * 0.8)
@@ -90,6 +93,33 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
+# A reference row beside the floor: the least any collapse of this workload can cost (see least_collapse).
+LEAST_COLLAPSE = "(least a collapse can cost)"
+
+
+def least_collapse(messages: list[Message]) -> list[Message]:
+    """What no collapse of the workload's tool results can do without, as a second reference.
+
+    Index the messages, as every strategy must (the index is what a later call updates and
+    compacts again); write one bare summary per tool call, its name and the first 79 characters
+    of its result, in place of the call and its result; count the summaries' tokens (what the
+    next budget check reads).  Everything else a real collapse does is left out: normalising
+    the preview's whitespace, keeping the newest tool group, the group table's rows and the
+    metrics, the event.  Read against the floor, it shows how much of the collapsing
+    strategies' figures any collapse pays.  It relies on the workload's fixed shape: a system
+    message, then user, call, result, answer."""
+    MessageIndex(messages, tokenizer=TOKENIZER)
+    out = messages[:]
+    texts = []
+    for position in range(2, len(messages) - 2, 4):
+        call, result = messages[position].contents[0], messages[position + 1].contents[0]
+        texts.append(f"[Tool results: {call.name}: {result.result[:79]}…]")  # type: ignore[union-attr]
+    TOKENIZER.count_plain_texts(list(map(len, texts)))
+    out[2:-2:4] = [assistant_text_message(text, _SUMMARY_PROPERTIES) for text in texts]
+    del out[3::4]
+    return out
+
+
 async def _compact_cold(messages: list[Message], strategy: CompactionStrategy | None) -> list[Message]:
     index = MessageIndex(messages, tokenizer=TOKENIZER)
     if strategy is not None:
@@ -119,10 +149,13 @@ def time_cold(
         if floors is not None:
             floors.extend(time_floor(dicts, 1, clock))
         messages = from_openai(dicts)
-        strategy = STRATEGIES[name]() if name is not None else None
+        strategy = STRATEGIES[name]() if name is not None and name != LEAST_COLLAPSE else None
         gc.collect()
         start = clock()
-        projection = loop.run_until_complete(_compact_cold(messages, strategy))
+        if name == LEAST_COLLAPSE:
+            projection = least_collapse(messages)
+        else:
+            projection = loop.run_until_complete(_compact_cold(messages, strategy))
         samples.append(clock() - start)
         size = len(projection)
         problems = validate(projection)
@@ -231,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         base_ms = _median_ms(baseline)
         base_ratio = statistics.median(map(truediv, baseline, floors))
         rows = [["(index + projection only)", f"{base_ms:.1f}", f"{base_ratio:.1f}x", "", "", "", str(size)]]
+        least_floors: list[float] = []
+        least, least_kept = time_cold(LEAST_COLLAPSE, dicts, args.repeats, clock, least_floors)
+        floors += least_floors
+        least_ratio = statistics.median(map(truediv, least, least_floors))
+        rows.append([LEAST_COLLAPSE, f"{_median_ms(least):.1f}", f"{least_ratio:.1f}x", "", "", "", str(least_kept)])
         floor_budget = FLOOR_RATIO_BUDGET.get(size)
         for name in STRATEGIES:
             paired: list[float] = []
@@ -266,7 +304,14 @@ def main(argv: list[str] | None = None) -> int:
         floor_ms = _median_ms(floors)  # every floor pass of the size
         rows.insert(0, ["(floor: read every message's text)", f"{floor_ms:.1f}", "1.0x", "", "", "", ""])
         report.setdefault("floor", []).append(
-            {"messages": size, "floor_ms": floor_ms, "index_ms": base_ms, "index_floor_ratio": base_ratio}
+            {
+                "messages": size,
+                "floor_ms": floor_ms,
+                "index_ms": base_ms,
+                "index_floor_ratio": base_ratio,
+                "least_collapse_ms": _median_ms(least),
+                "least_collapse_floor_ratio": least_ratio,
+            }
         )
         print(f"\nCold compaction, {size:,} messages (median of {args.repeats}; MAF: {args.maf_repeats} run(s))")
         print(_table(["strategy", "ours ms", "/floor", "MAF ms", "MAF/ours", "budget", "messages kept"], rows))
