@@ -183,6 +183,18 @@ def test_a_run_with_a_negative_start_is_refused_and_changes_nothing() -> None:
     assert_index_consistent(index)
 
 
+@pytest.mark.parametrize("wrong", [6.0, True], ids=["integral float", "bool"])
+def test_an_id_of_the_wrong_type_inside_a_run_is_refused_and_changes_nothing(wrong: object) -> None:
+    index = MessageIndex(tool_history(40))
+    before = index.metrics()
+    for batch in (list(range(1, 61)), list(range(1, 61, 3)), [0, *range(3, 61)]):  # runs, and not a run
+        batch[1] = wrong  # type: ignore[call-overload]
+        with pytest.raises(CompactionError, match=f"{wrong!r} is not a group id of this index"):
+            index.exclude_ids(batch, "test")
+        assert index.metrics() == before
+    assert_index_consistent(index)
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     messages=plain_histories(),

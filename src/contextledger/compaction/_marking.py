@@ -101,8 +101,10 @@ class Marking(Metrics):
         try:
             # Checked by using them, before anything changes: a window excludes most of a long
             # history at once, and a separate pass per check would cost as much as the work.
-            # A negative id is the one wrong id that reading a column accepts; a run of ids (see
-            # _Table.run) is checked by being one.
+            # Reading a column accepts a negative id, a bool and, in a run of ids (see
+            # _Table.run, which compares them by value), an integral float: those are checked.
+            if ids and not set(map(type, ids)) <= {int}:
+                raise TypeError(ids)
             run = self._table.run(ids)
             if ids and run is None and min(ids) < 0:
                 raise IndexError(min(ids))
