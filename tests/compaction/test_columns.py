@@ -74,6 +74,8 @@ _ODD_BLOCKS = (
     "reasoning",  # reasoning before a call
     "two_calls",  # one message, two calls
     "summary",  # an assistant summary
+    "reused",  # a call reusing the id of the last call that went unanswered, answered at once
+    "late",  # a result for that id, after other messages
 )
 
 
@@ -108,6 +110,14 @@ def mostly_plain(draw: st.DrawFn) -> list[Message]:
         elif block == "reasoning":
             messages += [Message.assistant(reasoning="thinking"), Message.assistant(calls=[call])]
             messages.append(Message.tool(call.call_id, "done"))
+        elif block in ("reused", "late"):
+            unanswered = [b for b in range(number) if blocks[b] == "unanswered"]
+            call_id = f"c{unanswered[-1]}" if unanswered else call.call_id
+            if block == "reused":
+                messages += [Message.assistant(calls=[FunctionCallContent(call_id, "lookup", "{}")])]
+                messages.append(Message.tool(call_id, "again"))
+            else:
+                messages.append(Message.tool(call_id, "late"))
         elif block == "two_calls":
             other = FunctionCallContent(f"d{number}", "search", "{}")
             messages += [
@@ -147,6 +157,31 @@ def test_plain_runs_group_and_count_as_the_general_loop_does(
     ]
     assert counters(lean) == counters(general)
     assert [m._token_memo for m in lean_input] == [m._token_memo for m in general_input]
+
+
+def test_a_reused_call_id_answered_in_a_later_plain_run_leaves_the_unanswered_call_as_it_was() -> None:
+    """A call that never got its result, then (in a later append the lean loop takes) a new call
+    with the same id, answered at once: the new call takes the id over, so a result for it that
+    comes later still is an orphan, and the first call stays unanswered and in no unit."""
+    call = FunctionCallContent("c1", "lookup", "{}")
+    messages = [
+        Message.user("q1"),
+        Message.assistant(calls=[call]),
+        Message.assistant("gave up"),
+        Message.user("q2"),
+        Message.assistant(calls=[call]),
+        Message.tool("c1", "found"),
+        Message.assistant("ok"),
+        Message.user("q3"),
+        Message.tool("c1", "late"),
+    ]
+    tokenizer = CharacterEstimatorTokenizer()
+    lean = indexed(fresh(messages), [3, 7], tokenizer, plain=True)
+    general = indexed(fresh(messages), [3, 7], tokenizer, plain=False)
+    for index in (lean, general):
+        first, late = index.groups[1], index.groups[-1]
+        assert (first.is_complete, first.unit, late.orphan) == (False, (first,), True)
+    assert [row[:2] + row[3:] for row in shape(lean)] == [row[:2] + row[3:] for row in shape(general)]
 
 
 def collapse_then_window() -> PipelineStrategy:

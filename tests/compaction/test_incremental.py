@@ -31,7 +31,7 @@ CUTS = st.lists(st.integers(0, 80), max_size=6)
 
 
 def shape(index: MessageIndex) -> list[tuple[Any, ...]]:
-    """Everything a group is, with messages by identity."""
+    """Everything a group is, with messages by identity and the groups of its unit by id."""
     return [
         (
             g.kind,
@@ -42,6 +42,8 @@ def shape(index: MessageIndex) -> list[tuple[Any, ...]]:
             g.call_ids,
             g.excluded,
             g.exclusion_reason,
+            tuple(map(index.id_of, g.unit)),
+            g.is_complete,
         )
         for g in index.groups
     ]

@@ -142,6 +142,7 @@ class Grouping(Marking):
         asked: list[str] = []  # and the id of that call
         turn = first_turn = self._turn
         systems = 0
+        waiting = self._waiting  # calls of earlier groups still waiting (their results may come)
         open_call: str | None = None  # the id of a call still waiting for its result
         answered = False  # whether the last group is a call that got its result
         text_type, call_type, result_type = TextContent, FunctionCallContent, FunctionResultContent
@@ -176,6 +177,8 @@ class Grouping(Marking):
                     if open_call is not None:  # a second call before the first is answered
                         break
                     call_id = content.call_id  # type: ignore[union-attr]
+                    if waiting and call_id in waiting:  # it takes over the id of a call still waiting
+                        break
                     if estimate:
                         chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
                         add_count(call_overhead + (chars + rounding) // per_token)
