@@ -31,6 +31,7 @@ from contextledger.compaction import (
     tokens_exceed,
 )
 from contextledger.exceptions import CompactionError
+from contextledger.messages import ReasoningContent
 from contextledger.tokenizers import Tokenizer
 from tests.compaction.test_incremental import chunks, counters, shape
 from tests.compaction.test_properties import assert_index_consistent, same
@@ -65,14 +66,29 @@ def indexed(messages: list[Message], cuts: list[int], tokenizer: Tokenizer, *, p
         MessageIndex._plain_batches = True
 
 
-_PLAIN_BLOCKS = ("user", "user", "answer", "answer", "call", "call", "system")
+_PLAIN_BLOCKS = (
+    "user",
+    "user",
+    "answer",
+    "answer",
+    "call",
+    "call",
+    "system",
+    "two_calls",  # one message, two calls, answered in order
+    "two_calls_reversed",  # answered in the other order
+    "text_and_call",  # a reply that also calls a tool
+    "reasoned_answer",  # reasoning and the reply in one message
+    "reasoned_calls",  # reasoning, text and two calls in one message
+)
 _ODD_BLOCKS = (
     "unanswered",  # a call whose result never comes
     "orphan",  # a result nobody asked for
     "second_result",  # a call answered twice
     "named",  # a user message with an author name
     "reasoning",  # reasoning before a call
-    "two_calls",  # one message, two calls
+    "two_calls_half",  # one message, two calls, one answered before something else comes
+    "same_call_twice",  # one message that opens the same call id twice
+    "reasoning_twice",  # one message of reasoning alone, in two parts
     "summary",  # an assistant summary
     "reused",  # a call reusing the id of the last call that went unanswered, answered at once
     "late",  # a result for that id, after other messages
@@ -118,13 +134,29 @@ def mostly_plain(draw: st.DrawFn) -> list[Message]:
                 messages.append(Message.tool(call_id, "again"))
             else:
                 messages.append(Message.tool(call_id, "late"))
-        elif block == "two_calls":
+        elif block.startswith("two_calls"):
             other = FunctionCallContent(f"d{number}", "search", "{}")
-            messages += [
-                Message.assistant(calls=[call, other]),
-                Message.tool(call.call_id, "a"),
-                Message.tool(other.call_id, "b"),
-            ]
+            messages.append(Message.assistant(calls=[call, other]))
+            results = [Message.tool(call.call_id, "a"), Message.tool(other.call_id, "b" * (number % 9))]
+            messages += (
+                results[::-1]
+                if block == "two_calls_reversed"
+                else results[:1]
+                if block == "two_calls_half"
+                else results
+            )
+        elif block == "text_and_call":
+            messages += [Message.assistant("Let me look.", calls=[call]), Message.tool(call.call_id, "found")]
+        elif block == "reasoned_answer":
+            messages.append(Message.assistant("an answer", reasoning="thinking " * (number % 4)))
+        elif block == "reasoned_calls":
+            other = FunctionCallContent(f"d{number}", "search", "{}")
+            messages.append(Message.assistant("Two lookups.", calls=[call, other], reasoning="plan"))
+            messages += [Message.tool(call.call_id, "a"), Message.tool(other.call_id, "b")]
+        elif block == "same_call_twice":
+            messages += [Message.assistant(calls=[call, call]), Message.tool(call.call_id, "once")]
+        elif block == "reasoning_twice":
+            messages.append(Message("assistant", (ReasoningContent("one"), ReasoningContent("two"))))
         else:
             messages.append(Message.assistant("[Summary] so far", additional_properties={"_is_summary": True}))
     return messages

@@ -6,7 +6,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
 
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
   :class:`MessageGroup`, a view of one row), ``_grouping.py`` (SPEC §3 and §11: which
-  messages form a group, and units of a call and its results that sit apart), ``_metrics.py``
+  messages form a group, and units of a call and its results that sit apart; ``_plain.py``
+  groups plain runs faster, the same way), ``_metrics.py``
   (the running counts triggers read, kept in one place), ``_marking.py`` (excluding,
   including, replacing and inserting, by group id: the one interface every strategy uses),
   ``_index.py`` (:class:`MessageIndex`: building, updating, reading);

@@ -13,11 +13,10 @@ The rules, in one place:
 - a result nobody asked for is flagged orphan (inside the open call's group while that call
   still waits, so the call is never split from its own results).
 
-:meth:`Grouping._group_any` applies every rule.  Most histories are long plain runs (user and
-assistant text, a call answered at once, system prompts); :meth:`Grouping._append_plain`
-groups such a run with a lean loop that records where each group starts and hands over to the
-general loop at the first message it does not take.  Both produce the same table on every
-input (``tests/compaction/test_columns.py`` checks it on random conversations).
+:meth:`Grouping._group_any` applies every rule.  Most histories are long plain runs, which a
+lean loop (``_plain``) groups first, handing over to this one at the first message it does not
+take; both produce the same table on every input (``tests/compaction/test_columns.py`` checks it
+on random conversations).
 
 Appending groups only what was appended: the tail that can still change (a call waiting for
 results, reasoning that may precede a call) is re-examined, nothing before it.
@@ -25,10 +24,8 @@ results, reasoning that may precede a call) is re-examined, nothing before it.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
-from itertools import accumulate, repeat
-from operator import add, sub
+from itertools import repeat
 from typing import cast
 
 from contextledger.compaction._marking import Marking
@@ -44,7 +41,7 @@ from contextledger.messages import (
     answered_ids,
     opened_ids,
 )
-from contextledger.tokenizers import CALL_OVERHEAD, MESSAGE_OVERHEAD, CharacterEstimatorTokenizer, Tokenizer
+from contextledger.tokenizers import Tokenizer
 
 __all__ = ["Grouping"]
 
@@ -61,7 +58,7 @@ def _summary_turn(message: Message, turn: int) -> int | None:
 
 
 class Grouping(Marking):
-    """Appending to an index: the grouping loops and the state they carry between appends."""
+    """Appending to an index: the general grouping loop, and the state both loops carry between appends."""
 
     tokenizer: Tokenizer
     _table: _Table
@@ -99,193 +96,9 @@ class Grouping(Marking):
         with gc_paused():
             self._append(new)
 
-    # Plain batches: most histories are user text, assistant text, and calls answered right away.
-    # Such a run is grouped by a lean loop that only records where each group starts; sizes and
-    # tokens come afterwards from those starts, in C.  The first message it does not handle (or an
-    # open tail from the last append) goes to the general loop, which continues from there.
-    _plain_batches = True
-
     def _append(self, new: list[Message]) -> None:
-        tokenizer = self.tokenizer
-        done = 0
-        if self._plain_batches and self._open_tool is None and not self._provisional:
-            if type(tokenizer) is CharacterEstimatorTokenizer:
-                # The estimate is counted in the same pass (each message is read once, which
-                # matters on a long history that does not fit the caches).
-                done = self._append_plain(new, None, tokenizer)
-                if done < len(new):
-                    rest = new[done:]
-                    self._append_any(rest, tokenizer.count_messages(rest))
-                return
-            counts = tokenizer.count_messages(new)
-            done = self._append_plain(new, counts, None)
-            if done < len(new):
-                self._append_any(new[done:], counts[done:])
-            return
-        self._append_any(new, tokenizer.count_messages(new))
-
-    def _append_plain(
-        self, new: list[Message], counts: list[int] | None, estimator: CharacterEstimatorTokenizer | None
-    ) -> int:
-        """Group the plain run at the start of ``new``; returns how many messages it took.
-
-        With ``estimator`` (and no ``counts``) it also counts each group it takes, a result into
-        its call's count: then a plain message is also one content and no author name, which is
-        what the estimate reads."""
-        table = self._table
-        base = len(table.pool)
-        kinds: list[GroupKind] = []
-        turns: list[int | None] = []
-        starts: list[int] = []  # where each group starts in ``new``
-        add_kind, add_turn, add_start = kinds.append, turns.append, starts.append
-        calls: list[int] = []  # groups made by a call, as positions in ``kinds``
-        asked: list[str] = []  # and the id of that call
-        turn = first_turn = self._turn
-        systems = 0
-        waiting = self._waiting  # calls of earlier groups still waiting (their results may come)
-        open_call: str | None = None  # the id of a call still waiting for its result
-        answered = False  # whether the last group is a call that got its result
-        text_type, call_type, result_type = TextContent, FunctionCallContent, FunctionResultContent
-        estimate = estimator is not None
-        counted: list[int] = []  # the estimate of each group, with ``estimator``
-        add_count = counted.append
-        answers: list[int] = []  # call groups their result joined (two messages), as positions in ``kinds``
-        per_token = estimator.characters_per_token if estimator is not None else 1
-        rounding = per_token - 1
-        overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
-        position = -1
-        for message in new:
-            position += 1
-            if estimate and message.author_name is not None:
-                break
-            role = message.role
-            if role == "assistant":
-                try:
-                    (content,) = message.contents
-                except ValueError:
-                    break
-                if message.additional_properties:
-                    break
-                kind = type(content)
-                if kind is text_type:
-                    if open_call is not None:  # an assistant text while a call waits: not plain
-                        break
-                    if estimate:
-                        add_count(overhead + (len(content.text) + rounding) // per_token)  # type: ignore[union-attr]
-                    add_kind(_TEXT)
-                elif kind is call_type:
-                    if open_call is not None:  # a second call before the first is answered
-                        break
-                    call_id = content.call_id  # type: ignore[union-attr]
-                    if waiting and call_id in waiting:  # it takes over the id of a call still waiting
-                        break
-                    if estimate:
-                        chars = len(content.name) + len(content.arguments)  # type: ignore[union-attr]
-                        add_count(call_overhead + (chars + rounding) // per_token)
-                    calls.append(len(kinds))
-                    asked.append(call_id)
-                    add_kind(_TOOL_CALL)
-                    add_turn(turn)
-                    add_start(position)
-                    open_call = call_id
-                    answered = False
-                    continue
-                else:
-                    break
-            elif role == "tool":
-                if open_call is None:
-                    break
-                try:
-                    (content,) = message.contents
-                except ValueError:
-                    break
-                if type(content) is not result_type or content.call_id != open_call:
-                    break
-                if estimate:
-                    counted[-1] += overhead + (len(content.result) + rounding) // per_token
-                answers.append(len(kinds) - 1)
-                open_call = None
-                answered = True
-                continue
-            else:
-                if open_call is not None:
-                    break
-                try:
-                    (content,) = message.contents
-                except ValueError:
-                    break
-                if type(content) is not text_type:  # an approval response, say: the general loop
-                    break
-                if estimate:
-                    add_count(overhead + (len(content.text) + rounding) // per_token)
-                if role == "user":
-                    turn += 1
-                    add_kind(_USER)
-                else:  # system
-                    add_kind(_SYSTEM)
-                    add_turn(None)
-                    add_start(position)
-                    systems += 1
-                    answered = False
-                    continue
-            add_turn(turn)
-            add_start(position)
-            answered = False
-        else:
-            position += 1
-        # ``position`` is now how many messages were taken.  A call left waiting stays open for the
-        # general loop, which takes over from the same state.
-        if position == 0:
-            return 0
-        count = len(kinds)
-        # Every plain group is one message, but a call its result joined.
-        sizes = [1] * count
-        deque(map(sizes.__setitem__, answers, repeat(2)), maxlen=0)
-        if counts is None:
-            tokens = counted
-            added = sum(counted)
-        else:
-            ends = [*starts[1:], position]
-            reached = list(accumulate(counts[:position], initial=0))
-            tokens = list(map(sub, map(reached.__getitem__, ends), map(reached.__getitem__, starts)))
-            added = reached[position]
-        first = len(table.kind)
-        # One int object per id and per position, shared by every column that holds it (a long
-        # history would otherwise make, and later free, several hundred thousand of them).
-        ids = list(range(first, first + count))
-        if len(table.ids) == first:
-            table.ids.extend(ids)
-        table.pool.extend(new[:position] if position < len(new) else new)
-        table.kind.extend(kinds)
-        table.turn.extend(turns)
-        table.tokens.extend(tokens)
-        table.first.extend(map(add, starts, repeat(base)) if base else starts)
-        table.size.extend(sizes)
-        table.reason.extend(repeat(None, count))
-        table.origin.extend(repeat("input", count))
-        table.replaces.extend(repeat(None, count))
-        if calls:
-            table.pending_calls.append((first, calls, asked))
-        if open_call is not None:
-            table.unanswered[first + count - 1] = open_call
-            self._waiting[open_call] = first + count - 1
-        if open_call is not None or answered:
-            self._open_tool = first + count - 1  # results may still join it, as in the general loop
-        self._turn = turn
-        self._source.extend(new[:position] if position < len(new) else new)
-        self._order.extend(ids)
-        self._tail.extend(ids)
-        self._count_appended(
-            count,
-            position,
-            added,
-            systems=systems,
-            tool_groups=len(calls),
-            turns=turns,
-            first_turn=first_turn,
-            last_turn=turn,
-        )
-        return position
+        """Group ``new`` with every rule (the lean loop in ``_plain`` takes plain runs first)."""
+        self._append_any(new, self.tokenizer.count_messages(new))
 
     def _append_any(self, new: list[Message], counts: list[int]) -> None:
         """The general loop (see :meth:`_group_any`); then a new result linked to a call that a

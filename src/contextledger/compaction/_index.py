@@ -4,7 +4,8 @@
 
 - ``_table`` — the group table (one column per attribute, invariants in ``_Table``'s
   docstring) and :class:`MessageGroup`, a view of one row;
-- ``_grouping`` — SPEC §3 and §11 turned into groups as messages are appended;
+- ``_grouping`` — SPEC §3 and §11 turned into groups as messages are appended, and ``_plain``,
+  a lean loop that groups plain runs the same way before handing over to it;
 - ``_metrics`` — the running counts triggers read, kept in one place;
 - ``_marking`` — excluding, including, replacing and inserting, by group id;
 - this module — building, updating and reading (the projection, groups, ids).
@@ -21,7 +22,7 @@ from itertools import chain, compress, repeat
 from operator import add, ne
 from typing import cast
 
-from contextledger.compaction._grouping import Grouping
+from contextledger.compaction._plain import PlainRuns
 from contextledger.compaction._table import (
     _TOOL_CALL,
     CompactionEvent,
@@ -37,7 +38,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["MessageIndex"]
 
 
-class MessageIndex(Grouping):
+class MessageIndex(PlainRuns):
     """A flat message list grouped into atomic units, with included/excluded state and metrics.
 
     Build one from a message list (``MessageIndex(messages, tokenizer=...)``),

@@ -1,7 +1,7 @@
 """The group table: every group's attributes as columns, and the objects that view its rows.
 
-This is the core the rest of the package stands on.  Grouping (``_grouping``) appends rows,
-marking (``_marking``) sets exclusion reasons and adds summary rows, the metrics
+This is the core the rest of the package stands on.  Grouping (``_grouping``, ``_plain``)
+appends rows, marking (``_marking``) sets exclusion reasons and adds summary rows, the metrics
 (``_metrics``) read the columns, and :class:`MessageGroup` objects are views of one row,
 made on demand.  Keeping groups as columns rather than one object each lets a long history
 be indexed with a few list appends per message, and lets a strategy exclude or collapse
@@ -128,7 +128,7 @@ class _Table:
         # Calls the plain grouping loop found, not yet in ``call_ids``: (first id of the batch,
         # positions of its call groups in the batch, their call ids).  Read far less often than a
         # long history is indexed, so the dict is made when first read.
-        self.pending_calls: list[tuple[int, list[int], list[str]]] = []
+        self.pending_calls: list[tuple[int, list[int], list[str | frozenset[str]]]] = []
         self.unanswered: dict[int, str | frozenset[str]] = {}  # calls still waiting for a result
         self.orphan: set[int] = set()
         # Groups of one unit that are not adjacent (a result after an approval note or a user
