@@ -316,6 +316,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nCold compaction, {size:,} messages (median of {args.repeats}; MAF: {args.maf_repeats} run(s))")
         print(_table(["strategy", "ours ms", "/floor", "MAF ms", "MAF/ours", "budget", "messages kept"], rows))
 
+    # The same conversation in the shapes other agents give their assistant messages, indexed and
+    # projected cold: what a history of reasoning models or parallel tool calls costs to take in.
+    rows = []
+    for shape in workloads.SHAPES:
+        shape_floors: list[float] = []
+        samples, kept = time_cold(None, workloads.shaped(sizes[0], shape), args.repeats, clock, shape_floors)
+        ratio = statistics.median(map(truediv, samples, shape_floors))
+        rows.append([shape, f"{_median_ms(samples):.1f}", f"{ratio:.1f}x", str(kept)])
+        report.setdefault("shapes", []).append(
+            {"shape": shape, "messages": kept, "index_ms": _median_ms(samples), "index_floor_ratio": ratio}
+        )
+    print(f"\nIndex + projection only, {sizes[0]:,} messages in other shapes (median of {args.repeats})")
+    print(_table(["shape", "ours ms", "/floor", "messages"], rows))
+
     rows = []
     for name in SESSION_STRATEGIES:
         samples = time_session(name, args.turns, clock)

@@ -51,3 +51,34 @@ def messages(count: int, seed: int = 7) -> list[dict[str, Any]]:
         number += 1
         out.extend(turn(number, rng))
     return out
+
+
+# The same conversation as other agents send it: the shapes their assistant messages take.
+SHAPES = ("plain", "text_and_call", "parallel_calls", "reasoning")
+
+
+def shaped(count: int, shape: str) -> list[dict[str, Any]]:
+    """:func:`messages` with every turn in ``shape``: ``text_and_call`` (a sentence before each
+    call, as many models write), ``parallel_calls`` (each call message asks two tools, then both
+    results), ``reasoning`` (``reasoning_content`` on every assistant message).  Parallel calls add
+    a message a turn, so that shape has fewer turns for the same count."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}")
+    if shape == "parallel_calls":
+        out = []
+        for message in messages((count - 1) // 5 * 4 + 1):
+            out.append(message)
+            if message["role"] == "tool":  # the first result: ask a second tool beside the first
+                call = out[-2]["tool_calls"]
+                call.append(dict(call[0], id=f"{call[0]['id']}b"))
+                out.append({"role": "tool", "tool_call_id": call[1]["id"], "content": message["content"][::-1]})
+        return out
+    out = messages(count)
+    for message in out:
+        if message["role"] != "assistant":
+            continue
+        if shape == "text_and_call" and message.get("tool_calls"):
+            message["content"] = "Let me look that up."
+        elif shape == "reasoning":
+            message["reasoning_content"] = "The user asks for a price and stock; the tool result answers both."
+    return out
