@@ -853,19 +853,28 @@ def test_entry_points_agree(data: st.DataObject, messages: list[Message]) -> Non
     assert [comparable(m, inputs) for m in via_sync] == reference
 
 
+# The stress run is cut in halves of independent random cases, so ``./dev test`` can run one on
+# each core; run in one process, both halves add up to the whole.
+STRESS_HALVES = ("half_1", "half_2")
+
+
 @pytest.mark.stress
+@pytest.mark.parametrize("half", STRESS_HALVES)
 @settings(
-    max_examples=100_000,
+    max_examples=100_000 // len(STRESS_HALVES),
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
 @given(case=cases(dirty=None, traffic=None))
-def test_stress_every_property(case: tuple[list[Message], StrategySpec], stress_shapes: Counter[str]) -> None:
-    """100,000 cases over every strategy, nesting, tokenizer and conversation shape; how many had
-    each real-traffic shape is printed at the end."""
+def test_stress_every_property(
+    half: str, case: tuple[list[Message], StrategySpec], stress_shapes: Counter[str]
+) -> None:
+    """100,000 cases in all over every strategy, nesting, tokenizer and conversation shape; how
+    many had each real-traffic shape is printed at the end."""
     messages, _ = case
     stress_shapes["conversations"] += 1
+    stress_shapes[half] += 1
     stress_shapes.update(shapes_of(messages))
     check_compaction(*case)
 
@@ -876,7 +885,8 @@ def stress_shapes(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
     counts: Counter[str] = Counter()
     yield counts
     if counts:
-        lines = [f"stress run: {counts['conversations']:,} conversations"]
+        halves = ", ".join(half for half in STRESS_HALVES if counts[half])
+        lines = [f"stress run: {counts['conversations']:,} conversations ({halves})"]
         lines += [f"  {shape}: {counts[shape]:,}" for shape in SHAPES]
         # Output is captured while fixtures tear down; the counts are for the log, so step outside it.
         capture = request.config.pluginmanager.get_plugin("capturemanager")
