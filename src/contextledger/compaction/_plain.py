@@ -79,8 +79,8 @@ class PlainRuns(Grouping):
         """Group the plain run at the start of ``new``; returns how many messages it took.
 
         With ``estimator`` (and no ``counts``) it also counts each group it takes, a result into
-        its call's count: then a plain message is also one content and no author name, which is
-        what the estimate reads."""
+        its call's count, as :meth:`CharacterEstimatorTokenizer.count_messages` would: then a plain
+        message also has no author name."""
         table = self._table
         base = len(table.pool)
         kinds: list[GroupKind] = []
@@ -99,7 +99,7 @@ class PlainRuns(Grouping):
         estimate = estimator is not None
         counted: list[int] = []  # the estimate of each group, with ``estimator``
         add_count = counted.append
-        answers: list[int] = []  # call groups their result joined (two messages), as positions in ``kinds``
+        answers: list[int] = []  # the call group each result joined, as positions in ``kinds``
         per_token = estimator.characters_per_token if estimator is not None else 1
         rounding = per_token - 1
         overhead, call_overhead = MESSAGE_OVERHEAD, MESSAGE_OVERHEAD + CALL_OVERHEAD
