@@ -231,8 +231,8 @@ class Marking(Metrics):
         """Replace each original (included, not a system group, not in a unit with others) by a
         one-message summary group of its turn that takes its place; returns the new ids.  The
         messages are counted with the index's tokenizer in one batch."""
-        ids = self._replaceable(originals, len(messages), reason)
-        return self._replace(ids, messages, reason, origin=origin)
+        ids, run = self._replaceable(originals, len(messages), reason)
+        return self._replace(ids, run, messages, reason, origin=origin)
 
     def collapse_ids(
         self,
@@ -248,18 +248,20 @@ class Marking(Metrics):
         With the character estimate each text is counted from its length and its message is
         written only when first read: in a pipeline most collapsed groups are excluded again
         right away, and thousands of messages never built is most of a collapse's cost."""
-        ids = self._replaceable(originals, len(texts), reason)
+        ids, run = self._replaceable(originals, len(texts), reason)
         tokenizer = self.tokenizer
         if type(tokenizer) is not CharacterEstimatorTokenizer:
-            return self._replace(ids, [assistant_text_message(t, properties) for t in texts], reason, origin=origin)
+            messages = [assistant_text_message(t, properties) for t in texts]
+            return self._replace(ids, run, messages, reason, origin=origin)
         counts = tokenizer.count_plain_texts(list(map(len, texts)))
-        replacements = self._replace(ids, [None] * len(ids), reason, origin=origin, counts=counts)
+        replacements = self._replace(ids, run, [None] * len(ids), reason, origin=origin, counts=counts)
         table = self._table
         table.later.update(zip(replacements, texts))
         table.later_properties = properties
         return replacements
 
-    def _replaceable(self, originals: Iterable[int], count: int, reason: str) -> list[int]:
+    def _replaceable(self, originals: Iterable[int], count: int, reason: str) -> tuple[list[int], slice | None]:
+        """The originals' ids, checked, and their run (see ``_Table.run``), if they are one."""
         if not isinstance(reason, str) or not reason:
             raise CompactionError(f"a replacement needs a reason (non-empty text), got {reason!r}")
         ids = self._ids(originals, "replace_ids")
@@ -277,19 +279,20 @@ class Marking(Metrics):
                 "replace_ids replaces included non-system groups, each once, that are not part of a unit "
                 "with other groups; exclude those instead"
             )
-        return ids
+        return ids, run
 
     def _replace(
         self,
         originals: list[int],
+        run: slice | None,
         messages: Sequence[Message | None],
         reason: str,
         *,
         origin: str,
         counts: list[int] | None = None,
     ) -> list[int]:
-        """New one-message summary groups of the originals' turns take their places (a None
-        message is written later: see ``_Table.later``)."""
+        """New one-message summary groups of the originals' turns (``run`` if they are one) take
+        their places (a None message is written later: see ``_Table.later``)."""
         table = self._table
         start, count = len(table.kind), len(messages)
         table.first.extend(range(len(table.pool), len(table.pool) + count))
@@ -297,13 +300,12 @@ class Marking(Metrics):
         table.size.extend(repeat(1, count))
         table.tokens.extend(counts if counts is not None else self.tokenizer.count_messages(messages))  # type: ignore[arg-type]
         table.kind.extend(repeat(_SUMMARY, count))
-        run = table.run(originals)
         table.turn.extend(gather(table.turn, originals, run))
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat(origin, count))
         table.replaces.extend(originals)
         replacements = list(range(start, start + count))
-        self._count_replaced(originals, replacements)
+        self._count_replaced(originals, replacements, run, slice(start, start + count))
         if run is not None:
             table.reason[run] = [reason] * count
         else:

@@ -252,13 +252,15 @@ class Metrics:
 
     # Replacements -------------------------------------------------------------------------------
 
-    def _count_replaced(self, originals: list[int], replacements: list[int]) -> None:
+    def _count_replaced(
+        self, originals: list[int], replacements: list[int], old: slice | None = None, new: slice | None = None
+    ) -> None:
         """Count each original out and its replacement in, where every pair is one non-system
         group for a one-message group of the same turn (what a collapse writes): the group and
-        turn counts do not move, so the pairs are netted in one step."""
+        turn counts do not move, so the pairs are netted in one step.  ``old`` and ``new`` are
+        the two lists' runs (see ``_Table.run``), when the caller knows them."""
         table = self._table
         kinds, sizes, tokens = table.kind, table.size, table.tokens
-        old, new = table.run(originals), table.run(replacements)  # (a collapse's new ids are a run)
         added = sum(gather(tokens, replacements, new))
         removed_messages = sum(gather(sizes, originals, old))
         count = len(replacements)
