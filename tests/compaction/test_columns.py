@@ -130,21 +130,19 @@ def mostly_plain(draw: st.DrawFn) -> list[Message]:
             unanswered = [b for b in range(number) if blocks[b] == "unanswered"]
             call_id = f"c{unanswered[-1]}" if unanswered else call.call_id
             if block == "reused":
-                messages += [Message.assistant(calls=[FunctionCallContent(call_id, "lookup", "{}")])]
-                messages.append(Message.tool(call_id, "again"))
+                reused = FunctionCallContent(call_id, "lookup", "{}")
+                messages += [Message.assistant(calls=[reused]), Message.tool(call_id, "again")]
             else:
                 messages.append(Message.tool(call_id, "late"))
         elif block.startswith("two_calls"):
             other = FunctionCallContent(f"d{number}", "search", "{}")
             messages.append(Message.assistant(calls=[call, other]))
             results = [Message.tool(call.call_id, "a"), Message.tool(other.call_id, "b" * (number % 9))]
-            messages += (
-                results[::-1]
-                if block == "two_calls_reversed"
-                else results[:1]
-                if block == "two_calls_half"
-                else results
-            )
+            if block == "two_calls_reversed":
+                results.reverse()
+            elif block == "two_calls_half":
+                del results[1:]
+            messages += results
         elif block == "text_and_call":
             messages += [Message.assistant("Let me look.", calls=[call]), Message.tool(call.call_id, "found")]
         elif block == "reasoned_answer":
