@@ -132,7 +132,7 @@ def test_an_unreachable_server_is_a_facts_error_naming_it() -> None:
     port = free_port()
     store = RedisFactStore(f"redis://127.0.0.1:{port}/0", owner="ada", socket_connect_timeout=1)
     for action in (store.facts, lambda: store.begin_turn("module=Billing"), store.forget):
-        with pytest.raises(FactsError, match=f"127.0.0.1:{port} is unreachable"):
+        with pytest.raises(FactsError, match=f"127.0.0.1:{port}/0 is unreachable"):
             action()
 
 

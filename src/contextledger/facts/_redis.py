@@ -24,16 +24,14 @@ hold up the event loop.  The ``redis`` package is imported when a store is creat
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from types import ModuleType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-from contextledger._extras import require_extra
 from contextledger._keys import storage_key
-from contextledger.exceptions import ConfigurationError, FactsError
+from contextledger._redis import RedisFailures, open_redis
+from contextledger.exceptions import FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, check_name, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
@@ -44,16 +42,6 @@ _T = TypeVar("_T")
 _Self = TypeVar("_Self", bound="RedisFactStore")
 _FACT_PREFIX = "fact:"
 _MAX_ATTEMPTS = 1000
-
-
-def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
-    """``redis``, ``redis.exceptions`` and a retry policy that never retries."""
-    redis = require_extra("redis", extra="redis", feature="RedisFactStore")
-    import redis.exceptions as redis_exceptions  # noqa: PLC0415
-    from redis.backoff import NoBackoff  # noqa: PLC0415
-    from redis.retry import Retry  # noqa: PLC0415
-
-    return redis, redis_exceptions, Retry(NoBackoff(), 0)
 
 
 def _text(value: object) -> str:
@@ -83,32 +71,22 @@ class RedisFactStore(LedgerStore):
     ) -> None:
         super().__init__(schema=schema, owner=owner, ttl_seconds=ttl_seconds, clock=clock)
         self.namespace = check_name(namespace, "namespace")
-        redis, self._errors, no_retry = _import_redis()
-        if isinstance(url_or_client, str):
-            try:
-                client = redis.Redis.from_url(
-                    url_or_client,
-                    socket_timeout=socket_timeout,
-                    socket_connect_timeout=socket_connect_timeout,
-                    retry=no_retry,
-                )
-            except ValueError as error:
-                raise ConfigurationError(
-                    f"{url_or_client!r} is not a Redis URL ({error}); use redis://host:port/db"
-                ) from None
-            self._owns_client = True
-            kwargs = client.connection_pool.connection_kwargs
-            self._where = f"Redis at {kwargs.get('host')}:{kwargs.get('port')}"
-        elif isinstance(url_or_client, redis.Redis):
-            client = url_or_client
-            self._owns_client = False
-            self._where = f"Redis client {client!r}"
-        else:
-            raise ConfigurationError(
-                f"RedisFactStore needs a redis:// URL or a synchronous redis.Redis client, got "
-                f"{type(url_or_client).__name__}; the store's API is synchronous like FactStore's"
-            )
-        self._client: Any = client
+        self._connection = open_redis(
+            url_or_client,
+            feature="RedisFactStore",
+            asynchronous=False,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+        )
+        self._where = self._connection.where
+        self._failures = RedisFailures(
+            self._connection,
+            unavailable=FactsError,
+            foreign=FactsError,
+            holds="a fact store",
+            remedy="choose another namespace or owner",
+        )
+        self._client: Any = self._connection.client
         self.key = storage_key(self.namespace, "facts", self.owner)
         """The Redis hash holding this owner's epoch, turn counter and facts."""
         self.trail_key = storage_key(self.namespace, "facts-trail", self.owner)
@@ -127,9 +105,7 @@ class RedisFactStore(LedgerStore):
 
     def close(self) -> None:
         """Close the connections of a client the store created (a client passed in is left open)."""
-        if self._owns_client:
-            with contextlib.suppress(OSError, self._errors.RedisError):
-                self._client.close()
+        self._connection.close()
 
     # The backend -------------------------------------------------------------------------------
 
@@ -153,7 +129,10 @@ class RedisFactStore(LedgerStore):
     def _transact(self, step: Callable[[State], _T]) -> _T:
         for _ in range(_MAX_ATTEMPTS):
             try:
-                with self._client.pipeline(transaction=True) as transaction:
+                with (
+                    self._failures.mapped("write the facts", self.key),
+                    self._client.pipeline(transaction=True) as transaction,
+                ):
                     transaction.watch(self.key, self.trail_key)
                     raw = transaction.hgetall(self.key)
                     before = self._decode(raw)
@@ -188,17 +167,22 @@ class RedisFactStore(LedgerStore):
                         transaction.delete(self._values_key(key))
                         transaction.srem(self.valued_keys, key)
                     self._append(transaction, state.events, position)
-                    transaction.execute()
+                    with self._failures.mapped("write the facts", self.key, outcome_unknown=self._unconfirmed):
+                        transaction.execute()
                     return result
-            except self._errors.WatchError:
-                continue
-            except FactsError:
-                raise
-            except Exception as error:
-                self._raise(error, "write the facts")
+            except self._connection.errors.WatchError:
+                continue  # a watched key changed: run the step again on what is there now
         raise FactsError(
             f"could not write the facts: {self._where}, key {self.key!r} kept changing during {_MAX_ATTEMPTS} "
             "attempts; nothing was changed"
+        )
+
+    def _unconfirmed(self, error: Exception) -> FactsError:
+        """The error for a transaction the server may have run without its reply arriving:
+        running it again could apply it twice, so the caller is told to look instead."""
+        return FactsError(
+            f"cannot write the facts: {self._where} took the write but did not confirm it "
+            f"({type(error).__name__}: {error}); it was applied whole or not at all, read the facts to see which"
         )
 
     def _append(self, transaction: Any, events: list[ReviewEvent], position: int) -> None:
@@ -217,24 +201,22 @@ class RedisFactStore(LedgerStore):
         transaction.rpush(self.trail_key, *bodies)
 
     def _peek(self) -> State:
-        try:
+        with self._failures.mapped("read the facts", self.key):
             raw = self._client.hgetall(self.key)
-        except Exception as error:
-            self._raise(error, "read the facts")
         return self._decode(raw)
 
     def _trail(self) -> list[ReviewEvent]:
-        try:
-            with self._client.pipeline(transaction=True) as transaction:
-                transaction.lrange(self.trail_key, 0, -1)
-                transaction.smembers(self.valued_keys)
-                bodies, keys = transaction.execute()
-                names = sorted(_text(key) for key in keys)
-                for name in names:
-                    transaction.hgetall(self._values_key(name))
-                values = dict(zip(names, transaction.execute())) if names else {}
-        except Exception as error:
-            self._raise(error, "read the review trail")
+        with (
+            self._failures.mapped("read the review trail", self.trail_key),
+            self._client.pipeline(transaction=True) as transaction,
+        ):
+            transaction.lrange(self.trail_key, 0, -1)
+            transaction.smembers(self.valued_keys)
+            bodies, keys = transaction.execute()
+            names = sorted(_text(key) for key in keys)
+            for name in names:
+                transaction.hgetall(self._values_key(name))
+            values = dict(zip(names, transaction.execute())) if names else {}
         try:
             events = []
             for position, body in enumerate(bodies):
@@ -252,21 +234,3 @@ class RedisFactStore(LedgerStore):
             raise FactsError(
                 f"{self._where}, key {self.trail_key!r} holds data that is not a review trail ({error})"
             ) from None
-
-    def _raise(self, error: Exception, action: str) -> NoReturn:
-        """Turn a client error into :class:`FactsError`; anything unexpected propagates as is."""
-        errors = self._errors
-        if isinstance(error, errors.ResponseError) and "WRONGTYPE" in str(error):
-            raise FactsError(
-                f"cannot {action}: {self._where}, key {self.key!r} holds something other than a fact store; "
-                "another program uses this key, so choose another namespace or owner"
-            ) from error
-        if isinstance(error, (errors.ConnectionError, errors.TimeoutError, OSError)):
-            raise FactsError(
-                f"cannot {action}: {self._where} is unreachable ({type(error).__name__}: {error}); check that the "
-                "server is running and the URL is right. A write whose connection dropped was applied whole or "
-                "not at all; read the facts to see which"
-            ) from error
-        if isinstance(error, errors.RedisError):
-            raise FactsError(f"cannot {action}: {self._where} refused it ({type(error).__name__}: {error})") from error
-        raise error

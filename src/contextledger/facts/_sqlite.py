@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from contextledger._sqlite import open_wal
-from contextledger.exceptions import ConfigurationError, FactsError
+from contextledger._sqlite import SQLiteFailures, open_wal
+from contextledger.exceptions import ConfigurationError, ContextLedgerError, FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
@@ -72,6 +72,13 @@ class SQLiteFactStore(LedgerStore):
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
             raise ConfigurationError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
         self._busy_timeout = float(busy_timeout)
+        self._failures = SQLiteFailures(
+            f"SQLite fact store {self.path}",
+            busy_timeout=self._busy_timeout,
+            unavailable=FactsError,
+            corrupt=FactsError,
+            failed=FactsError,
+        )
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
 
@@ -112,18 +119,13 @@ class SQLiteFactStore(LedgerStore):
             facts[key] = decode_fact(body)
         return State(epoch, turn, facts)
 
-    def _failure(self, error: Exception, action: str) -> FactsError:
-        if isinstance(error, (ValueError, KeyError, TypeError)):
-            return FactsError(
-                f"cannot {action}: SQLite fact store {self.path} holds rows that are not facts ({error}); "
-                "another program wrote them, so use another file"
-            )
-        hint = ""
-        if "unable to open" in str(error):
-            hint = "; check that the directory exists and is writable"
-        elif "locked" in str(error) or "busy" in str(error):
-            hint = f"; another process held the write lock for more than {self._busy_timeout:g}s"
-        return FactsError(f"cannot {action}: SQLite fact store {self.path} failed ({error}){hint}")
+    def _failure(self, error: Exception, action: str) -> ContextLedgerError:
+        if isinstance(error, sqlite3.Error):
+            return self._failures.error(error, action)
+        return FactsError(
+            f"cannot {action}: SQLite fact store {self.path} holds rows that are not facts ({error}); "
+            "another program wrote them, so use another file"
+        )
 
     def _transact(self, step: Callable[[State], _T]) -> _T:
         with self._lock:

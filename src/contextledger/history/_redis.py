@@ -6,17 +6,12 @@ imported, so the core keeps working without the ``redis`` extra installed.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
 
-from contextledger._extras import require_extra
 from contextledger._keys import storage_key
+from contextledger._redis import RedisFailures, open_redis
 from contextledger.exceptions import (
-    ConfigurationError,
     HistoryCorruptError,
     HistoryUnavailableError,
     TurnOutcomeUnknownError,
@@ -131,32 +126,6 @@ return 0
 """
 
 
-def _import_redis() -> tuple[ModuleType, ModuleType, Any]:
-    """``redis.asyncio``, ``redis.exceptions`` and a retry policy that never retries."""
-    require_extra("redis", extra="redis", feature="RedisHistoryProvider")
-    import redis.asyncio as redis_asyncio  # noqa: PLC0415
-    import redis.exceptions as redis_exceptions  # noqa: PLC0415
-    from redis.asyncio.retry import Retry  # noqa: PLC0415
-    from redis.backoff import NoBackoff  # noqa: PLC0415
-
-    return redis_asyncio, redis_exceptions, Retry(NoBackoff(), 0)
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, fit for an error message or a log."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return "<unparseable URL>"
-
-
 class RedisHistoryProvider:
     """Each session's messages as one Redis list under ``{namespace}:history:{session_id}``,
     each id escaped (see :mod:`contextledger._keys`) so that no two sessions share a key.
@@ -190,26 +159,22 @@ class RedisHistoryProvider:
         # A rewrite writes again messages this history has just stored: encoded once, not twice.
         self._encoded = RecentEncodings()
         self.namespace: str = check_name(namespace, "namespace")
-        redis_asyncio, self._errors, no_retry = _import_redis()
-        if client is None:
-            url = check_name(url, "url")
-            try:
-                client = redis_asyncio.Redis.from_url(
-                    url,
-                    socket_timeout=socket_timeout,
-                    socket_connect_timeout=socket_connect_timeout,
-                    retry=no_retry,
-                )
-            except ValueError as error:
-                raise ConfigurationError(
-                    f"url {_redact(url)!r} is not a Redis URL ({error}); use redis://host:port/db"
-                ) from None
-            self._owns_client = True
-            self._where = f"Redis at {_redact(url)}"
-        else:
-            self._owns_client = False
-            self._where = f"Redis client {client!r}"
-        self._client: Redis = client
+        self._connection = open_redis(
+            url if client is None else client,
+            feature="RedisHistoryProvider",
+            asynchronous=True,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+        )
+        self._where = self._connection.where
+        self._failures = RedisFailures(
+            self._connection,
+            unavailable=HistoryUnavailableError,
+            foreign=HistoryCorruptError,
+            holds="a list of messages",
+            remedy="choose another namespace",
+        )
+        self._client: Redis = self._connection.client
 
     def __repr__(self) -> str:
         return f"RedisHistoryProvider({self._where!r}, namespace={self.namespace!r}, source_id={self.source_id!r})"
@@ -228,10 +193,8 @@ class RedisHistoryProvider:
 
     async def load(self, session_id: str) -> list[Message]:
         key = self.key(session_id)
-        try:
+        with self._failures.mapped(f"load session {session_id!r}", key):
             bodies = await self._client.lrange(key, 0, -1)
-        except Exception as error:
-            self._raise(error, f"load session {session_id!r}", key)
         return [
             decode_message(body, session_id=session_id, position=position, store=f"{self._where}, key {key!r}")
             for position, body in enumerate(bodies)
@@ -242,23 +205,19 @@ class RedisHistoryProvider:
         if not bodies:
             return
         key = self.key(checked)
-        try:
+        with self._failures.mapped(f"append to session {checked!r}", key):
             await self._client.rpush(key, *bodies)
-        except Exception as error:
-            self._raise(error, f"append to session {checked!r}", key)
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
         checked, bodies, _ = encode_messages(session_id, messages, "replace", self._encoded)
         key = self.key(checked)
-        try:
+        with self._failures.mapped(f"replace session {checked!r}", key):
             async with self._client.pipeline(transaction=True) as transaction:
                 transaction.delete(key)
                 if bodies:
                     transaction.rpush(key, *bodies)
                 transaction.incr(self.generation_key(checked))
                 await transaction.execute()
-        except Exception as error:
-            self._raise(error, f"replace session {checked!r}", key)
 
     async def append_turn(
         self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
@@ -301,35 +260,32 @@ class RedisHistoryProvider:
     async def _turn_script(self, session_id: str, turn: str, key: str, script: str, *arguments: Any) -> Any:
         """Run a script that records ``turn``: a failure before it reached the server is a
         ``HistoryError`` (nothing stored), any later one a ``TurnOutcomeUnknownError``."""
-        try:
-            return await self._client.eval(script, *arguments)
-        except Exception as error:
-            if self._never_sent(error):
-                self._raise(error, f"append turn {turn!r} to session {session_id!r} (nothing was stored)", key)
-            raise TurnOutcomeUnknownError(
+
+        def outcome_unknown(error: Exception) -> TurnOutcomeUnknownError:
+            return TurnOutcomeUnknownError(
                 f"turn {turn!r} of session {session_id!r}: {self._where} took the write but did not confirm it "
                 f"({type(error).__name__}: {error}); it is stored once or not at all. Retry with the same "
                 f"turn_id={turn!r}: a stored turn is returned as it is, a missing one is run again",
                 turn_id=turn,
                 session_id=session_id,
-            ) from error
+            )
+
+        action = f"append turn {turn!r} to session {session_id!r} (nothing was stored)"
+        with self._failures.mapped(action, key, outcome_unknown=outcome_unknown):
+            return await self._client.eval(script, *arguments)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         turns, turn = self.turns_key(session_id), check_turn_id(turn_id)
-        try:
+        with self._failures.mapped(f"load turn {turn!r} of session {session_id!r}", turns):
             record = await self._client.hget(turns, turn)
-        except Exception as error:
-            self._raise(error, f"load turn {turn!r} of session {session_id!r}", turns)
         if record is None:
             return None
         return decode_turn(record, session_id=session_id, turn_id=turn, store=f"{self._where}, key {turns!r}")
 
     async def load_turns(self, session_id: str) -> list[StoredTurn]:
         turns = self.turns_key(session_id)
-        try:
+        with self._failures.mapped(f"load the turns of session {session_id!r}", turns):
             records = await self._client.hgetall(turns)
-        except Exception as error:
-            self._raise(error, f"load the turns of session {session_id!r}", turns)
         store = f"{self._where}, key {turns!r}"
         result: list[StoredTurn] = []
         for turn, record in records.items():
@@ -344,27 +300,21 @@ class RedisHistoryProvider:
             return
         key = self.turns_key(checked)
         arguments = [part for record in records for part in record]
-        try:
+        with self._failures.mapped(f"rewrite the turns of session {checked!r}", key):
             await self._client.eval(_REWRITE_TURNS, 1, key, *arguments)
-        except Exception as error:
-            self._raise(error, f"rewrite the turns of session {checked!r}", key)
 
     async def undo_turn(self, session_id: str, turn_id: str, messages: Sequence[Message]) -> None:
         turn = check_turn_id(turn_id)
         checked, bodies, _ = encode_messages(session_id, messages, "undo a turn in")
         key, turns = self.key(checked), self.turns_key(checked)
-        try:
+        with self._failures.mapped(f"undo turn {turn!r} of session {checked!r}", key):
             await self._client.eval(_UNDO_TURN, 3, key, turns, self.generation_key(checked), turn, *bodies)
-        except Exception as error:
-            self._raise(error, f"undo turn {turn!r} of session {checked!r}", key)
 
     async def version(self, session_id: str) -> HistoryVersion:
         key = self.key(session_id)
-        try:
+        with self._failures.mapped(f"read the version of session {session_id!r}", key):
             # One script, one command: both read in the same atomic step.
             generation, length = await self._client.eval(_VERSION, 2, self.generation_key(session_id), key)
-        except Exception as error:
-            self._raise(error, f"read the version of session {session_id!r}", key)
         return HistoryVersion(int(generation or 0), int(length))
 
     async def rewrite(
@@ -377,57 +327,22 @@ class RedisHistoryProvider:
         checked, bodies, _ = encode_messages(session_id, messages, "rewrite", self._encoded)
         check_start(start, expected)
         key = self.key(checked)
-        try:
+        with self._failures.mapped(f"rewrite session {checked!r}", key):
             result = await self._client.eval(
                 _REWRITE, 2, key, self.generation_key(checked), expected.generation, expected.length, start, *bodies
             )
-        except Exception as error:
-            self._raise(error, f"rewrite session {checked!r}", key)
         if not result:
             return None
         return HistoryVersion(int(result[0]), int(result[1]))
 
     async def clear(self, session_id: str) -> None:
         key = self.key(session_id)
-        try:
+        with self._failures.mapped(f"clear session {session_id!r}", key):
             async with self._client.pipeline(transaction=True) as transaction:
                 transaction.delete(key, self.turns_key(session_id))
                 # Moved on, never reset: a reader's old version must not match a new history.
                 transaction.incr(self.generation_key(session_id))
                 await transaction.execute()
-        except Exception as error:
-            self._raise(error, f"clear session {session_id!r}", key)
-
-    def _never_sent(self, error: Exception) -> bool:
-        """Whether ``error`` proves the command never reached the server (it failed to connect,
-        or the server refused it before running it)."""
-        if isinstance(error, self._errors.ResponseError):
-            return True  # the script did not run (NOSCRIPT, WRONGTYPE on the first reads, OOM)
-        unsent = (self._errors.ConnectionError, self._errors.TimeoutError, OSError)
-        return isinstance(error, unsent) and "connecting to" in str(error)
 
     async def close(self) -> None:
-        if not self._owns_client:
-            return
-        # The connections are gone even if closing one raised, which is all close() promises.
-        with contextlib.suppress(OSError, self._errors.RedisError):
-            await self._client.aclose()
-
-    def _raise(self, error: Exception, action: str, key: str) -> NoReturn:
-        """Turn a client error into the project's exceptions; anything unexpected propagates as is."""
-        errors = self._errors
-        if isinstance(error, errors.ResponseError) and "WRONGTYPE" in str(error):
-            raise HistoryCorruptError(
-                f"cannot {action}: {self._where}, key {key!r} holds something other than a list of messages; "
-                "another program uses this key, so choose another namespace"
-            ) from error
-        if isinstance(error, (errors.ConnectionError, errors.TimeoutError, OSError, asyncio.TimeoutError)):
-            raise HistoryUnavailableError(
-                f"cannot {action}: {self._where} is unreachable ({type(error).__name__}: {error}); "
-                "check that the server is running and the URL is right"
-            ) from error
-        if isinstance(error, errors.RedisError):
-            raise HistoryUnavailableError(
-                f"cannot {action}: {self._where} refused the command ({type(error).__name__}: {error})"
-            ) from error
-        raise error
+        await self._connection.aclose()

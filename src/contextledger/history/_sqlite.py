@@ -9,7 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 
-from contextledger._sqlite import is_busy, open_wal
+from contextledger._sqlite import SQLiteFailures, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.history._encoding import (
     RecentEncodings,
@@ -116,6 +116,13 @@ class SQLiteHistoryProvider:
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or not busy_timeout >= 0:
             raise ConfigurationError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
         self._busy_timeout = float(busy_timeout)
+        self._failures = SQLiteFailures(
+            f"SQLite history {self.path}",
+            busy_timeout=self._busy_timeout,
+            unavailable=HistoryUnavailableError,
+            corrupt=HistoryCorruptError,
+            failed=HistoryError,
+        )
         # One connection, guarded by a lock, rather than one per thread: SQLite lets one writer
         # at a time into a file anyway, and asyncio.to_thread runs on executor threads this class
         # does not own, so per-thread connections could not all be closed by close().
@@ -222,7 +229,7 @@ class SQLiteHistoryProvider:
                     .fetchall()
                 )
             except sqlite3.Error as error:
-                raise self._failure(error, f"load session {session_id!r}") from error
+                raise self._failures.error(error, f"load session {session_id!r}") from error
         return [
             decode_message(body, session_id=session_id, position=position, store=f"SQLite history {self.path}")
             for position, (body,) in enumerate(rows)
@@ -306,7 +313,7 @@ class SQLiteHistoryProvider:
             try:
                 generation, length = self._open().execute(_VERSION, (session_id, session_id)).fetchone()
             except sqlite3.Error as error:
-                raise self._failure(error, f"read the version of session {session_id!r}") from error
+                raise self._failures.error(error, f"read the version of session {session_id!r}") from error
         return HistoryVersion(generation or 0, length)
 
     def _rewrite(
@@ -336,7 +343,7 @@ class SQLiteHistoryProvider:
                     .fetchone()
                 )
             except sqlite3.Error as error:
-                raise self._failure(error, f"load turn {turn_id!r} of session {session_id!r}") from error
+                raise self._failures.error(error, f"load turn {turn_id!r} of session {session_id!r}") from error
         if row is None:
             return None
         return decode_turn(row[0], session_id=session_id, turn_id=turn_id, store=f"SQLite history {self.path}")
@@ -354,7 +361,7 @@ class SQLiteHistoryProvider:
                     .fetchall()
                 )
             except sqlite3.Error as error:
-                raise self._failure(error, f"load the turns of session {session_id!r}") from error
+                raise self._failures.error(error, f"load the turns of session {session_id!r}") from error
         store = f"SQLite history {self.path}"
         return [decode_turn(record, session_id=session_id, turn_id=turn, store=store) for turn, record in rows]
 
@@ -399,7 +406,7 @@ class SQLiteHistoryProvider:
                     self._roll_back(connection)
                     raise
             except sqlite3.Error as error:
-                raise self._failure(error, action) from error
+                raise self._failures.error(error, action) from error
 
     def _open(self) -> sqlite3.Connection:
         """The connection, opened and set up on first use (the lock is held)."""
@@ -428,22 +435,3 @@ class SQLiteHistoryProvider:
                 if connection is not None:
                     connection.close()
             self._connection = self._reader = None
-
-    def _failure(self, error: sqlite3.Error, action: str) -> HistoryError:
-        reason = str(error)
-        if isinstance(error, sqlite3.OperationalError):
-            if is_busy(error):
-                hint = f"another connection held the write lock for more than busy_timeout={self._busy_timeout:g}s"
-            elif "unable to open" in reason:
-                hint = "check that the directory exists and is writable"
-            elif "readonly" in reason or "read-only" in reason:
-                hint = "the file or its directory is read-only"
-            else:
-                hint = "the file could not be used"
-            return HistoryUnavailableError(f"cannot {action}: SQLite history {self.path} ({reason}); {hint}")
-        if type(error) is sqlite3.DatabaseError:
-            # SQLITE_NOTADB and SQLITE_CORRUPT: the file holds something other than a sound database.
-            return HistoryCorruptError(
-                f"cannot {action}: SQLite history {self.path} is not a readable database ({reason})"
-            )
-        return HistoryError(f"cannot {action}: SQLite history {self.path} failed ({reason})")

@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
-from contextledger._extras import require_extra
 from contextledger._keys import storage_key
-from contextledger.exceptions import HistoryUnavailableError, ProxyError
+from contextledger._redis import RedisFailures, open_redis
+from contextledger._sqlite import SQLiteFailures, open_wal
+from contextledger.exceptions import HistoryCorruptError, HistoryError, HistoryUnavailableError, ProxyError
 from contextledger.facts import FactMemory, FactStore, RedisFactStore
 from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 
@@ -105,12 +106,19 @@ class Sessions(Protocol):
     async def close(self) -> None: ...
 
 
+# How long a registry or history write waits for another connection's write lock on the file.
+_BUSY_TIMEOUT = 10.0
+_REGISTRY_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS contextledger_serve_sessions (session_key TEXT PRIMARY KEY, created_at TEXT NOT NULL)"
+)
+
+
 class SQLiteSessions:
     """Registry and histories in one SQLite file; facts and locks in this process."""
 
     def __init__(self, path: str, *, lock_timeout: float) -> None:
         self.path = path
-        self.history: HistoryProvider = SQLiteHistoryProvider(path, source_id="serve")
+        self.history: HistoryProvider = SQLiteHistoryProvider(path, source_id="serve", busy_timeout=_BUSY_TIMEOUT)
         self._lock_timeout = lock_timeout
         self._locks = _LocalLocks()
         self._facts: dict[str, FactStore] = {}
@@ -118,35 +126,34 @@ class SQLiteSessions:
         self._known: set[str] = set()
         self._db_lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
+        self._failures = SQLiteFailures(
+            f"the session registry in SQLite file {path}",
+            busy_timeout=_BUSY_TIMEOUT,
+            unavailable=HistoryUnavailableError,
+            corrupt=HistoryCorruptError,
+            failed=HistoryError,
+        )
 
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            connection = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS contextledger_serve_sessions "
-                "(session_key TEXT PRIMARY KEY, created_at TEXT NOT NULL)"
-            )
-            self._connection = connection
-        return self._connection
-
-    def _run(self, sql: str, parameters: tuple[Any, ...]) -> int:
-        with self._db_lock:
-            try:
-                cursor = self._db().execute(sql, parameters)
-            except sqlite3.Error as error:
-                raise HistoryUnavailableError(f"cannot use the session registry in {self.path}: {error}") from error
+    def _run(self, sql: str, parameters: tuple[Any, ...], action: str) -> int:
+        with self._db_lock, self._failures.mapped(action):
+            if self._connection is None:
+                # Opened as the history opens the same file: WAL mode, the same busy timeout.
+                self._connection = open_wal(
+                    self.path, busy_timeout=_BUSY_TIMEOUT, synchronous="NORMAL", schema=(_REGISTRY_SCHEMA,)
+                )
+            cursor = self._connection.execute(sql, parameters)
             return cursor.rowcount if cursor.rowcount >= 0 else len(cursor.fetchall())
 
     async def create(self, key: str) -> bool:
         created = datetime.now(timezone.utc).isoformat()
         sql = "INSERT OR IGNORE INTO contextledger_serve_sessions (session_key, created_at) VALUES (?, ?)"
-        return await asyncio.to_thread(self._run, sql, (key, created)) == 1
+        return await asyncio.to_thread(self._run, sql, (key, created), f"register session {key!r}") == 1
 
     async def exists(self, key: str) -> bool:
         if key in self._known:
             return True
         sql = "SELECT 1 FROM contextledger_serve_sessions WHERE session_key = ?"
-        found = await asyncio.to_thread(self._run, sql, (key,)) > 0
+        found = await asyncio.to_thread(self._run, sql, (key,), f"look up session {key!r}") > 0
         if found:
             self._known.add(key)
         return found
@@ -154,7 +161,7 @@ class SQLiteSessions:
     async def delete(self, key: str) -> bool:
         self._known.discard(key)
         sql = "DELETE FROM contextledger_serve_sessions WHERE session_key = ?"
-        existed = await asyncio.to_thread(self._run, sql, (key,)) == 1
+        existed = await asyncio.to_thread(self._run, sql, (key,), f"delete session {key!r}") == 1
         await self.history.clear(key)
         store = self._facts.pop(key, None)
         if store is not None:
@@ -199,18 +206,19 @@ class RedisSessions:
     """
 
     def __init__(self, url: str, *, namespace: str, lock_timeout: float, lease_seconds: float) -> None:
-        require_extra("redis", extra="redis", feature="contextledger serve with a redis:// store")
-        import redis as redis_sync  # noqa: PLC0415
-        import redis.asyncio as redis_asyncio  # noqa: PLC0415
-        from redis.asyncio.retry import Retry  # noqa: PLC0415
-        from redis.backoff import NoBackoff  # noqa: PLC0415
-
-        # Never retried, like the history's own client: a retried write that had reached the
-        # server could store a turn twice.
-        self._client: Any = redis_asyncio.Redis.from_url(
-            url, socket_timeout=5.0, socket_connect_timeout=5.0, retry=Retry(NoBackoff(), 0)
+        feature = "contextledger serve with a redis:// store"
+        # Two clients that never retry a command, like every store's (see contextledger._redis):
+        # the histories and the registry use the asyncio one, the fact stores the synchronous one.
+        self._redis = open_redis(url, feature=feature, asynchronous=True)
+        self._redis_sync = open_redis(url, feature=feature, asynchronous=False)
+        self._client: Any = self._redis.client
+        self._failures = RedisFailures(
+            self._redis,
+            unavailable=HistoryUnavailableError,
+            foreign=HistoryCorruptError,
+            holds="a session of contextledger serve",
+            remedy="choose another namespace",
         )
-        self._sync: Any = redis_sync.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self.history: HistoryProvider = RedisHistoryProvider(
             namespace=namespace, source_id="serve", client=self._client
         )
@@ -222,23 +230,21 @@ class RedisSessions:
     def _key(self, kind: str, key: str) -> str:
         return storage_key(self.namespace, kind, key)
 
-    async def _call(self, command: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await getattr(self._client, command)(*args, **kwargs)
-        except Exception as error:
-            raise HistoryUnavailableError(
-                f"the session store in Redis failed ({type(error).__name__}: {error})"
-            ) from error
-
     async def create(self, key: str) -> bool:
         created = datetime.now(timezone.utc).isoformat()
-        return bool(await self._call("set", self._key("session", key), created, nx=True))
+        registered = self._key("session", key)
+        with self._failures.mapped(f"register session {key!r}", registered):
+            return bool(await self._client.set(registered, created, nx=True))
 
     async def exists(self, key: str) -> bool:
-        return bool(await self._call("exists", self._key("session", key)))
+        registered = self._key("session", key)
+        with self._failures.mapped(f"look up session {key!r}", registered):
+            return bool(await self._client.exists(registered))
 
     async def delete(self, key: str) -> bool:
-        existed = bool(await self._call("delete", self._key("session", key)))
+        registered = self._key("session", key)
+        with self._failures.mapped(f"delete session {key!r}", registered):
+            existed = bool(await self._client.delete(registered))
         await self.history.clear(key)
         await self.run_facts(self.facts(key).forget)
         return existed
@@ -252,7 +258,7 @@ class RedisSessions:
             lock_key, token = self._key("lock", key), uuid.uuid4().hex
             deadline = time.monotonic() + remaining
             delay = 0.002
-            while not await self._call("set", lock_key, token, nx=True, px=self._lease_ms):
+            while not await self._take(lock_key, token):
                 if time.monotonic() >= deadline:
                     raise busy(self._lock_timeout)
                 await asyncio.sleep(delay)
@@ -260,20 +266,24 @@ class RedisSessions:
             try:
                 yield
             finally:
-                with contextlib.suppress(HistoryUnavailableError):
-                    await self._call("eval", _RELEASE, 1, lock_key, token)
+                # A lock left behind runs out with its lease; the request's own outcome matters more.
+                with contextlib.suppress(HistoryError), self._failures.mapped(f"release {lock_key!r}", lock_key):
+                    await self._client.eval(_RELEASE, 1, lock_key, token)
+
+    async def _take(self, lock_key: str, token: str) -> bool:
+        with self._failures.mapped(f"take the lock {lock_key!r}", lock_key):
+            return bool(await self._client.set(lock_key, token, nx=True, px=self._lease_ms))
 
     def facts(self, key: str) -> FactMemory:
-        return RedisFactStore(self._sync, owner=key, namespace=self.namespace)
+        return RedisFactStore(self._redis_sync.client, owner=key, namespace=self.namespace)
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return await asyncio.to_thread(operation)
 
     async def close(self) -> None:
         await self.history.close()
-        with contextlib.suppress(Exception):
-            await self._client.aclose()
-        self._sync.close()
+        await self._redis.aclose()
+        self._redis_sync.close()
 
 
 def open_sessions(store: str, *, namespace: str, lock_timeout: float, upstream_timeout: float) -> Sessions:

@@ -1,0 +1,206 @@
+"""Opening a Redis client and reading its failures, the same way for every store.
+
+The Redis history (asyncio), the Redis fact store (synchronous) and the proxy's session registry
+all reach Redis through a client made by :func:`open_redis`, and read its failures through
+:class:`RedisFailures`, so two promises hold for every one of them:
+
+* **A command is sent once.**  redis-py retries a command three times by default after a dropped
+  connection or a timeout.  When the first attempt did reach the server and only its reply was
+  lost, the retry runs the command a second time: a turn stored twice, a turn number taken twice.
+  The client made here never retries, so a lost reply surfaces as an error and the caller
+  settles the outcome (a retry with the same turn id, a read).
+* **A failure says what it proves.**  A command that never reached the server (no connection
+  could be made, or the server refused it before running it) changed nothing; any later failure
+  leaves the outcome to the server; a key holding another type is someone else's data, not an
+  outage.  Each store states once which of its exceptions stands for each case, and wraps its
+  calls in :meth:`RedisFailures.mapped`, as httpx maps its transport's errors in one place.
+
+The ``redis`` package is imported when a client is opened, never when contextledger is, and a
+missing one raises :class:`~contextledger.exceptions.MissingExtraError` naming the store.  Replies
+are parsed by ``hiredis`` when it is installed (the ``redis`` extra installs it): redis-py picks
+it by itself, so nothing here names a parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from contextledger._extras import require_extra
+from contextledger.exceptions import ConfigurationError, ContextLedgerError
+
+__all__ = ["RedisConnection", "RedisFailures", "open_redis", "redact"]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit for an error message or a log."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+@dataclass(frozen=True)
+class RedisConnection:
+    """A client ready for a store.
+
+    ``where`` names the server in messages (never with its password); ``owned`` says whether
+    :func:`open_redis` made the client, in which case the store closes it, while a client the
+    caller passed in stays open for the caller.  ``errors`` is ``redis.exceptions``.
+    """
+
+    client: Any
+    where: str
+    owned: bool
+    errors: ModuleType
+
+    def close(self) -> None:
+        """Close a synchronous client made here; the connections are gone even if closing raised."""
+        if self.owned:
+            with contextlib.suppress(OSError, self.errors.RedisError):
+                self.client.close()
+
+    async def aclose(self) -> None:
+        """Close an asyncio client made here, as :meth:`close` does a synchronous one."""
+        if self.owned:
+            with contextlib.suppress(OSError, self.errors.RedisError):
+                await self.client.aclose()
+
+
+def open_redis(
+    target: Any,
+    *,
+    feature: str,
+    asynchronous: bool,
+    socket_timeout: float | None = 5.0,
+    socket_connect_timeout: float | None = 5.0,
+) -> RedisConnection:
+    """A client for ``target``, a ``redis://`` URL or a client the caller made.
+
+    From a URL: a client that never retries a command, gives up after the timeouts (seconds, or
+    ``None`` to wait for ever) and returns replies as bytes, which the stores decode themselves
+    so that damaged data is reported, not guessed at.  A client passed in is used as configured
+    (its retry policy is the caller's to check, for the reason in the module docstring); it must
+    be ``redis.asyncio.Redis`` when ``asynchronous``, else ``redis.Redis``.  ``feature`` names
+    the store in the errors.
+    """
+    redis = require_extra("redis", extra="redis", feature=feature)
+    import redis.asyncio as redis_asyncio  # noqa: PLC0415
+    import redis.asyncio.retry  # noqa: PLC0415
+    import redis.exceptions as errors  # noqa: PLC0415
+    import redis.retry  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+
+    if asynchronous:
+        flavour, kind, retry = redis_asyncio.Redis, "an asyncio redis.asyncio.Redis", redis_asyncio.retry.Retry
+    else:
+        flavour, kind, retry = redis.Redis, "a synchronous redis.Redis", redis.retry.Retry
+    if isinstance(target, flavour):
+        return RedisConnection(target, f"Redis client {target!r}", False, errors)
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigurationError(f"{feature} needs a redis:// URL or {kind} client, got {target!r}")
+    try:
+        client = flavour.from_url(
+            target,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            retry=retry(NoBackoff(), 0),
+            decode_responses=False,
+        )
+    except ValueError as error:
+        raise ConfigurationError(
+            f"url {redact(target)!r} is not a Redis URL ({error}); use redis://host:port/db"
+        ) from None
+    return RedisConnection(client, f"Redis at {redact(target)}", True, errors)
+
+
+class RedisFailures:
+    """How one store reports a Redis failure (see the module docstring).
+
+    ``unavailable`` is raised for a server that cannot be reached or refused a command,
+    ``foreign`` for a key holding another type than the store's (``holds`` says what the key
+    should hold, ``remedy`` what the user can do).  Anything that is not a Redis or socket error
+    propagates as it is.
+    """
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        *,
+        unavailable: type[ContextLedgerError],
+        foreign: type[ContextLedgerError],
+        holds: str,
+        remedy: str,
+    ) -> None:
+        self.where = connection.where
+        self._errors = connection.errors
+        self._unavailable = unavailable
+        self._foreign = foreign
+        self._holds = holds
+        self._remedy = remedy
+
+    @contextlib.contextmanager
+    def mapped(
+        self, action: str, key: str, *, outcome_unknown: Callable[[Exception], ContextLedgerError] | None = None
+    ) -> Iterator[None]:
+        """Run the block, turning a Redis failure into the store's exception for ``action`` on
+        ``key``.  With ``outcome_unknown``, a failure that may have come after the server took
+        the command raises what it returns instead.  A ``WatchError`` for a watched key that
+        changed propagates as it is: the caller runs its transaction again."""
+        try:
+            yield
+        except Exception as error:
+            cause = self._dropped_under_watch(error)
+            if cause is None and isinstance(error, self._errors.WatchError):
+                raise
+            cause = cause or error
+            if not self._is_redis_failure(cause):
+                raise
+            if outcome_unknown is not None and not self._never_sent(cause):
+                raise outcome_unknown(cause) from error
+            raise self._failure(cause, action, key) from error
+
+    def _never_sent(self, error: BaseException) -> bool:
+        """Whether ``error`` proves the command never ran: it failed to connect, or the server
+        refused it before running it (``NOSCRIPT``, ``WRONGTYPE`` on a script's first reads, OOM)."""
+        if isinstance(error, self._errors.ResponseError):
+            return True
+        unsent = (self._errors.ConnectionError, self._errors.TimeoutError, OSError)
+        return isinstance(error, unsent) and "connecting to" in str(error)
+
+    def _dropped_under_watch(self, error: Exception) -> Exception | None:
+        """The connection error behind a ``WatchError`` that redis-py raises when a connection
+        drops while keys are watched (the watch is lost, not broken by a write), else None."""
+        context = error.__context__
+        if isinstance(error, self._errors.WatchError) and isinstance(context, Exception):
+            return context if self._is_redis_failure(context) else None
+        return None
+
+    def _is_redis_failure(self, error: BaseException | None) -> bool:
+        return isinstance(error, (self._errors.RedisError, OSError, asyncio.TimeoutError))
+
+    def _failure(self, error: BaseException, action: str, key: str) -> ContextLedgerError:
+        errors = self._errors
+        if isinstance(error, errors.ResponseError) and "WRONGTYPE" in str(error):
+            return self._foreign(
+                f"cannot {action}: {self.where}, key {key!r} holds something other than {self._holds}; "
+                f"another program uses this key, so {self._remedy}"
+            )
+        if isinstance(error, (errors.ConnectionError, errors.TimeoutError, OSError, asyncio.TimeoutError)):
+            return self._unavailable(
+                f"cannot {action}: {self.where} is unreachable ({type(error).__name__}: {error}); "
+                "check that the server is running and the URL is right"
+            )
+        return self._unavailable(f"cannot {action}: {self.where} refused the command ({type(error).__name__}: {error})")
