@@ -97,16 +97,15 @@ def open_redis(
     the store in the errors.
     """
     redis = require_extra("redis", extra="redis", feature=feature)
-    import redis.asyncio as redis_asyncio  # noqa: PLC0415
-    import redis.asyncio.retry  # noqa: PLC0415
     import redis.exceptions as errors  # noqa: PLC0415
-    import redis.retry  # noqa: PLC0415
+    from redis.asyncio import Redis as AsyncRedis  # noqa: PLC0415
+    from redis.asyncio.retry import Retry as AsyncRetry  # noqa: PLC0415
     from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.retry import Retry  # noqa: PLC0415
 
-    if asynchronous:
-        flavour, kind, retry = redis_asyncio.Redis, "an asyncio redis.asyncio.Redis", redis_asyncio.retry.Retry
-    else:
-        flavour, kind, retry = redis.Redis, "a synchronous redis.Redis", redis.retry.Retry
+    flavour: Any = AsyncRedis if asynchronous else redis.Redis
+    kind = "an asyncio redis.asyncio.Redis" if asynchronous else "a synchronous redis.Redis"
+    never_retry = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
     if isinstance(target, flavour):
         return RedisConnection(target, f"Redis client {target!r}", False, errors)
     if not isinstance(target, str) or not target.strip():
@@ -116,7 +115,7 @@ def open_redis(
             target,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
-            retry=retry(NoBackoff(), 0),
+            retry=never_retry,
             decode_responses=False,
         )
     except ValueError as error:

@@ -16,6 +16,7 @@ from contextledger.exceptions import ConfigurationError, FactsError, MissingExtr
 from contextledger.facts import FactStore, RedisFactStore, parse_assertions
 from tests.facts.support import snapshot
 from tests.history.support import RedisServer, free_port
+from tests.redis_relay import ReplyLosingRelay
 
 pytestmark = pytest.mark.redis
 
@@ -134,6 +135,23 @@ def test_an_unreachable_server_is_a_facts_error_naming_it() -> None:
     for action in (store.facts, lambda: store.begin_turn("module=Billing"), store.forget):
         with pytest.raises(FactsError, match=f"127.0.0.1:{port}/0 is unreachable"):
             action()
+
+
+def test_a_write_whose_reply_was_lost_is_reported_not_run_again(redis_server: RedisServer, owner: str) -> None:
+    # redis-py answers a connection lost under WATCH with a WatchError, as it does a conflict;
+    # taking it for one would run the transaction again on top of the one that did run.
+    with ReplyLosingRelay(redis_server.port) as relay, RedisFactStore(relay.url, owner=owner) as store:
+        declare(store, "module=Billing")
+        relay.lose_reply_to("EXEC")
+        with pytest.raises(FactsError, match=r"did not confirm it .* read the facts to see which"):
+            store.begin_turn("database=Oracle")
+        ticket = store.begin_turn("database=Oracle")
+        relay.lose_reply_to("EXEC")
+        with pytest.raises(FactsError, match=r"did not confirm it"):
+            store.apply(ticket, parse_assertions("database=Oracle"))
+    with RedisFactStore(redis_server.url, owner=owner) as direct:
+        assert direct.turn == 3  # the turn whose reply was lost ran once
+        assert [event.kind for event in direct.review()] == ["admitted", "admitted"]  # the lost admission once
 
 
 def test_a_key_used_by_another_program_is_reported(client: redis.Redis, redis_server: RedisServer, owner: str) -> None:
