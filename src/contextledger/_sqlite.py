@@ -14,13 +14,32 @@ database, or failed otherwise.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 
-from contextledger.exceptions import ContextLedgerError
+from contextledger.exceptions import ConfigurationError, ContextLedgerError
 
-__all__ = ["SQLiteFailures", "is_busy", "open_wal"]
+__all__ = ["SQLiteFailures", "check_busy_timeout", "check_path", "is_busy", "open_wal"]
+
+
+def check_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string, or :class:`ConfigurationError` if it is not a file path."""
+    try:
+        checked = os.fspath(path)
+    except TypeError:
+        raise ConfigurationError(f"path must be a file path, got {path!r}") from None
+    if not isinstance(checked, str) or not checked:
+        raise ConfigurationError(f"path must be a non-empty file path, got {path!r}")
+    return checked
+
+
+def check_busy_timeout(busy_timeout: float) -> float:
+    """``busy_timeout`` in seconds, or :class:`ConfigurationError` if it is not a number >= 0."""
+    if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or not busy_timeout >= 0:
+        raise ConfigurationError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
+    return float(busy_timeout)
 
 
 def is_busy(error: sqlite3.Error) -> bool:

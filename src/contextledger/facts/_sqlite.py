@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from contextledger._sqlite import SQLiteFailures, open_wal
-from contextledger.exceptions import ConfigurationError, ContextLedgerError, FactsError
+from contextledger._sqlite import SQLiteFailures, check_busy_timeout, check_path, open_wal
+from contextledger.exceptions import ContextLedgerError, FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
@@ -63,15 +63,8 @@ class SQLiteFactStore(LedgerStore):
         busy_timeout: float = 30.0,
     ) -> None:
         super().__init__(schema=schema, owner=owner, ttl_seconds=ttl_seconds, clock=clock)
-        try:
-            self.path = os.fspath(path)
-        except TypeError:
-            raise ConfigurationError(f"path must be a file path, got {path!r}") from None
-        if not isinstance(self.path, str) or not self.path:
-            raise ConfigurationError(f"path must be a non-empty file path, got {path!r}")
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
-            raise ConfigurationError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
-        self._busy_timeout = float(busy_timeout)
+        self.path = check_path(path)
+        self._busy_timeout = check_busy_timeout(busy_timeout)
         self._failures = SQLiteFailures(
             f"SQLite fact store {self.path}",
             busy_timeout=self._busy_timeout,

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 
-from contextledger._sqlite import SQLiteFailures, open_wal
+from contextledger._sqlite import SQLiteFailures, check_busy_timeout, check_path, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.history._encoding import (
     RecentEncodings,
@@ -98,12 +98,7 @@ class SQLiteHistoryProvider:
         *,
         busy_timeout: float = 10.0,
     ) -> None:
-        try:
-            self.path: str = os.fspath(path)
-        except TypeError:
-            raise ConfigurationError(f"path must be a file path, got {path!r}") from None
-        if not isinstance(self.path, str) or not self.path:
-            raise ConfigurationError(f"path must be a non-empty file path, got {path!r}")
+        self.path: str = check_path(path)
         self.source_id: str = check_name(source_id, "source_id")
         # A rewrite writes again messages this history has just stored: encoded once, not twice.
         self._encoded = RecentEncodings()
@@ -113,9 +108,7 @@ class SQLiteHistoryProvider:
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS_LEVELS)}, got {synchronous!r}"
             )
         self._synchronous: str = level
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or not busy_timeout >= 0:
-            raise ConfigurationError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
-        self._busy_timeout = float(busy_timeout)
+        self._busy_timeout = check_busy_timeout(busy_timeout)
         self._failures = SQLiteFailures(
             f"SQLite history {self.path}",
             busy_timeout=self._busy_timeout,
