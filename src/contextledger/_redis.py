@@ -4,16 +4,20 @@ The Redis history (asyncio), the Redis fact store (synchronous) and the proxy's 
 all reach Redis through a client made by :func:`open_redis`, and read its failures through
 :class:`RedisFailures`, so two promises hold for every one of them:
 
-* **A command is sent once.**  redis-py retries a command three times by default after a dropped
-  connection or a timeout.  When the first attempt did reach the server and only its reply was
+* **A command is sent once.**  redis-py may retry a command after a dropped connection or a
+  timeout (a client built with ``redis.Redis(...)`` does, three times, and the defaults have
+  changed between versions).  When the first attempt did reach the server and only its reply was
   lost, the retry runs the command a second time: a turn stored twice, a turn number taken twice.
-  The client made here never retries, so a lost reply surfaces as an error and the caller
-  settles the outcome (a retry with the same turn id, a read).
+  The client made here is told never to retry, so a lost reply surfaces as an error and the
+  caller settles the outcome (a retry with the same turn id, a read).
 * **A failure says what it proves.**  A command that never reached the server (no connection
   could be made, or the server refused it before running it) changed nothing; any later failure
   leaves the outcome to the server; a key holding another type is someone else's data, not an
-  outage.  Each store states once which of its exceptions stands for each case, and wraps its
-  calls in :meth:`RedisFailures.mapped`, as httpx maps its transport's errors in one place.
+  outage.  redis-py reports a connection lost while keys are watched as a ``WatchError``, as it
+  does a watched key that changed; only the second may be answered by running the transaction
+  again, so the mapping tells them apart.  Each store states once which of its exceptions stands
+  for each case, and wraps its calls in :meth:`RedisFailures.mapped`, as httpx maps its
+  transport's errors in one place.
 
 The ``redis`` package is imported when a client is opened, never when contextledger is, and a
 missing one raises :class:`~contextledger.exceptions.MissingExtraError` naming the store.  Replies
@@ -109,7 +113,8 @@ def open_redis(
     if isinstance(target, flavour):
         return RedisConnection(target, f"Redis client {target!r}", False, errors)
     if not isinstance(target, str) or not target.strip():
-        raise ConfigurationError(f"{feature} needs a redis:// URL or {kind} client, got {target!r}")
+        given = repr(target) if isinstance(target, str) else type(target).__name__
+        raise ConfigurationError(f"{feature} needs a redis:// URL or {kind} client, got {given}")
     try:
         client = flavour.from_url(
             target,
@@ -161,12 +166,9 @@ class RedisFailures:
         try:
             yield
         except Exception as error:
-            cause = self._dropped_under_watch(error)
-            if cause is None and isinstance(error, self._errors.WatchError):
-                raise
-            cause = cause or error
-            if not self._is_redis_failure(cause):
-                raise
+            cause = self._dropped_under_watch(error) or error
+            if isinstance(cause, self._errors.WatchError) or not self._is_redis_failure(cause):
+                raise  # a watched key changed (the caller's to run again), or not a Redis failure
             if outcome_unknown is not None and not self._never_sent(cause):
                 raise outcome_unknown(cause) from error
             raise self._failure(cause, action, key) from error
@@ -184,6 +186,7 @@ class RedisFailures:
         drops while keys are watched (the watch is lost, not broken by a write), else None."""
         context = error.__context__
         if isinstance(error, self._errors.WatchError) and isinstance(context, Exception):
+            # redis-py raises it while handling the connection error, so that error is its context.
             return context if self._is_redis_failure(context) else None
         return None
 
