@@ -32,6 +32,8 @@ from tests.history.support import RedisServer, free_port
 
 __all__ = ["own_redis_server", "redis_server"]
 
+pytestmark = pytest.mark.redis
+
 OwnServer = tuple[RedisServer, "subprocess.Popen[bytes]"]
 
 
