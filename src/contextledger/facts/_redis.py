@@ -54,7 +54,9 @@ class RedisFactStore(LedgerStore):
     ``url_or_client`` is a ``redis://`` URL, or a synchronous ``redis.Redis`` client that the
     store uses as configured and does not close.  The client the store creates from a URL never
     retries a command, since a retried write whose first attempt reached the server could take
-    a turn number twice.  A server that cannot be reached raises :class:`FactsError`.
+    a turn number twice; for the same reason a write whose reply was lost is not run again but
+    raises :class:`FactsError` saying so (read the facts to see whether it was applied).  A server
+    that cannot be reached raises :class:`FactsError` too.
     """
 
     def __init__(
