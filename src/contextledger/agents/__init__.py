@@ -28,8 +28,8 @@ from contextledger.agents._context import (
     SourceKind,
     use_context_providers,
 )
-from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
+from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
 

@@ -241,7 +241,8 @@ class CompactionProvider(ContextProvider):
 
     def _reducer(self, session: Session) -> HistoryReducer:
         """The session's retained-history reducer (kept in its cache: a failed run drops it)."""
-        assert self.after_strategy is not None and self._after_tokenizer is not None
+        assert self.after_strategy is not None
+        assert self._after_tokenizer is not None
         cache = session.cache(self)
         reducer: HistoryReducer | None = cache.get("after")
         if reducer is None:

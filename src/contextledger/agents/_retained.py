@@ -215,7 +215,6 @@ def drop_stranded(index: MessageIndex) -> bool:
     return True
 
 
-
 class ReducedHistoryProvider:
     """A history provider that keeps only the reduced list: every turn is stored with its reduction.
 
@@ -272,7 +271,9 @@ class ReducedHistoryProvider:
     ) -> bool:
         """The turn and the reduction of the history with it, in one write (see the class docstring)."""
         if not all(
-            isinstance(part, Sequence) and not isinstance(part, (str, bytes)) and all(isinstance(m, Message) for m in part)
+            isinstance(part, Sequence)
+            and not isinstance(part, (str, bytes))
+            and all(isinstance(m, Message) for m in part)
             for part in (inputs, reply)
         ):
             # Not a turn of messages: the store's own checks name what is wrong.
