@@ -25,6 +25,7 @@ from contextledger.history import (
     RetainedRewrite,
     StoredTurn,
     Turn,
+    TurnOutcome,
     TurnTarget,
     synced_history,
     write_turn,
@@ -279,19 +280,27 @@ class ReducedHistoryProvider:
             # Not a turn of messages: the store's own checks name what is wrong.
             return await self.inner.append_turn(session_id, turn_id, inputs, reply)
         kept = await synced_history(self.inner, session_id, self._kept.get(session_id))
-        turn = Turn(session_id, turn_id, tuple(inputs), tuple(reply))
+        outcome = await self.write(Turn(session_id, turn_id, tuple(inputs), tuple(reply)), kept)
+        self._kept[session_id] = kept
+        self._kept.move_to_end(session_id)
+        while len(self._kept) > _KEPT:
+            self._kept.popitem(last=False)
+        return outcome.stored
+
+    async def write(self, turn: Turn, kept: KeptHistory) -> TurnOutcome:
+        """Store ``turn`` after ``kept`` (the inner history as the caller last read it) with the
+        reduction it brings about, through the one turn writer, and bring ``kept`` up to date.
+
+        What :meth:`append_turn` does with a copy of its own; a host that keeps its own copy of
+        the history (the Agent Framework adapter) calls this with it.
+        """
         grown = [*kept.messages, *turn.messages]
         reduced = await self.reduce(grown)
         same = _same_objects(grown, reduced)
         # A rewrite starts within the stored list (at its end when only the turn's own messages changed).
         start = min(same, len(kept.messages))
         rewrite = None if same == len(grown) == len(reduced) else RetainedRewrite(start, tuple(reduced[start:]))
-        outcome = await write_turn(turn, [TurnTarget(self.inner, kept, rewrite)])
-        self._kept[session_id] = kept
-        self._kept.move_to_end(session_id)
-        while len(self._kept) > _KEPT:
-            self._kept.popitem(last=False)
-        return outcome.stored
+        return await write_turn(turn, [TurnTarget(self.inner, kept, rewrite)])
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         return await self.inner.load_turn(session_id, turn_id)
