@@ -308,7 +308,8 @@ class Agent:
     async def _replay(self, session: Session, stored: StoredTurn, inputs: Sequence[Message]) -> AgentResponse:
         """The stored turn as this run's response, after checking it answers the same input.
 
-        A history that missed the turn (its store failed after another had stored it) gets it now.
+        A history that missed the turn (its store failed after another had stored it) gets it now;
+        the first history, which the stored turn was read from, has it.
         """
         if not same_input(stored.inputs, inputs):  # equal, or equal but for what a forget took out
             raise TurnIdReusedError(
@@ -317,7 +318,8 @@ class Agent:
                 "give each new turn its own turn_id"
             )
         for provider in self.history_providers.values():
-            await provider.append_turn(session.session_id, stored.turn_id, stored.inputs, stored.reply)
+            if provider is not self.history:
+                await provider.append_turn(session.session_id, stored.turn_id, stored.inputs, stored.reply)
         return _replayed(stored)
 
     async def _store(self, context: RunContext) -> StoredTurn | None:
