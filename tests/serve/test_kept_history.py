@@ -10,6 +10,7 @@ turn reads the list).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import uuid
 
@@ -93,6 +94,6 @@ def test_a_session_turn_at_1000_stored_turns_does_not_read_the_history_again(
                     {"role": "assistant", "content": f"echo: question {number - 1}"},
                 ]
             assert sent[0]["content"] == f"stored {number}"  # the oldest turn leaves with each turn
-        per_turn = [after - before for before, after in zip(reads, reads[1:])]
+        per_turn = [after - before for before, after in itertools.pairwise(reads)]
         assert per_turn == [1] + [0] * 10, per_turn
         assert stored_length(server, key) == 2 * STORED_TURNS
