@@ -54,13 +54,26 @@ def test_a_host_killed_mid_burst_and_restarted_stores_every_turn_once(
         )
     backend, target, namespace = durable
     reduces = writer != "agent"
-    options = {"turn_size": TURN_SIZE, "namespace": namespace, "turn_ids": True, "writer": writer, "window": 3}
-    acknowledged = kill_mid_burst(appender_command(backend, target, "burst", "w", turns=10_000_000, **options), 60)
+
+    def command(turns: int, start: int = 0) -> list[str]:
+        return appender_command(
+            backend,
+            target,
+            "burst",
+            "w",
+            turns=turns,
+            turn_size=TURN_SIZE,
+            namespace=namespace,
+            turn_ids=True,
+            start=start,
+            writer=writer,
+            window=3,
+        )
+
+    acknowledged = kill_mid_burst(command(10_000_000), 60)
     resend_from = max(0, len(acknowledged) - 5)  # resends acknowledged turns and the one in flight
     total = len(acknowledged) + 10
-    resent = run_to_the_end(
-        appender_command(backend, target, "burst", "w", turns=total - resend_from, start=resend_from, **options)
-    )
+    resent = run_to_the_end(command(total - resend_from, resend_from))
     assert resent == list(range(resend_from, total))
 
     async def read() -> None:
