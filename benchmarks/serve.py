@@ -2,6 +2,7 @@
 
     python benchmarks/serve.py            # 400 requests per measurement, 3 interleaved rounds
     python benchmarks/serve.py --quick    # a smoke run
+    python benchmarks/serve.py --retain   # session turns with a retain strategy as well
 
 Three processes on 127.0.0.1: a fake OpenAI-compatible upstream that answers at once (a bare
 ASGI app under uvicorn), the proxy (``contextledger serve``, SQLite store), and this client
@@ -13,6 +14,10 @@ Workloads:
 - session: one new user message per request to a session that already stores 1,000 turns
   (4,000 messages); the proxy loads the history, takes the request view (a sliding window),
   adds the facts block, forwards, and stores the turn.  Each client has its own session.
+  With ``--retain`` the proxy also keeps each session's stored history to a window
+  (``--retain-strategy sliding-window``, cut back to 1,000 turns when it passes 1,010): each turn
+  is stored with the window's rewrite of the retained history, so the proxy's copy of a session
+  must stay valid across a reduction for a turn not to read the history again.
 
 For each workload and concurrency (1 and 32 clients), the same requests are sent to the upstream
 directly (the baseline) and through the proxy, in alternating rounds; the report gives median
@@ -55,6 +60,9 @@ from workloads import messages, turn
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-benchmark-tenant"
 STORED_TURNS = 1_000
+RETAIN = StrategySpec(
+    "sliding-window", (f"trigger=turns_exceed({STORED_TURNS + 10})", f"target=turns_exceed({STORED_TURNS})")
+)
 
 _REPLY = json.dumps(
     {
@@ -176,7 +184,7 @@ async def cpu_per_request(app: Any, path: str, body: bytes, headers: dict[str, s
     return statistics.median(samples), percentile(samples, 0.99)
 
 
-async def in_process(workdir: Path, history: bytes, question: bytes, total: int, rounds: int) -> None:
+async def in_process(workdir: Path, history: bytes, question: bytes, total: int, rounds: int, retain: bool) -> None:
     """The proxy's own work per request, in CPU time (threads included), against the bare upstream
     app driven the same way: what the machine's load cannot inflate."""
     app = create_app(
@@ -184,6 +192,7 @@ async def in_process(workdir: Path, history: bytes, question: bytes, total: int,
             upstream="http://upstream.in-process/v1",
             store=f"sqlite:{workdir / 'in-process.db'}",
             strategy=StrategySpec("sliding-window", ("trigger=turns_exceed(20)",)),
+            retain=RETAIN if retain else StrategySpec(),
         )
     )
     proxy = app.state.proxy
@@ -215,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement (default 400)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating direct/proxy rounds (default 3)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 60 requests, 1 round")
+    parser.add_argument("--retain", action="store_true", help="the proxy keeps a window of each session (see above)")
     parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fake_upstream:
@@ -228,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     upstream = f"http://127.0.0.1:{upstream_port}"
     proxy = f"http://127.0.0.1:{proxy_port}"
     store = workdir / "sessions.db"
+    retain_flags = ["--retain-strategy", RETAIN.name or ""]
+    for param in RETAIN.params:
+        retain_flags += ["--retain-param", param]
     processes = [
         start(
             [sys.executable, __file__, "--fake-upstream", str(upstream_port)],
@@ -250,12 +263,15 @@ def main(argv: list[str] | None = None) -> int:
                 "sliding-window",
                 "--param",
                 "trigger=turns_exceed(20)",
+                *(retain_flags if args.retain else []),
             ],
             proxy + "/healthz",
             workdir / "proxy.log",
         ),
     ]
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {total} requests x {rounds} rounds"
+    if args.retain:
+        env_note += ", retain strategy on"
     try:
         fill_sessions(store, proxy, 32)
         history = json.dumps({"model": "bench", "messages": messages(201)}).encode()
@@ -301,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:34} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f} {p50 - d50:>10.2f}"
                     f" {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
                 )
-        asyncio.run(in_process(workdir, history, question, total, rounds))
+        asyncio.run(in_process(workdir, history, question, total, rounds, args.retain))
     finally:
         for process in processes:
             process.terminate()

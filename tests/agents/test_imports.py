@@ -3,7 +3,9 @@
 The walk reads every import statement of the modules' source: at module level, inside a
 function, and under ``if TYPE_CHECKING:`` too, since a type-only import back up the layers is
 the same tangle for a reader.  Bottom to top: ``_session``, ``_response`` and ``_tools``, then
-``_context`` (what providers see, :class:`AgentView` included), then ``_compaction``, then ``_agent``.
+``_context`` (what providers see, :class:`AgentView` included), ``_history`` (a session's copy of
+its history), ``_view`` (the request view) and ``_retained`` (the retained history), then
+``_compaction``, then ``_agent``.
 """
 
 from __future__ import annotations

@@ -6,9 +6,13 @@ on stdin first, so several children start appending at the same moment.
 
 Each message's text is ``"{tag} {turn} {index}"``; ids are ``"{tag}-{turn}-{index}"``.
 
-With ``--turn-ids`` each turn is stored with ``append_turn`` under the turn id ``"{tag}-{turn}"``,
-as a writer that retries safely would; ``--start`` resends from that turn on (a restarted
-writer), and ``--retry-for`` retries a turn whose store failed or whose outcome is unknown.
+With ``--turn-ids`` each turn is stored under the turn id ``"{tag}-{turn}"`` through the one turn
+writer (:func:`~contextledger.history.write_turn`), as a host that retries safely does;
+``--start`` resends from that turn on (a restarted writer), and ``--retry-for`` retries a turn
+whose store failed or whose outcome is unknown.  ``--writer`` picks the host that writes: the
+writer called directly (``history``, the default), an agent run (``agent``, whose model answers
+with the turn's reply), :class:`ReducedHistoryProvider` (``reduced``, a window of ``--window``
+groups) or the Agent Framework adapter (``maf``, with the same window).
 """
 
 from __future__ import annotations
@@ -17,10 +21,24 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
+from contextledger.agents import Agent, ReducedHistoryProvider, Session
+from contextledger.clients import ChatResponse
+from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import HistoryError, TurnOutcomeUnknownError
-from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.history import (
+    HistoryProvider,
+    RedisHistoryProvider,
+    SQLiteHistoryProvider,
+    Turn,
+    TurnTarget,
+    write_turn,
+)
 from contextledger.messages import Message, TextContent
+
+Store = Callable[[str, str, list[Message]], Awaitable[None]]
 
 
 def turn(tag: str, number: int, size: int) -> list[Message]:
@@ -42,7 +60,56 @@ def open_history(backend: str, target: str, namespace: str, socket_timeout: floa
     return RedisHistoryProvider(target, namespace=namespace, socket_timeout=socket_timeout)
 
 
-async def store(history: HistoryProvider, arguments: argparse.Namespace, number: int) -> None:
+class ReplyModel:
+    """Answers each run with the reply its turn was given (the messages after the input)."""
+
+    def __init__(self) -> None:
+        self.reply: list[Message] = []
+
+    async def get_response(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    ) -> ChatResponse:
+        return ChatResponse(self.reply[-1].text if self.reply else "", tuple(self.reply))
+
+
+def writer_for(history: HistoryProvider, arguments: argparse.Namespace) -> Store:
+    """How the chosen host stores one turn (session, turn id, the turn's messages)."""
+    if arguments.writer == "agent":
+        model = ReplyModel()
+        agent = Agent(model, history=history)
+        sessions: dict[str, Session] = {}
+
+        async def run(session: str, turn_id: str, messages: list[Message]) -> None:
+            model.reply = messages[1:]
+            await agent.run(messages[0], session=sessions.setdefault(session, Session(session)), turn_id=turn_id)
+
+        return run
+    if arguments.writer == "reduced":
+        reduced = ReducedHistoryProvider(history, SlidingWindowStrategy(keep_last_groups=arguments.window))
+
+        async def append(session: str, turn_id: str, messages: list[Message]) -> None:
+            await reduced.append_turn(session, turn_id, messages[:1], messages[1:])
+
+        return append
+    if arguments.writer == "maf":
+        from contextledger.integrations.maf import ContextLedgerHistoryProvider  # noqa: PLC0415
+
+        adapter = ContextLedgerHistoryProvider(
+            history, reducer=SlidingWindowStrategy(keep_last_groups=arguments.window)
+        )
+
+        async def save(session: str, turn_id: str, messages: list[Message]) -> None:
+            await adapter.save_turn(session, turn_id, messages[:1], messages[1:])
+
+        return save
+
+    async def write(session: str, turn_id: str, messages: list[Message]) -> None:
+        await write_turn(Turn(session, turn_id, tuple(messages[:1]), tuple(messages[1:])), [TurnTarget(history)])
+
+    return write
+
+
+async def store(history: HistoryProvider, writer: Store, arguments: argparse.Namespace, number: int) -> None:
     messages = turn(arguments.tag, number, arguments.turn_size)
     if not arguments.turn_ids:
         await history.append(arguments.session, messages)
@@ -50,7 +117,7 @@ async def store(history: HistoryProvider, arguments: argparse.Namespace, number:
     deadline = time.monotonic() + arguments.retry_for
     while True:
         try:
-            await history.append_turn(arguments.session, f"{arguments.tag}-{number}", messages[:1], messages[1:])
+            await writer(arguments.session, f"{arguments.tag}-{number}", messages)
             return
         except (HistoryError, TurnOutcomeUnknownError) as error:
             if time.monotonic() >= deadline:
@@ -61,12 +128,13 @@ async def store(history: HistoryProvider, arguments: argparse.Namespace, number:
 
 async def main(arguments: argparse.Namespace) -> None:
     history = open_history(arguments.backend, arguments.target, arguments.namespace, arguments.socket_timeout)
+    writer = writer_for(history, arguments)
     try:
         if arguments.wait_for_go:
             print("ready", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
         for number in range(arguments.start, arguments.start + arguments.turns):
-            await store(history, arguments, number)
+            await store(history, writer, arguments, number)
             print(number, flush=True)
     finally:
         await history.close()
@@ -86,4 +154,6 @@ if __name__ == "__main__":
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--retry-for", type=float, default=0.0)
     parser.add_argument("--socket-timeout", type=float, default=5.0)
+    parser.add_argument("--writer", choices=["history", "agent", "reduced", "maf"], default="history")
+    parser.add_argument("--window", type=int, default=3, help="the reduced and maf writers' window, in groups")
     asyncio.run(main(parser.parse_args()))

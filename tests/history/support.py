@@ -155,6 +155,8 @@ def appender_command(
     start: int = 0,
     retry_for: float = 0.0,
     socket_timeout: float = 5.0,
+    writer: str = "history",
+    window: int = 3,
 ) -> list[str]:
     """The command line of a child process that appends ``turns`` turns and acknowledges each."""
     command = [
@@ -175,7 +177,7 @@ def appender_command(
         command.append("--wait-for-go")
     if turn_ids:
         command += ["--turn-ids", "--start", str(start), "--retry-for", str(retry_for)]
-        command += ["--socket-timeout", str(socket_timeout)]
+        command += ["--socket-timeout", str(socket_timeout), "--writer", writer, "--window", str(window)]
     return command
 
 

@@ -143,3 +143,32 @@ def test_only_contextledger_stores_and_strategies_are_accepted() -> None:
         ContextLedgerHistoryProvider(object())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="reducer"):
         ContextLedgerHistoryProvider(InMemoryHistoryProvider(), reducer=object())  # type: ignore[arg-type]
+
+
+def test_each_run_is_one_turn_stored_once_and_a_reduced_history_starts_at_a_turn(chat_server: ChatServer) -> None:
+    """Each MAF run is stored under a turn id of its own (the test server answers every call with
+    the same response id, so that is not what the id is made of); a window that cuts a run in two
+    (four groups: the last answer of one run, then the three groups of the next) leaves the newest
+    run whole and nothing of the one before."""
+    shop = Shop(result_chars=100)
+    chat_server.respond = shop.respond
+    store = InMemoryHistoryProvider()
+    history = ContextLedgerHistoryProvider(store, reducer=SlidingWindowStrategy(keep_last_groups=4))
+    agent = shop_agent(chat_server, shop, history)
+
+    async def main() -> None:
+        session = agent.create_session()
+        for number in range(3):
+            await agent.run(question(number), session=session)
+            stored = await store.load(session.session_id)
+            assert stored[0].role == "user", [m.role for m in stored]
+            assert stored[0].text == question(number)
+        assert len(await store.load_turns(session.session_id)) == 3
+        # A save whose outcome was lost is retried by its turn id: the stored turn stands.
+        (recorded,) = [t for t in await store.load_turns(session.session_id) if t.inputs[0].text == question(2)]
+        outcome = await history.save_turn(session.session_id, recorded.turn_id, recorded.inputs, [])
+        assert not outcome.stored
+        assert outcome.earlier == recorded
+        assert len(await store.load_turns(session.session_id)) == 3
+
+    asyncio.run(main())

@@ -1,10 +1,24 @@
 """A small agent runtime: sessions, context providers around each model call, tools, and compaction.
 
 >>> from contextledger.agents import Agent, CompactionProvider
+
+Where things live (every name is imported from here, ``contextledger.agents``):
+
+- a conversation and its state: ``_session.py`` (:class:`Session`); what a run returns:
+  ``_response.py`` (:class:`AgentResponse`, :class:`ModelCall`, :func:`sum_usage`); tools:
+  ``_tools.py`` (:func:`tool`, :class:`FunctionTool`);
+- what providers see and change around a run: ``_context.py`` (:class:`ContextProvider`,
+  :class:`RunContext`, :class:`RequestMessages`, :class:`MessageSource`, :data:`SourceKind`,
+  :class:`AgentView`, :func:`use_context_providers`);
+- compaction around an agent: ``_compaction.py`` (:class:`CompactionProvider`), its request view
+  kept per session in ``_view.py``, and the retained history in ``_retained.py``
+  (:class:`HistoryReducer`, which the proxy uses too, and :class:`ReducedHistoryProvider`);
+- the agent and its run: ``_agent.py`` (:class:`Agent`), with the session's copy of its history
+  in ``_history.py``; every turn is stored through :func:`contextledger.history.write_turn`.
 """
 
 from contextledger.agents._agent import Agent
-from contextledger.agents._compaction import CompactionProvider, ReducedHistoryProvider
+from contextledger.agents._compaction import CompactionProvider
 from contextledger.agents._context import (
     AgentView,
     ContextProvider,
@@ -15,6 +29,7 @@ from contextledger.agents._context import (
     use_context_providers,
 )
 from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
+from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
 
@@ -25,6 +40,7 @@ __all__ = [
     "CompactionProvider",
     "ContextProvider",
     "FunctionTool",
+    "HistoryReducer",
     "MessageSource",
     "ModelCall",
     "ReducedHistoryProvider",

@@ -28,22 +28,29 @@ from contextledger.agents._context import (
     RunContext,
     current_run,
 )
-from contextledger.agents._history import kept_history, synced_history
+from contextledger.agents._history import kept_history, session_history
 from contextledger.agents._response import AgentResponse, ModelCall
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, describe_tools
 from contextledger.clients._protocol import ChatClient, ChatResponse
 from contextledger.exceptions import (
     ConfigurationError,
-    HistoryError,
     InvalidMessageError,
     ModelResponseError,
     ToolError,
     ToolLoopError,
     TurnIdReusedError,
 )
-from contextledger.history import HistoryProvider, InMemoryHistoryProvider, StoredTurn, TurnRewriter
-from contextledger.history._encoding import check_turn_id
+from contextledger.history import (
+    HistoryProvider,
+    InMemoryHistoryProvider,
+    RetainedRewrite,
+    StoredTurn,
+    Turn,
+    TurnTarget,
+    check_turn_id,
+    write_turn,
+)
 from contextledger.messages import FunctionCallContent, Message
 
 __all__ = ["Agent"]
@@ -243,7 +250,7 @@ class Agent:
             if isinstance(provider, ContextProvider):
                 await provider.before_run(context)
             elif provider is primary:
-                history = await synced_history(context.session, provider)
+                history = await session_history(context.session, provider)
                 context._add_history(provider.source_id, history.messages)
             # Another history (a mirror) receives the turn too, but is never read into requests.
         instructions = [self.instructions] if self.instructions else []
@@ -301,7 +308,8 @@ class Agent:
     async def _replay(self, session: Session, stored: StoredTurn, inputs: Sequence[Message]) -> AgentResponse:
         """The stored turn as this run's response, after checking it answers the same input.
 
-        A history that missed the turn (its store failed after another had stored it) gets it now.
+        A history that missed the turn (its store failed after another had stored it) gets it now;
+        the first history, which the stored turn was read from, has it.
         """
         if not same_input(stored.inputs, inputs):  # equal, or equal but for what a forget took out
             raise TurnIdReusedError(
@@ -310,51 +318,33 @@ class Agent:
                 "give each new turn its own turn_id"
             )
         for provider in self.history_providers.values():
-            await provider.append_turn(session.session_id, stored.turn_id, stored.inputs, stored.reply)
+            if provider is not self.history:
+                await provider.append_turn(session.session_id, stored.turn_id, stored.inputs, stored.reply)
         return _replayed(stored)
 
     async def _store(self, context: RunContext) -> StoredTurn | None:
-        """Append the turn to every history, all of them or (taking back what it can) none.
+        """Store the turn in every history through the one turn writer
+        (:func:`~contextledger.history.write_turn`): all of them or (taking back what it can) none.
 
         Returns None when this run stored the turn, or the turn another run had already stored
         under the same id.  An unknown outcome (:class:`TurnOutcomeUnknownError`) propagates
         and nothing is taken back: a retry with the same turn id completes the turn.
         """
-        session, turn = context.session, context.turn_id
-        inputs, reply = context.input_messages, tuple(context.generated)
-        done: list[HistoryProvider] = []
-        # A rewrite asked for with the turn goes in the same store operation, where one can hold
-        # both: with a second history to write, a turn failing there is taken back by undo_turn,
-        # which can remove a turn but not put back what a rewrite replaced.
-        rewrites = context._rewrites if len(self.history_providers) == 1 else {}
+        session = context.session
+        turn = Turn(session.session_id, context.turn_id, context.input_messages, tuple(context.generated))
+        targets: list[TurnTarget] = []
         for provider in self.history_providers.values():
-            try:
-                rewrite = rewrites.get(provider.source_id)
-                kept = kept_history(session, provider)
-                if rewrite is not None and kept is not None and isinstance(provider, TurnRewriter):
-                    written = await provider.rewrite_and_append_turn(
-                        session.session_id, rewrite.start, rewrite.messages, kept.version, turn, inputs, reply
-                    )
-                    if written.stored and written.version is not None:
-                        context._keep_history_from(rewrite.start)
-                        kept.rewritten(rewrite.start, [*rewrite.messages, *inputs, *reply], written.version)
-                        context._rewritten[provider.source_id] = written.version
-                        done.append(provider)
-                        continue
-                    stored = written.stored
-                else:
-                    stored = await provider.append_turn(session.session_id, turn, inputs, reply)
-            except HistoryError:
-                for other in done:
-                    await other.undo_turn(session.session_id, turn, [*inputs, *reply])
-                raise
-            if not stored and not done:
-                return await provider.load_turn(session.session_id, turn)
-            if stored:
-                done.append(provider)
-                if kept is not None:
-                    # Right after the write, with no await in between.  Another writer's turn
-                    # landing first makes the store's version differ from this one, and the
-                    # next turn loads again.
-                    kept.appended([*inputs, *reply])
+            asked = context._rewrites.get(provider.source_id)
+            kept = kept_history(session, provider)
+            rewrite = None
+            if asked is not None and kept is not None:
+                # The writer changes the session's copy in place; the run keeps what it was built on.
+                context._keep_history_from(asked.start)
+                rewrite = RetainedRewrite(asked.start, (*asked.messages, *turn.messages))
+            targets.append(TurnTarget(provider, kept, rewrite))
+        outcome = await write_turn(turn, targets)
+        if not outcome.stored:
+            return outcome.earlier
+        if len(targets) == 1 and targets[0].rewrite is not None and outcome.rewritten is not None:
+            context._rewritten[targets[0].history.source_id] = outcome.rewritten
         return None

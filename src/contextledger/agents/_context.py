@@ -258,10 +258,12 @@ class RunContext:
         ``messages`` after them in the same atomic step that stores this turn (for a provider's
         ``before_store``).
 
-        The rewrite is made only if the history is still as this run loaded it, and only where
-        one step can do it (the agent's only history, and one that is a
-        :class:`~contextledger.history.TurnRewriter`); :meth:`rewritten_with_turn` tells, in
-        ``after_run``, whether it was.  ``start`` counts the messages this run loaded.
+        The rewrite is made by the turn writer (:func:`~contextledger.history.write_turn`) only
+        if the history is still as this run loaded it, and only when the turn goes to this one
+        history: in the same atomic step where the history is a
+        :class:`~contextledger.history.TurnRewriter`, else right after the turn.
+        :meth:`rewritten_with_turn` tells, in ``after_run``, whether it was.  ``start`` counts the
+        messages this run loaded.
         """
         if source_id not in self.agent.history_providers:
             raise ConfigurationError(f"rewrite_with_turn: the agent has no history {source_id!r}")

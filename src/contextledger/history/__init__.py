@@ -4,20 +4,52 @@ All three implement :class:`HistoryProvider` and behave the same (one conformanc
 against each), so an agent moves from a demo to a durable or shared store by changing one
 constructor.  Importing this package does not import ``redis``; only creating a
 :class:`RedisHistoryProvider` does.
+
+Where things live (every name is imported from here, ``contextledger.history``):
+
+- the promises of a store: ``_protocol.py`` (:class:`HistoryProvider`, :class:`TurnRewriter`,
+  :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`);
+- the stores: ``_memory.py`` (:class:`InMemoryHistoryProvider`), ``_sqlite.py``
+  (:class:`SQLiteHistoryProvider`), ``_redis.py`` (:class:`RedisHistoryProvider`), with the
+  checks and the stored form they share in ``_encoding.py``;
+- writing a turn, the one path every host takes: ``_turns.py`` (:func:`write_turn` stores a
+  :class:`Turn` in its :class:`TurnTarget` histories with the :class:`RetainedRewrite` a reducer
+  asked for, exactly once by turn id, and says what it did in a :class:`TurnOutcome`;
+  :class:`KeptHistory` is a host's versioned copy of a history, kept current by
+  :func:`synced_history` and the writer; :func:`check_turn_id` is the one rule a turn id
+  follows, for a host to check the id it was given before it runs the turn).
 """
 
+from contextledger.history._encoding import check_turn_id
 from contextledger.history._memory import InMemoryHistoryProvider
 from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter, TurnWrite
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
+from contextledger.history._turns import (
+    KeptHistory,
+    RetainedRewrite,
+    Turn,
+    TurnOutcome,
+    TurnTarget,
+    synced_history,
+    write_turn,
+)
 
 __all__ = [
     "HistoryProvider",
     "HistoryVersion",
     "InMemoryHistoryProvider",
+    "KeptHistory",
     "RedisHistoryProvider",
+    "RetainedRewrite",
     "SQLiteHistoryProvider",
     "StoredTurn",
+    "Turn",
+    "TurnOutcome",
     "TurnRewriter",
+    "TurnTarget",
     "TurnWrite",
+    "check_turn_id",
+    "synced_history",
+    "write_turn",
 ]

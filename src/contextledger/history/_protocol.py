@@ -162,10 +162,12 @@ class HistoryProvider(Protocol):
 class TurnRewriter(Protocol):
     """A history that can rewrite its stored list and append a turn in one atomic step.
 
-    Optional: an agent whose single history offers it writes a turn and the reduction of the
-    retained history that the turn brings about (a compaction provider's ``after_strategy``)
-    with one store operation instead of two, which on a networked store is one round trip a
-    turn fewer.  Histories without it get the two writes, with the same result.
+    Optional: the turn writer (:func:`~contextledger.history.write_turn`, which every host uses)
+    writes a turn and the reduction of the retained history that the turn brings about (a
+    compaction provider's ``after_strategy``, the proxy's retain strategy, a reduced history)
+    with one atomic store operation instead of two, which on a networked store is also one
+    round trip a turn fewer.  Histories without it get the two writes, with the same result
+    once both are done.
     """
 
     async def rewrite_and_append_turn(

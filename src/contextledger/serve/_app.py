@@ -19,11 +19,9 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from contextledger._extras import require_extra
-from contextledger._forgotten import same_input
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
 require_extra("httpx", extra="serve", feature="contextledger serve")
@@ -35,23 +33,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
-from contextledger.agents import ReducedHistoryProvider  # noqa: E402
 from contextledger.compaction import compact_with_report  # noqa: E402
 from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
-from contextledger.exceptions import (  # noqa: E402
-    ContextLedgerError,
-    FactsError,
-    HistoryError,
-    ProxyError,
-    TurnOutcomeUnknownError,
-)
+from contextledger.exceptions import ContextLedgerError, FactsError, HistoryError, ProxyError  # noqa: E402
 from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, forget_facts, history_target  # noqa: E402
-from contextledger.history import StoredTurn  # noqa: E402
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
-from contextledger.serve._kept import Kept, KeptSessions  # noqa: E402
+from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
-from contextledger.serve._replies import completion_events, reply_message, stored_completion  # noqa: E402
+from contextledger.serve._replies import reply_message  # noqa: E402
 from contextledger.serve._requests import (  # noqa: E402
     MessageReader,
     bad_request,
@@ -63,6 +53,7 @@ from contextledger.serve._requests import (  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
+from contextledger.serve._turns import SessionTurn, SessionTurns  # noqa: E402
 from contextledger.serve._upstream import Upstream, error_body, timeout_error, upstream_failure  # noqa: E402
 
 __all__ = ["Proxy", "create_app"]
@@ -78,18 +69,6 @@ def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONRespon
             f"the session store failed: {error}", status=503, error_type="server_error", code="store_unavailable"
         )
     return JSONResponse(error_body(str(error), error.error_type, error.code), status_code=error.status)
-
-
-@dataclass(frozen=True, slots=True)
-class _Turn:
-    """A turn about to be stored: the session key, its id, the history it was built on, the
-    turn's input messages and the reply."""
-
-    key: str
-    turn_id: str
-    before: Kept
-    inputs: list[Message]
-    reply: Message
 
 
 class _CleanupStream(StreamingResponse):
@@ -127,7 +106,8 @@ class Proxy:
         )
         self.writer = RuleWriter()
         self.reader = MessageReader()
-        self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer)
+        self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
+        self.turns = SessionTurns(self.sessions, self.kept, self.metrics, self.writer)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -380,13 +360,11 @@ class Proxy:
             if given_turn_id is not None:
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
-                    return self._replay(done, new_turn, streaming)
+                    return self.turns.replay(done, new_turn, streaming)
             kept = await self.kept.history(key)
-            stored = kept.messages
-            conversation = [*stored, *new_turn]
-            view = await self.kept.request_view(key, conversation)
-            before = kept.tokens + sum(self.tokenizer.count_messages(new_turn))
-            after = before if view is conversation else sum(self.tokenizer.count_messages(view))
+            view = await self.kept.request_view(key, kept.messages, new_turn)
+            before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
+            after = before if self.strategy is None else sum(self.tokenizer.count_messages(list(view)))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
             ticket: Ticket | None = None
             head = list(instructions)
@@ -402,8 +380,8 @@ class Proxy:
             headers = self.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = _Turn(key, turn_id, kept, new_turn, reply_message(message, reply))
-                return await self._store_turn(turn, store, ticket)
+                turn = SessionTurn(key, turn_id, kept, new_turn, reply_message(message, reply))
+                return await self.turns.store(turn, store, ticket)
 
             if streaming:
                 stack = None  # the stream releases the lock when it ends
@@ -426,7 +404,7 @@ class Proxy:
                 # Another holder stored this turn id first (its lock lease had run out): its reply stands.
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
-                    return self._replay(done, new_turn, streaming=False)
+                    return self.turns.replay(done, new_turn, streaming=False)
             return Response(
                 upstream.content, status_code=200, media_type=upstream.headers.get("content-type", "application/json")
             )
@@ -434,77 +412,12 @@ class Proxy:
             if stack is not None:
                 await stack.aclose()
 
-    def _replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
-        """The stored reply to a retried turn, without calling the upstream or touching the facts."""
-        if not same_input(done.inputs, new_turn):  # equal, or equal but for what a forget took out
-            raise ProxyError(
-                f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
-                "turn, so give each new turn a new key",
-                status=422,
-                code="idempotency_key_reused",
-            )
-        self.metrics.count(self.metrics.turns, "replayed")
-        completion = stored_completion(done)
-        headers = {"x-contextledger-replayed": "true"}
-        if not streaming:
-            return JSONResponse(completion, headers=headers)
-        return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
-
     def _begin(self, store: FactMemory, text: str) -> Ticket | None:
         try:
             return store.begin_turn(text)
         except FactsError:  # a message over the bound: the turn goes on, the facts cannot change
             self.metrics.count(self.metrics.facts, "rejected")
             return None
-
-    async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
-        """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
-
-        ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
-        failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
-        is unknown and the retry that settles it (the same ``Idempotency-Key``).
-        """
-        try:
-            stored_now = await self.sessions.history.append_turn(turn.key, turn.turn_id, turn.inputs, [turn.reply])
-        except TurnOutcomeUnknownError:
-            self.kept.rewritten(turn.key)
-            self.metrics.count(self.metrics.turns, "unknown")
-            raise ProxyError(
-                f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
-                f"with the header Idempotency-Key: {turn.turn_id} to get the stored reply, or run it if it was not",
-                status=503,
-                error_type="server_error",
-                code="turn_outcome_unknown",
-            ) from None
-        except HistoryError as error:
-            self.metrics.count(self.metrics.turns, "failed")
-            raise ProxyError(
-                f"the turn could not be stored and nothing was stored ({error})",
-                status=503,
-                error_type="server_error",
-                code="store_unavailable",
-            ) from None
-        if not stored_now:
-            return False
-        self.metrics.count(self.metrics.turns, "stored")
-        added = [*turn.inputs, turn.reply]
-        self.kept.appended(turn.key, turn.before, added, sum(self.tokenizer.count_messages(added)))
-        if self.retain is not None:
-            everything = [*turn.before.messages, *added]
-            reduced = await ReducedHistoryProvider(self.sessions.history, self.retain).reduce(everything)
-            if reduced != everything:
-                self.kept.rewritten(turn.key)
-                await self.sessions.history.replace(turn.key, reduced)
-        if store is not None and ticket is not None:
-            try:
-                # The rule writer reads the user's own text; the store's check and write may do I/O.
-                proposal = await self.writer.propose(ticket.user_text)
-                admission = await self.sessions.run_facts(lambda: store.apply(ticket, proposal.candidates))
-                self.metrics.count(self.metrics.facts, "admitted", amount=len(admission.admitted))
-            except FactsError as error:
-                problems = getattr(error, "problems", ()) or (str(error),)
-                self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
-        return True
 
     # Talking to the upstream ------------------------------------------------------------------
 

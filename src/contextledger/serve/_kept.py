@@ -2,94 +2,152 @@
 
 Reading a long history from the store and indexing it again on every turn would make each turn
 cost the whole session; instead the process keeps, per session, the history as it stood after
-its last turn (with its token count) and the request view built on it (a
-:class:`~contextledger.agents.CompactionProvider`, which indexes only what is new).  The copy is
-used only while the history store's own :class:`~contextledger.history.HistoryVersion` of the
-session is the one the copy stands for: anything that writes the session (another proxy
-process, an agent on the same store, a ``forget``, a reduction) moves the version, and the next
-turn here reads the store again.
+its last turn (a :class:`~contextledger.history.KeptHistory`, with its token count), the request
+view built on it (a :class:`~contextledger.agents.CompactionProvider`, which indexes only what is
+new) and, with a retain strategy, the retained history's index
+(a :class:`~contextledger.agents.HistoryReducer`).  A turn is stored through the one turn writer
+(:func:`~contextledger.history.write_turn`): the turn and the reduction it brings about in one
+atomic write, after which the copy is brought up to date, not dropped.  The copy is used only
+while the history store's own version of the session is the one the copy stands for: anything
+else that writes the session (another proxy process, an agent on the same store, a ``forget``)
+moves the version, and the next turn here reads the store again.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
 
-from contextledger.agents import CompactionProvider
+from contextledger.agents import CompactionProvider, HistoryReducer, RequestMessages
 from contextledger.compaction import CompactionStrategy
-from contextledger.history import HistoryProvider, HistoryVersion
+from contextledger.compaction._apply import resolve_tokenizer
+from contextledger.history import (
+    HistoryProvider,
+    KeptHistory,
+    Turn,
+    TurnOutcome,
+    TurnTarget,
+    synced_history,
+    write_turn,
+)
 from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["Kept", "KeptSessions"]
+__all__ = ["KeptSessions"]
 
 _KEPT = 256
-_Value = TypeVar("_Value")
 
 
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """A session's history as this process last saw it, valid while the store's version is ``version``."""
+@dataclass(slots=True)
+class _Kept:
+    """One session as this process last saw it: its history and that history's token count, the
+    request view and the retained history's reducer built on it."""
 
-    version: HistoryVersion
-    messages: list[Message]
-    tokens: int
+    history: KeptHistory | None = None
+    tokens: int = 0
+    view: CompactionProvider | None = None
+    reducer: HistoryReducer | None = field(default=None)
 
 
 class KeptSessions:
-    """The most recently used sessions' histories and request views (at most 256 of each)."""
+    """The most recently used sessions (at most 256) as this process keeps them between turns."""
 
-    def __init__(self, history: HistoryProvider, strategy: CompactionStrategy | None, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        history: HistoryProvider,
+        strategy: CompactionStrategy | None,
+        tokenizer: Tokenizer,
+        retain: CompactionStrategy | None = None,
+    ) -> None:
         self._history = history
         self._strategy = strategy
         self._tokenizer = tokenizer
-        self._histories: OrderedDict[str, Kept] = OrderedDict()
-        self._views: OrderedDict[str, CompactionProvider] = OrderedDict()
+        self._retain = retain
+        self._retain_tokenizer = resolve_tokenizer(retain, None) if retain is not None else None
+        self._sessions: OrderedDict[str, _Kept] = OrderedDict()
 
-    async def history(self, key: str) -> Kept:
-        """The session's stored history: the copy kept here while no proxy has written the session
+    def _entry(self, key: str) -> _Kept:
+        entry = self._sessions.get(key)
+        if entry is None:
+            entry = self._sessions[key] = _Kept()
+            while len(self._sessions) > _KEPT:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(key)
+        return entry
+
+    async def history(self, key: str) -> KeptHistory:
+        """The session's stored history: the copy kept here while nothing else wrote the session
         since, else read from the store (and kept)."""
-        version = await self._history.version(key)
-        kept = self._histories.get(key)
-        if kept is None or kept.version != version:
-            # Read after the version: a write in between makes the copy look older than it is
-            # (read again next time), never newer.
-            messages = await self._history.load(key)
-            kept = Kept(version, messages, self.tokens(messages))
-            _remember(self._histories, key, kept)
-        self._histories.move_to_end(key)
-        return kept
+        entry = self._entry(key)
+        synced = await synced_history(self._history, key, entry.history)
+        if synced is not entry.history:
+            entry.history, entry.tokens = synced, self.tokens(synced.messages)
+            if entry.reducer is not None:
+                entry.reducer.reset()  # someone else wrote the session: its index starts again
+        return synced
 
-    def appended(self, key: str, before: Kept, added: list[Message], tokens: int) -> None:
-        """Record that ``added`` was appended after ``before`` (the copy this turn was built on):
-        the copy now stands for the version an append leaves, same generation and longer."""
-        version = HistoryVersion(before.version.generation, before.version.length + len(added))
-        _remember(self._histories, key, Kept(version, [*before.messages, *added], before.tokens + tokens))
+    def stored_tokens(self, key: str) -> int:
+        """The token count of the session's kept history (after :meth:`history`)."""
+        return self._entry(key).tokens
 
     def rewritten(self, key: str) -> None:
-        """Forget the copy and the request view of a session whose history was rewritten or
-        whose write failed half-way: the next turn reads the store."""
-        self._histories.pop(key, None)
-        self._views.pop(key, None)
+        """Forget what is kept of a session whose history was rewritten elsewhere (a ``forget``, a
+        deletion) or whose write failed half-way: the next turn reads the store."""
+        self._sessions.pop(key, None)
 
-    async def request_view(self, key: str, conversation: list[Message]) -> Sequence[Message]:
-        """What this turn sends of ``conversation``: the strategy's request view, or all of it."""
+    async def request_view(self, key: str, stored: list[Message], new: list[Message]) -> Sequence[Message]:
+        """What this turn sends of the stored history and the new messages: the strategy's request
+        view, or all of it.  Read in place, never copied into one list."""
+        conversation = RequestMessages((stored, len(stored)), (new, len(new)))
         if self._strategy is None:
             return conversation
-        provider = self._views.get(key)
-        if provider is None:
-            provider = CompactionProvider(self._strategy, tokenizer=self._tokenizer)
-            _remember(self._views, key, provider)
-        self._views.move_to_end(key)
-        return await provider.prepare_request(conversation, None)
+        entry = self._entry(key)
+        if entry.view is None:
+            entry.view = CompactionProvider(self._strategy, tokenizer=self._tokenizer)
+        return await entry.view.prepare_request(conversation, None)
 
-    def tokens(self, messages: list[Message]) -> int:
-        return sum(self._tokenizer.count_messages(messages))
+    async def store_turn(self, turn: Turn, kept: KeptHistory) -> TurnOutcome:
+        """Store ``turn`` after ``kept`` (the history it was built on) through the one turn writer,
+        with the retained history's reduction in the same atomic write, and keep the result.
 
+        Any error leaves nothing kept of the session (the next turn reads the store) and
+        propagates: a ``HistoryError`` means nothing was stored, a ``TurnOutcomeUnknownError``
+        that a retry with the same turn id settles it.
+        """
+        entry = self._entry(turn.session_id)
+        added = turn.messages
+        rewrite = None
+        reducer = entry.reducer
+        if self._retain is not None and self._retain_tokenizer is not None:
+            if reducer is None:
+                reducer = entry.reducer = HistoryReducer(self._retain, self._retain_tokenizer)
+            grown = RequestMessages((kept.messages, len(kept.messages)), (added, len(added)))
+            rewrite = await reducer.plan(grown, kept.version.generation)
+        # The part a rewrite replaces, counted before the writer changes the copy in place.
+        replaced = kept.messages[rewrite.start :] if rewrite is not None else []
+        try:
+            outcome = await write_turn(turn, [TurnTarget(self._history, kept, rewrite)])
+        except BaseException:
+            self.rewritten(turn.session_id)
+            raise
+        if not outcome.stored:
+            if reducer is not None:
+                reducer.reset()
+            return outcome
+        if entry.history is not kept:  # dropped meanwhile (more sessions than are kept): count again
+            tokens = self.tokens(kept.messages)
+        elif rewrite is not None and outcome.rewritten is not None:
+            tokens = entry.tokens + self.tokens(rewrite.messages) - self.tokens(replaced)
+        else:
+            tokens = entry.tokens + self.tokens(added)
+        entry.history, entry.tokens = kept, tokens
+        if reducer is not None:
+            if rewrite is None or outcome.rewritten is not None:
+                reducer.written(rewrite, kept.version.generation, kept.messages)
+            else:
+                reducer.reset()  # the store had moved on: the reduction was not written
+        return outcome
 
-def _remember(kept: OrderedDict[str, _Value], key: str, value: _Value) -> None:
-    kept[key] = value
-    while len(kept) > _KEPT:
-        kept.popitem(last=False)
+    def tokens(self, messages: Sequence[Message]) -> int:
+        return sum(self._tokenizer.count_messages(list(messages)))

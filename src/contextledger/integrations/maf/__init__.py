@@ -26,7 +26,8 @@ sessions and swaps in contextledger where it wants its guarantees:
   :class:`AgentFrameworkChatClient` lends a MAF client to contextledger (a summariser).
 - **History**: any :class:`contextledger.history.HistoryProvider` (in memory,
   SQLite, Redis) behind MAF's history-provider interface
-  (:class:`ContextLedgerHistoryProvider`).
+  (:class:`ContextLedgerHistoryProvider`): each run stored as one turn, exactly once, under
+  the turn id in ``SessionContext.metadata[TURN_ID_KEY]`` or a generated one.
 - **Controlled facts**: :class:`FactsContextProvider` puts the facts block into the
   instructions before each run and extracts from the run's external user messages after a
   successful one; its ``forget`` also rewrites the MAF histories given.
@@ -60,7 +61,7 @@ from contextledger.integrations.maf._compaction import (
     apply_compaction,
 )
 from contextledger.integrations.maf._facts import FactsContextProvider
-from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
+from contextledger.integrations.maf._history import TURN_ID_KEY, ContextLedgerHistoryProvider
 from contextledger.integrations.maf._messages import (
     MAF_CONTENTS_PROPERTY,
     MAF_EXTRA_PROPERTY,
@@ -73,6 +74,7 @@ from contextledger.integrations.maf._messages import (
 __all__ = [
     "MAF_CONTENTS_PROPERTY",
     "MAF_EXTRA_PROPERTY",
+    "TURN_ID_KEY",
     "AgentFrameworkChatClient",
     "AgentFrameworkStrategy",
     "AgentFrameworkTokenizer",

@@ -1,0 +1,111 @@
+"""Storing a session turn: what the proxy does once the upstream has answered, and the answer to a
+retried one.
+
+The turn goes through the one turn writer (:func:`~contextledger.history.write_turn`, by way of
+:class:`~contextledger.serve._kept.KeptSessions`, which keeps the session's copy current): the
+turn id, the client's new messages, the reply and the retained history's reduction in one
+atomic write, exactly once per ``Idempotency-Key``.  Then the user's facts are admitted.  A
+retried turn gets the stored reply, with no upstream call and no fact admitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contextledger._extras import require_extra
+from contextledger._forgotten import same_input
+
+require_extra("starlette", extra="serve", feature="contextledger serve")
+
+from starlette.responses import JSONResponse, Response  # noqa: E402
+
+from contextledger.exceptions import FactsError, HistoryError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
+from contextledger.facts import FactMemory, RuleWriter, Ticket  # noqa: E402
+from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
+from contextledger.messages import Message  # noqa: E402
+from contextledger.serve._kept import KeptSessions  # noqa: E402
+from contextledger.serve._metrics import Metrics  # noqa: E402
+from contextledger.serve._replies import completion_events, stored_completion  # noqa: E402
+from contextledger.serve._sessions import Sessions  # noqa: E402
+
+__all__ = ["SessionTurn", "SessionTurns"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTurn:
+    """A turn about to be stored: the session key, its id, the history it was built on, the
+    turn's input messages and the reply."""
+
+    key: str
+    turn_id: str
+    before: KeptHistory
+    inputs: list[Message]
+    reply: Message
+
+
+class SessionTurns:
+    """Stores session turns and answers retried ones (see the module docstring)."""
+
+    def __init__(self, sessions: Sessions, kept: KeptSessions, metrics: Metrics, writer: RuleWriter) -> None:
+        self.sessions = sessions
+        self.kept = kept
+        self.metrics = metrics
+        self.writer = writer
+
+    def replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
+        """The stored reply to a retried turn, without calling the upstream or touching the facts."""
+        if not same_input(done.inputs, new_turn):  # equal, or equal but for what a forget took out
+            raise ProxyError(
+                f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
+                "turn, so give each new turn a new key",
+                status=422,
+                code="idempotency_key_reused",
+            )
+        self.metrics.count(self.metrics.turns, "replayed")
+        completion = stored_completion(done)
+        headers = {"x-contextledger-replayed": "true"}
+        if not streaming:
+            return JSONResponse(completion, headers=headers)
+        return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
+
+    async def store(self, turn: SessionTurn, store: FactMemory | None, ticket: Ticket | None) -> bool:
+        """Store the turn under its id (at most once) with the retained history's reduction, admit the user's facts.
+
+        ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
+        failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
+        is unknown and the retry that settles it (the same ``Idempotency-Key``).
+        """
+        try:
+            outcome = await self.kept.store_turn(
+                Turn(turn.key, turn.turn_id, tuple(turn.inputs), (turn.reply,)), turn.before
+            )
+        except TurnOutcomeUnknownError:
+            self.metrics.count(self.metrics.turns, "unknown")
+            raise ProxyError(
+                f"the turn was sent to the session store but not confirmed: it is stored once or not at all. Retry "
+                f"with the header Idempotency-Key: {turn.turn_id} to get the stored reply, or run it if it was not",
+                status=503,
+                error_type="server_error",
+                code="turn_outcome_unknown",
+            ) from None
+        except HistoryError as error:
+            self.metrics.count(self.metrics.turns, "failed")
+            raise ProxyError(
+                f"the turn could not be stored and nothing was stored ({error})",
+                status=503,
+                error_type="server_error",
+                code="store_unavailable",
+            ) from None
+        if not outcome.stored:
+            return False
+        self.metrics.count(self.metrics.turns, "stored")
+        if store is not None and ticket is not None:
+            try:
+                # The rule writer reads the user's own text; the store's check and write may do I/O.
+                proposal = await self.writer.propose(ticket.user_text)
+                admission = await self.sessions.run_facts(lambda: store.apply(ticket, proposal.candidates))
+                self.metrics.count(self.metrics.facts, "admitted", amount=len(admission.admitted))
+            except FactsError as error:
+                problems = getattr(error, "problems", ()) or (str(error),)
+                self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+        return True
