@@ -1,6 +1,6 @@
 """A small agent runtime: sessions, context providers around each model call, tools, and compaction.
 
->>> from contextledger.agents import Agent, CompactionProvider
+>>> from contextledger.agents import Agent, CompactionProvider, FactsProvider
 """
 
 from contextledger.agents._agent import Agent
@@ -14,6 +14,7 @@ from contextledger.agents._context import (
     SourceKind,
     use_context_providers,
 )
+from contextledger.agents._facts import FactsProvider, run_with_facts
 from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
@@ -24,6 +25,7 @@ __all__ = [
     "AgentView",
     "CompactionProvider",
     "ContextProvider",
+    "FactsProvider",
     "FunctionTool",
     "MessageSource",
     "ModelCall",
@@ -32,6 +34,7 @@ __all__ = [
     "RunContext",
     "Session",
     "SourceKind",
+    "run_with_facts",
     "sum_usage",
     "tool",
     "use_context_providers",

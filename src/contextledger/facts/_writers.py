@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from contextledger._tracing import traced_fact_extraction
+from contextledger.clients import ChatClient, ChatResponse, Usage
 from contextledger.clients._offline import FACT_WRITER_MARKER
-from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection
 from contextledger.facts._records import Admission, Candidate, Ticket
@@ -26,11 +26,11 @@ from contextledger.messages import Message
 
 __all__ = [
     "WRITER_INSTRUCTIONS",
-    "StoreCall",
     "FactWriter",
     "ModelWriter",
     "Proposal",
     "RuleWriter",
+    "StoreCall",
     "extract",
     "writer_instructions",
 ]
