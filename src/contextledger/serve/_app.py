@@ -45,7 +45,15 @@ from contextledger.exceptions import (  # noqa: E402
     ProxyError,
     TurnOutcomeUnknownError,
 )
-from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, forget_facts, history_target  # noqa: E402
+from contextledger.facts import (  # noqa: E402
+    ALLOWED_KEYS,
+    FactMemory,
+    FactsHost,
+    FactsTurn,
+    Ticket,
+    forget_facts,
+    history_target,
+)
 from contextledger.history import StoredTurn  # noqa: E402
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
@@ -125,7 +133,6 @@ class Proxy:
             lock_timeout=config.lock_timeout,
             upstream_timeout=config.upstream_timeout,
         )
-        self.writer = RuleWriter()
         self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer)
 
@@ -451,11 +458,12 @@ class Proxy:
         return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
 
     def _begin(self, store: FactMemory, text: str) -> Ticket | None:
-        try:
-            return store.begin_turn(text)
-        except FactsError:  # a message over the bound: the turn goes on, the facts cannot change
+        """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
+        rejected, and the turn goes on with the facts unchanged."""
+        begun = FactsHost(store, host="the proxy").begin(text)
+        if begun is not None and begun.rejection is not None:
             self.metrics.count(self.metrics.facts, "rejected")
-            return None
+        return None if begun is None else begun.ticket
 
     async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
         """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
@@ -496,13 +504,12 @@ class Proxy:
                 self.kept.rewritten(turn.key)
                 await self.sessions.history.replace(turn.key, reduced)
         if store is not None and ticket is not None:
-            try:
-                # The rule writer reads the user's own text; the store's check and write may do I/O.
-                proposal = await self.writer.propose(ticket.user_text)
-                admission = await self.sessions.run_facts(lambda: store.apply(ticket, proposal.candidates))
-                self.metrics.count(self.metrics.facts, "admitted", amount=len(admission.admitted))
-            except FactsError as error:
-                problems = getattr(error, "problems", ()) or (str(error),)
+            # The one facts turn, its store calls off the event loop (they may do I/O).
+            facts = await FactsHost(store, host="the proxy", call=self.sessions.run_facts).finish(FactsTurn(ticket))
+            if facts is not None and facts.admission is not None:
+                self.metrics.count(self.metrics.facts, "admitted", amount=len(facts.admission.admitted))
+            elif facts is not None and facts.rejection is not None:
+                problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
                 self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
         return True
 
