@@ -26,6 +26,23 @@ histories.
 Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
 in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
 extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
+
+Where things live (every name is imported from here, ``contextledger.facts``):
+
+- reading a message: ``_parse.py`` (SPEC §8 and §11, :func:`parse_assertions`) and
+  ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);
+- the records and the schema: ``_records.py`` (:class:`Fact`, :class:`Candidate`,
+  :class:`Ticket`, :class:`Admission`, :class:`Forgotten`), ``_schema.py`` (:class:`FactSchema`);
+- the stores: ``_store.py`` (:class:`FactMemory`, the rules once, :class:`FactStore`),
+  ``_admission.py`` (what a batch must pass), ``_trail.py`` (:class:`ReviewEvent`),
+  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py``;
+- writers and the one turn: ``_writers.py`` (:class:`RuleWriter`, :class:`ModelWriter`,
+  :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
+- forgetting: ``_forget.py`` (:func:`forget_facts`, :func:`scrub_history`, :class:`HistoryTarget`);
+- the two-agent desk of the demo: ``_desk.py``, ``_repl.py``.
+
+This package imports nothing above it: the agent runtime's provider lives in
+:mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.
 """
 
 from typing import TYPE_CHECKING, Any

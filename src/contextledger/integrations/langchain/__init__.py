@@ -22,6 +22,10 @@
 LangChain v1's ``before_model`` hook can only update the state, so the request view is made in
 ``wrap_model_call``, the hook that changes what one model call sends; ``before_model`` would
 rewrite the history itself.
+
+Where things live (every name is imported from here): ``_messages.py`` (conversion),
+``_compaction.py`` (the runnable, the middleware, the LangGraph hook), ``_facts.py``
+(:class:`FactsMiddleware`).
 """
 
 from contextledger._extras import require_extra

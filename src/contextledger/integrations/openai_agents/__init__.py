@@ -22,6 +22,9 @@
 - **Controlled facts**: :class:`AgentsFacts` puts the facts block into the instructions of each
   model call, extracts from the run's own user input after a successful run, and forgets from
   the store and from sessions.
+
+Where things live (every name is imported from here): ``_items.py`` (conversion),
+``_sessions.py`` (the two sessions), ``_facts.py`` (:class:`AgentsFacts`).
 """
 
 from contextledger._extras import require_extra
