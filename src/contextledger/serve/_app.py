@@ -465,6 +465,17 @@ class Proxy:
             self.metrics.count(self.metrics.facts, "rejected")
         return None if begun is None else begun.ticket
 
+    async def _admit(self, store: FactMemory, ticket: Ticket) -> FactsTurn | None:
+        """The end of the facts turn, after the turn is stored: the one facts host's extraction
+        (the store's own schema, its trail), the store called off the event loop; counted."""
+        facts = await FactsHost(store, host="the proxy", call=self.sessions.run_facts).finish(FactsTurn(ticket))
+        if facts is not None and facts.admission is not None:
+            self.metrics.count(self.metrics.facts, "admitted", amount=len(facts.admission.admitted))
+        elif facts is not None and facts.rejection is not None:
+            problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
+            self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+        return facts
+
     async def _store_turn(self, turn: _Turn, store: FactMemory | None, ticket: Ticket | None) -> bool:
         """Store the turn under its id (at most once), compact the retained history, admit the user's facts.
 
@@ -504,13 +515,7 @@ class Proxy:
                 self.kept.rewritten(turn.key)
                 await self.sessions.history.replace(turn.key, reduced)
         if store is not None and ticket is not None:
-            # The one facts turn, its store calls off the event loop (they may do I/O).
-            facts = await FactsHost(store, host="the proxy", call=self.sessions.run_facts).finish(FactsTurn(ticket))
-            if facts is not None and facts.admission is not None:
-                self.metrics.count(self.metrics.facts, "admitted", amount=len(facts.admission.admitted))
-            elif facts is not None and facts.rejection is not None:
-                problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
-                self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+            await self._admit(store, ticket)
         return True
 
     # Talking to the upstream ------------------------------------------------------------------
