@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.agents import Agent
+from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import FactsDesk, FactsProvider, FactStore, scrub_history
+from contextledger.facts import FactsDesk, FactStore, scrub_history
 from contextledger.facts._desk import is_logs_question
 from contextledger.facts._forget import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.history import SQLiteHistoryProvider

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextledger.agents import Agent
+from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import OfflineModel
 from contextledger.exceptions import FactRejectedError
-from contextledger.facts import Diagnostic, FactsProvider, FactStore, RuleWriter, diagnose, extract, parse_assertions
+from contextledger.facts import Diagnostic, FactStore, RuleWriter, diagnose, extract, parse_assertions
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
-from contextledger.agents import Agent
+from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import ChatResponse
 from contextledger.exceptions import ConfigurationError, TurnIdReusedError
 from contextledger.facts import (
     FactsDesk,
-    FactsProvider,
     FactStore,
     HistoryTarget,
     forget_facts,

@@ -9,17 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextledger.agents import Agent, ContextProvider, RunContext
+from contextledger.agents import Agent, ContextProvider, FactsProvider, RunContext, run_with_facts
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, FactRejectedError, ModelTimeoutError, StaleTicketError
 from contextledger.facts import (
     ALLOWED_KEYS,
     EMPTY_BLOCK,
-    FactsProvider,
     FactStore,
     ModelWriter,
     parse_assertions,
-    run_with_facts,
 )
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import Message

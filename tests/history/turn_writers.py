@@ -198,7 +198,7 @@ class ProxyWriter:
         # The session store's history is the one under test (memory, SQLite or Redis), counted.
         proxy.sessions.history = history
         proxy.kept = KeptSessions(history, proxy.strategy, proxy.tokenizer, proxy.retain)
-        proxy.turns = SessionTurns(proxy.sessions, proxy.kept, proxy.metrics, proxy.writer)
+        proxy.turns = SessionTurns(proxy.sessions, proxy.kept, proxy.metrics)
         proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._upstream))
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://proxy.test")
         self.headers = {"authorization": f"Bearer {KEY}"}

@@ -1,6 +1,6 @@
 """A small agent runtime: sessions, context providers around each model call, tools, and compaction.
 
->>> from contextledger.agents import Agent, CompactionProvider
+>>> from contextledger.agents import Agent, CompactionProvider, FactsProvider
 
 Where things live (every name is imported from here, ``contextledger.agents``):
 
@@ -10,6 +10,8 @@ Where things live (every name is imported from here, ``contextledger.agents``):
 - what providers see and change around a run: ``_context.py`` (:class:`ContextProvider`,
   :class:`RunContext`, :class:`RequestMessages`, :class:`MessageSource`, :data:`SourceKind`,
   :class:`AgentView`, :func:`use_context_providers`);
+- controlled facts around an agent: ``_facts.py`` (:class:`FactsProvider`, :func:`run_with_facts`),
+  over the one facts turn of :mod:`contextledger.facts`;
 - compaction around an agent: ``_compaction.py`` (:class:`CompactionProvider`), its request view
   kept per session in ``_view.py``, and the retained history in ``_retained.py``
   (:class:`HistoryReducer`, which the proxy uses too, and :class:`ReducedHistoryProvider`);
@@ -28,6 +30,7 @@ from contextledger.agents._context import (
     SourceKind,
     use_context_providers,
 )
+from contextledger.agents._facts import FactsProvider, run_with_facts
 from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
 from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._session import Session
@@ -39,6 +42,7 @@ __all__ = [
     "AgentView",
     "CompactionProvider",
     "ContextProvider",
+    "FactsProvider",
     "FunctionTool",
     "HistoryReducer",
     "MessageSource",
@@ -48,6 +52,7 @@ __all__ = [
     "RunContext",
     "Session",
     "SourceKind",
+    "run_with_facts",
     "sum_usage",
     "tool",
     "use_context_providers",

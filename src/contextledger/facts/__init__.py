@@ -15,22 +15,42 @@ A turn with the default rule writer::
     diagnose(ticket.user_text, admission=admission)   # what became of every '='
     store.to_prompt_block()                            # what the next model call is told
 
-Around an agent: :class:`FactsProvider` (the block in the instructions, extraction after a
-successful call) or :func:`run_with_facts` (the block in front of the message); each turn's
-:class:`FactsTurn` carries its :class:`Diagnostic` list.  :class:`FactsDesk` shares one store
-between a main and a logs agent; :func:`forget_facts` forgets from a store and any histories.
+Around a model call: :class:`FactsHost` is the one turn every host runs (the agent runtime's
+``FactsProvider`` and ``run_with_facts`` in :mod:`contextledger.agents`, the adapters in
+:mod:`contextledger.integrations`, the proxy): the block before the call, the ticket taken
+before it, the extraction after a successful one, with the writer on the store's own schema;
+each turn's :class:`FactsTurn` carries its :class:`Diagnostic` list.  :class:`FactsDesk` shares
+one store between a main and a logs agent; :func:`forget_facts` forgets from a store and any
+histories.
 
 Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
 in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
 extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
+
+Where things live (every name is imported from here, ``contextledger.facts``):
+
+- reading a message: ``_parse.py`` (SPEC §8 and §11, :func:`parse_assertions`) and
+  ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);
+- the records and the schema: ``_records.py`` (:class:`Fact`, :class:`Candidate`,
+  :class:`Ticket`, :class:`Admission`, :class:`Forgotten`), ``_schema.py`` (:class:`FactSchema`);
+- the stores: ``_store.py`` (:class:`FactMemory`, the rules once, :class:`FactStore`),
+  ``_admission.py`` (what a batch must pass), ``_trail.py`` (:class:`ReviewEvent`),
+  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py``;
+- writers and the one turn: ``_writers.py`` (:class:`RuleWriter`, :class:`ModelWriter`,
+  :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
+- forgetting: ``_forget.py`` (:func:`forget_facts`, :func:`scrub_history`, :class:`HistoryTarget`);
+- the two-agent desk of the demo: ``_desk.py``, ``_repl.py``.
+
+This package imports nothing above it: the agent runtime's provider lives in
+:mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from contextledger.facts._block import EMPTY_BLOCK
-from contextledger.facts._desk import DeskReply, FactsDesk
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
 from contextledger.facts._parse import parse_assertions
-from contextledger.facts._provider import FactsProvider, run_with_facts
 from contextledger.facts._records import (
     ALLOWED_KEYS,
     MAX_EVIDENCE_CHARS,
@@ -48,8 +68,30 @@ from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._sqlite import SQLiteFactStore
 from contextledger.facts._store import FactMemory, FactStore
 from contextledger.facts._trail import ReviewEvent
-from contextledger.facts._turns import FactsTurn
-from contextledger.facts._writers import WRITER_INSTRUCTIONS, FactWriter, ModelWriter, Proposal, RuleWriter, extract
+from contextledger.facts._turns import FactsHost, FactsTurn
+from contextledger.facts._writers import (
+    WRITER_INSTRUCTIONS,
+    FactWriter,
+    ModelWriter,
+    Proposal,
+    RuleWriter,
+    StoreCall,
+    extract,
+)
+
+if TYPE_CHECKING:
+    from contextledger.facts._desk import DeskReply, FactsDesk
+
+
+def __getattr__(name: str) -> Any:
+    # The demo desk runs agents, and the agent runtime imports this package: loading the desk
+    # on first use keeps the memory importable without the runtime.
+    if name in ("DeskReply", "FactsDesk"):
+        from contextledger.facts import _desk  # noqa: PLC0415
+
+        return getattr(_desk, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ALLOWED_KEYS",
@@ -70,7 +112,7 @@ __all__ = [
     "FactStore",
     "FactWriter",
     "FactsDesk",
-    "FactsProvider",
+    "FactsHost",
     "FactsTurn",
     "ForgetReport",
     "Forgotten",
@@ -81,12 +123,12 @@ __all__ = [
     "ReviewEvent",
     "RuleWriter",
     "SQLiteFactStore",
+    "StoreCall",
     "Ticket",
     "diagnose",
     "extract",
     "forget_facts",
     "history_target",
     "parse_assertions",
-    "run_with_facts",
     "scrub_history",
 ]

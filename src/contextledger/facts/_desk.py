@@ -14,11 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from contextledger.agents import Agent, Session, tool
+from contextledger.agents import Agent, FactsProvider, Session, run_with_facts, tool
 from contextledger.clients._protocol import ChatClient
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts._forget import ForgetReport, forget_facts, history_target
-from contextledger.facts._provider import FactsProvider, run_with_facts
 from contextledger.facts._store import FactMemory, FactStore
 from contextledger.facts._turns import FactsTurn
 from contextledger.facts._writers import FactWriter, RuleWriter

@@ -13,7 +13,11 @@ A message is cut into segments at ``;`` and line breaks.  In each segment that h
 - otherwise the segment is prose, unless it holds exactly one ``=`` and the word right before
   it is an allowed key that follows the start of the segment, a space, ``:``, ``,`` or ``(``:
   then the declaration starts at that word (``Sorry: database=SQL Server 2022``).  Any other
-  ``=`` after prose (an unknown word, a URL, a pasted log line) stays prose and refuses nothing.
+  ``=`` after prose (an unknown word, a URL, a pasted log line) stays prose and refuses nothing;
+- once a segment has begun a declaration of an allowed key (either way above), an allowed key
+  right after a ``,`` starts the next one: ``database=Postgres, module=Billing`` declares two
+  keys, as a person reading it would.  A ``,`` before any other word stays in the value
+  (``constraint=read only, no writes``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
 _SEPARATOR = re.compile(r";|\r\n|\r|\n")
 _WORD_BEFORE = re.compile(r"[A-Za-z0-9_]+\Z")
 _AFTER_PROSE = frozenset(" \t:,(")
+_NEXT_DECLARATION = re.compile(r",\s*([A-Za-z][A-Za-z0-9_]*)\s*=")
 
 SignKind = Literal["declaration", "replaced", "invalid", "prose"]
 
@@ -124,7 +129,23 @@ def _bounds(key: str, value: str, evidence: str, schema: FactSchema) -> str:
 
 
 def _read_segment(text: str, start: int, segment: str, schema: FactSchema) -> list[tuple[Sign, int]]:
-    """The signs of one segment, each with the offset of its value (-1 when not a declaration)."""
+    """The signs of one segment, each with the offset of its value (-1 when not a declaration).
+
+    A segment that begins a declaration of an allowed key is cut before every ``, KEY=`` naming
+    another allowed key, and each piece is read as a segment of its own.
+    """
+    commas = [found.start() for found in _NEXT_DECLARATION.finditer(segment) if found.group(1).lower() in schema.keys]
+    if commas:
+        first = _read_piece(text, start, segment[: commas[0]], schema)
+        if first and first[0][0].kind != "prose" and first[0][0].key in schema.keys:
+            for begin, end in zip(commas, [*commas[1:], len(segment)]):
+                first.extend(_read_piece(text, start + begin + 1, segment[begin + 1 : end], schema))
+            return first
+    return _read_piece(text, start, segment, schema)
+
+
+def _read_piece(text: str, start: int, segment: str, schema: FactSchema) -> list[tuple[Sign, int]]:
+    """The signs of a segment (or a piece of one cut at a comma), read by the rules above."""
     equals = [start + offset for offset, character in enumerate(segment) if character == "="]
     if not equals:
         return []

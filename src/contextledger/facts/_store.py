@@ -130,6 +130,8 @@ class FactMemory(Protocol):
 
     def apply(self, ticket: Ticket, candidates: Sequence[Candidate]) -> Admission: ...
 
+    def reject(self, ticket: Ticket, error: FactsError) -> None: ...
+
     def forget(self, key: str | None = None) -> Forgotten: ...
 
     def revoke(self, key: str | None = None, *, reason: str) -> Forgotten: ...
@@ -297,6 +299,30 @@ class LedgerStore(abc.ABC):
         if isinstance(outcome, StaleTicketError):
             raise outcome
         return outcome
+
+    def reject(self, ticket: Ticket, error: FactsError) -> None:
+        """Record that the extraction for ``ticket`` was refused before it reached :meth:`apply`.
+
+        A writer refuses a message whose declarations are invalid (an unknown key, a value too
+        long) by raising, so ``apply`` never sees it; :func:`extract` calls this so the trail
+        holds every refusal all the same.  Nothing but the trail changes.
+        """
+        if not isinstance(ticket, Ticket) or not isinstance(ticket.user_text, str):
+            raise FactsError(
+                f"reject() needs the Ticket that begin_turn() returned, got {ticket!r}; nothing was recorded"
+            )
+        if not isinstance(error, FactsError):
+            raise FactsError(f"reject() needs the FactsError that refused the extraction, got {error!r}")
+        now = self._now()
+
+        def record(state: State) -> None:
+            state.events.extend(
+                rejection_events(
+                    ticket.user_text, error, now, self._schema, ticket.number, with_values=ticket.epoch == state.epoch
+                )
+            )
+
+        self._transact(record)
 
     @staticmethod
     def _expire(state: State, now: datetime) -> list[Fact]:

@@ -35,10 +35,13 @@ __all__ = [
     "rejection_events",
     "removal_events",
     "split_expired",
+    "within",
 ]
 
 EventKind = Literal["admitted", "corrected", "evicted", "rejected", "forgotten", "revoked", "expired"]
 ERASED = "value and evidence erased when the key was forgotten"
+CUT = " [cut: {count} more characters not kept]"
+"""Follows what the trail keeps of a rejected value or evidence longer than the schema allows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +96,23 @@ def admission_events(admission: Admission, at: datetime) -> list[ReviewEvent]:
     return events
 
 
+def within(text: str | None, bound: int) -> str | None:
+    """``text`` as the trail keeps it: whole up to ``bound`` characters, otherwise its first
+    ``bound`` characters and a marker saying how many more were not kept."""
+    if text is None or len(text) <= bound:
+        return text
+    return text[:bound] + CUT.format(count=len(text) - bound)
+
+
 def rejection_events(
     user_text: str, error: FactsError, at: datetime, schema: FactSchema, turn: int | None, *, with_values: bool = True
 ) -> list[ReviewEvent]:
     """One ``rejected`` event per declaration the message held (or one for the message when it
-    held none); ``with_values=False`` keeps the values out (a refusal that arrives after a forget)."""
+    held none); ``with_values=False`` keeps the values out (a refusal that arrives after a forget).
+
+    A value or evidence over the schema's bound (the very reason of many refusals) is kept only
+    as far as the bound allows, with a marker: the trail never holds more than the memory would.
+    """
     reading = read_message(user_text, schema)
     events = [
         ReviewEvent(
@@ -106,8 +121,8 @@ def rejection_events(
             diagnostic.reason,
             diagnostic.key,
             turn,
-            diagnostic.value if with_values else None,
-            diagnostic.evidence if with_values else None,
+            within(diagnostic.value, schema.max_value_chars) if with_values else None,
+            within(diagnostic.evidence, schema.max_evidence_chars) if with_values else None,
         )
         for diagnostic in diagnose_reading(reading, rejection=error)
         if diagnostic.outcome == "rejected"

@@ -1,24 +1,25 @@
 """One turn of controlled facts around a model call: the ticket before, the extraction after a success.
 
-Every way of putting facts around a model (our :class:`FactsProvider`, the manual
-:func:`run_with_facts`, Agent Framework's context provider) tracks turns with this one class,
-so they cannot differ on when a ticket is taken, what a failed call admits (nothing), or how a
-refusal is reported (never raised into a run that succeeded, never silent).
+Every host that puts facts around a model (the agent runtime's provider and the manual helper,
+Agent Framework's context provider, LangChain's middleware, the Agents SDK's runner, the proxy)
+goes through one :class:`FactsHost`, so they cannot differ on when a ticket is taken, what a
+failed call admits (nothing), which schema the writer reads (the store's own), how a refusal
+is reported (never raised into a run that succeeded, never silent) or what the diagnostics say.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from contextledger.exceptions import FactsError
+from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._records import Admission, Ticket
 from contextledger.facts._store import FactMemory
-from contextledger.facts._writers import FactWriter, extract
+from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, extract
 
-__all__ = ["FactsTurn", "TurnTracker"]
+__all__ = ["FactsHost", "FactsTurn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +27,12 @@ class FactsTurn:
     """What one turn did to the facts.
 
     Exactly one of ``admission`` and ``rejection`` is set once an extraction ran; both are
-    ``None`` when the turn had no user text to extract from.  ``rejection`` is a
-    :class:`FactRejectedError` (the message's declarations or the writer's proposal were
-    refused) or a :class:`StaleTicketError` (a ``forget`` or a newer turn came first); either
-    way nothing was admitted.  ``diagnostics`` says what became of every ``=`` in the user's
-    text; ``response`` is the reply of the run (whatever type the runtime returns).
+    ``None`` when the turn had no user text to extract from, or while it waits for its
+    extraction (then ``ticket`` is set).  ``rejection`` is a :class:`FactRejectedError` (the
+    message's declarations or the writer's proposal were refused) or a
+    :class:`StaleTicketError` (a ``forget`` or a newer turn came first); either way nothing was
+    admitted.  ``diagnostics`` says what became of every ``=`` in the user's text;
+    ``response`` is the reply of the run (whatever type the host returns).
     """
 
     ticket: Ticket | None
@@ -55,47 +57,98 @@ class FactsTurn:
         return "\n".join(lines)
 
 
-class TurnTracker:
-    """Tickets taken before each model call and applied after it, one per run.
+class FactsHost:
+    """The facts side of a host: the block before each call, the ticket before, the extraction after.
 
-    ``begin(run, text)`` takes the turn's ticket from the run's external user text (``run`` is
-    any object standing for that call: a run context, a session context); ``finish(run,
-    response)``, called only after a successful call, has ``writer`` propose from that text and
-    applies the proposal with the ticket.  Runs are kept apart, so one tracker serves several
-    agents and concurrent runs; ``last_turn`` is the latest outcome.
+    ``writer`` defaults to a :class:`RuleWriter` on the store's own schema, so a custom
+    :class:`FactSchema` holds on every host.  ``host`` names the caller in configuration errors.
+
+    Two ways to keep a turn between its start and its end:
+
+    - :meth:`begin` returns the started :class:`FactsTurn` and :meth:`finish` takes it back
+      (a host that carries the turn itself: LangChain, the Agents SDK, the proxy);
+    - :meth:`begin_run` / :meth:`finish_run` keep it per run object (a run or session context,
+      held weakly, so a run that fails and is never finished leaves nothing behind); one host
+      then serves several agents and concurrent runs.
+
+    ``last_turn`` is the latest finished turn.  ``call`` is how the store is called (the proxy
+    passes one that runs a store doing network I/O off the event loop).
     """
 
-    def __init__(self, store: FactMemory, writer: FactWriter) -> None:
+    def __init__(
+        self,
+        store: FactMemory,
+        writer: FactWriter | None = None,
+        *,
+        host: str = "FactsHost",
+        call: StoreCall | None = None,
+    ) -> None:
+        if not isinstance(store, FactMemory):
+            raise ConfigurationError(
+                f"{host} needs a fact store (FactStore, SQLiteFactStore or RedisFactStore), got {store!r}"
+            )
+        if writer is not None and not isinstance(writer, FactWriter):
+            raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
         self.store = store
-        self.writer = writer
+        self.writer: FactWriter = writer if writer is not None else RuleWriter(store.schema)
+        self.call = call
         self.last_turn: FactsTurn | None = None
-        self._begun: weakref.WeakKeyDictionary[Any, tuple[str, Ticket | None, FactsError | None]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._runs: weakref.WeakKeyDictionary[Any, FactsTurn] = weakref.WeakKeyDictionary()
 
-    def begin(self, run: Any, text: str | None) -> None:
+    def __repr__(self) -> str:
+        return f"FactsHost(store={self.store!r}, writer={self.writer!r})"
+
+    def block(self) -> str:
+        """The facts block for the next model call (labelled, quoted, unverified user data)."""
+        return self.store.to_prompt_block()
+
+    def begin(self, text: str | None) -> FactsTurn | None:
+        """Start the turn of the user's own ``text`` (``None``: nothing to extract from).
+
+        A message the store refuses to start (over the schema's bound) gives a finished turn
+        carrying the refusal and its diagnostics: the run goes on, the facts cannot change.
+        """
         if text is None:
-            return
+            return None
         try:
-            self._begun[run] = (text, self.store.begin_turn(text), None)
-        except FactsError as error:  # a message over the bound: the run goes on, the facts cannot change
-            self._begun[run] = (text, None, error)
+            return FactsTurn(self.store.begin_turn(text))
+        except FactsError as error:
+            return FactsTurn(None, rejection=error, diagnostics=self._diagnose(text, None, error))
 
-    def forget_run(self, run: Any) -> None:
-        """Drop what ``begin`` kept for a run that failed (nothing is extracted from it)."""
-        self._begun.pop(run, None)
+    async def finish(self, begun: FactsTurn | None, response: Any = None) -> FactsTurn | None:
+        """After a successful call: extract with ``begun``'s ticket, never raising a refusal.
 
-    async def finish(self, run: Any, response: Any) -> FactsTurn | None:
-        begun = self._begun.pop(run, None)
+        Returns the finished turn (also kept on ``last_turn``), or ``None`` for no turn.
+        """
         if begun is None:
             return None
-        text, ticket, problem = begun
-        admission: Admission | None = None
-        if ticket is not None:
+        if begun.ticket is None:
+            finished = replace(begun, response=response)
+        else:
+            admission: Admission | None = None
+            problem: FactsError | None = None
             try:
-                admission = await extract(self.store, self.writer, ticket)
+                admission = await extract(self.store, self.writer, begun.ticket, call=self.call)
             except FactsError as error:  # refused or stale: reported, never raised into a run that succeeded
                 problem = error
-        diagnostics = diagnose(text, admission=admission, rejection=problem, schema=self.store.schema)
-        self.last_turn = FactsTurn(ticket, admission, problem, response, diagnostics)
-        return self.last_turn
+            diagnostics = self._diagnose(begun.ticket.user_text, admission, problem)
+            finished = FactsTurn(begun.ticket, admission, problem, response, diagnostics)
+        self.last_turn = finished
+        return finished
+
+    def begin_run(self, run: Any, text: str | None) -> None:
+        """:meth:`begin`, kept for ``run`` (any object standing for one call) until :meth:`finish_run`."""
+        begun = self.begin(text)
+        if begun is not None:
+            self._runs[run] = begun
+
+    def drop_run(self, run: Any) -> None:
+        """Forget what :meth:`begin_run` kept for a run that failed (nothing is extracted from it)."""
+        self._runs.pop(run, None)
+
+    async def finish_run(self, run: Any, response: Any = None) -> FactsTurn | None:
+        """:meth:`finish` for the turn :meth:`begin_run` kept for ``run``."""
+        return await self.finish(self._runs.pop(run, None), response)
+
+    def _diagnose(self, text: str, admission: Admission | None, problem: FactsError | None) -> tuple[Diagnostic, ...]:
+        return diagnose(text, admission=admission, rejection=problem, schema=self.store.schema)

@@ -12,11 +12,10 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from contextledger._tracing import traced_fact_extraction
-from contextledger.clients._offline import FACT_WRITER_MARKER
-from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.clients import FACT_WRITER_MARKER, ChatClient, ChatResponse, Usage
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection
 from contextledger.facts._records import Admission, Candidate, Ticket
@@ -30,6 +29,7 @@ __all__ = [
     "ModelWriter",
     "Proposal",
     "RuleWriter",
+    "StoreCall",
     "extract",
     "writer_instructions",
 ]
@@ -72,6 +72,8 @@ def writer_instructions(schema: FactSchema = DEFAULT_SCHEMA) -> str:
 You copy explicit key=value declarations from one user message into JSON. You do not answer the message.
 - A declaration is key=value. Declarations are separated by ";" or by a line break. Split on the first "=".
   A declaration may follow prose: in "Sorry: database=SQL Server 2022" the declaration is "database=SQL Server 2022".
+  After a declaration, a comma followed by an allowed key and "=" starts the next one:
+  "database=Postgres, module=Billing" declares database "Postgres" and module "Billing".
 - Allowed keys: {schema.listed_keys}. Write keys in lower case.
 - value: the text after "=", trimmed, copied character for character (keep inner spaces; never translate,
   correct, complete or paraphrase it).
@@ -86,6 +88,7 @@ If the message declares nothing, reply {{"facts": []}}."""
 WRITER_INSTRUCTIONS = writer_instructions()
 """The writer's system prompt for the seed's schema; it starts with the marker the built-in offline model answers to."""
 
+_T = TypeVar("_T")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL)
 
 
@@ -162,21 +165,38 @@ class ModelWriter:
         return Proposal(read_writer_reply(response.text), response.usage, 1)
 
 
+class StoreCall(Protocol):
+    """How a host calls its fact store: directly by default, or (the proxy) off the event loop."""
+
+    def __call__(self, operation: Callable[[], _T]) -> Awaitable[_T]: ...
+
+
+async def _directly(operation: Callable[[], _T]) -> _T:
+    return operation()
+
+
 @traced_fact_extraction
-async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket) -> Admission:
+async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket, *, call: StoreCall | None = None) -> Admission:
     """Propose from the ticket's message, then apply: the whole batch or nothing.
 
-    Any failure of the writer (an unreadable reply, a model error, a bug) becomes a
-    :class:`FactRejectedError` with the store untouched; a stale ticket raises
-    :class:`StaleTicketError` from ``apply``.  Cancellation propagates.
+    Any failure of the writer (invalid declarations, an unreadable reply, a model error, a bug)
+    becomes a :class:`FactRejectedError`, recorded in the store's trail and nothing else; a
+    stale ticket raises :class:`StaleTicketError` from ``apply``.  Cancellation propagates.
+    ``call``, if given, is how the store is called (a store doing network I/O off the loop).
     """
+    run: StoreCall = _directly if call is None else call
     try:
         proposal = await writer.propose(ticket.user_text)
-    except FactRejectedError:
-        raise
+    except FactRejectedError as error:
+        refused = error
     except Exception as error:
-        raise rejection(
+        refused = rejection(
             [f"the fact writer {writer!r} failed: {type(error).__name__}: {error}"],
             what=f"the extraction for turn {ticket.number}",
-        ) from error
-    return store.apply(ticket, proposal.candidates)
+        )
+        refused.__cause__ = error
+    else:
+        admission: Admission = await run(lambda: store.apply(ticket, proposal.candidates))
+        return admission
+    await run(lambda: store.reject(ticket, refused))
+    raise refused

@@ -22,6 +22,7 @@ from contextledger.agents import (
     Agent,
     CompactionProvider,
     ContextProvider,
+    FactsProvider,
     ReducedHistoryProvider,
     RunContext,
     Session,
@@ -30,7 +31,7 @@ from contextledger.agents import (
 from contextledger.clients._protocol import ChatClient
 from contextledger.compaction import SlidingWindowStrategy, turns_exceed
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
-from contextledger.facts import Fact, FactsProvider, FactStore, ModelWriter, RuleWriter
+from contextledger.facts import Fact, FactStore, ModelWriter, RuleWriter
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
 from contextledger.lab._calls import RecordingClient, ToolBox
 from contextledger.lab._timeline import HostCommand, Timeline, Turn

@@ -35,8 +35,20 @@ from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from contextledger.compaction import compact_with_report  # noqa: E402
 from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
-from contextledger.exceptions import ContextLedgerError, FactsError, HistoryError, ProxyError  # noqa: E402
-from contextledger.facts import ALLOWED_KEYS, FactMemory, RuleWriter, Ticket, forget_facts, history_target  # noqa: E402
+from contextledger.exceptions import (  # noqa: E402
+    ContextLedgerError,
+    FactsError,
+    HistoryError,
+    ProxyError,
+)
+from contextledger.facts import (  # noqa: E402
+    ALLOWED_KEYS,
+    FactMemory,
+    FactsHost,
+    Ticket,
+    forget_facts,
+    history_target,
+)
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
@@ -104,10 +116,9 @@ class Proxy:
             lock_timeout=config.lock_timeout,
             upstream_timeout=config.upstream_timeout,
         )
-        self.writer = RuleWriter()
         self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
-        self.turns = SessionTurns(self.sessions, self.kept, self.metrics, self.writer)
+        self.turns = SessionTurns(self.sessions, self.kept, self.metrics)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -413,11 +424,12 @@ class Proxy:
                 await stack.aclose()
 
     def _begin(self, store: FactMemory, text: str) -> Ticket | None:
-        try:
-            return store.begin_turn(text)
-        except FactsError:  # a message over the bound: the turn goes on, the facts cannot change
+        """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
+        rejected, and the turn goes on with the facts unchanged."""
+        begun = FactsHost(store, host="the proxy").begin(text)
+        if begun is not None and begun.rejection is not None:
             self.metrics.count(self.metrics.facts, "rejected")
-            return None
+        return None if begun is None else begun.ticket
 
     # Talking to the upstream ------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ require_extra("starlette", extra="serve", feature="contextledger serve")
 
 from starlette.responses import JSONResponse, Response  # noqa: E402
 
-from contextledger.exceptions import FactsError, HistoryError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
-from contextledger.facts import FactMemory, RuleWriter, Ticket  # noqa: E402
+from contextledger.exceptions import HistoryError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
+from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
 from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
@@ -46,11 +46,10 @@ class SessionTurn:
 class SessionTurns:
     """Stores session turns and answers retried ones (see the module docstring)."""
 
-    def __init__(self, sessions: Sessions, kept: KeptSessions, metrics: Metrics, writer: RuleWriter) -> None:
+    def __init__(self, sessions: Sessions, kept: KeptSessions, metrics: Metrics) -> None:
         self.sessions = sessions
         self.kept = kept
         self.metrics = metrics
-        self.writer = writer
 
     def replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
         """The stored reply to a retried turn, without calling the upstream or touching the facts."""
@@ -100,12 +99,16 @@ class SessionTurns:
             return False
         self.metrics.count(self.metrics.turns, "stored")
         if store is not None and ticket is not None:
-            try:
-                # The rule writer reads the user's own text; the store's check and write may do I/O.
-                proposal = await self.writer.propose(ticket.user_text)
-                admission = await self.sessions.run_facts(lambda: store.apply(ticket, proposal.candidates))
-                self.metrics.count(self.metrics.facts, "admitted", amount=len(admission.admitted))
-            except FactsError as error:
-                problems = getattr(error, "problems", ()) or (str(error),)
-                self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+            await self.admit(store, ticket)
         return True
+
+    async def admit(self, store: FactMemory, ticket: Ticket) -> FactsTurn | None:
+        """The end of the facts turn, after the turn is stored: the one facts host's extraction
+        (the store's own schema, its trail), the store called off the event loop; counted."""
+        facts = await FactsHost(store, host="the proxy", call=self.sessions.run_facts).finish(FactsTurn(ticket))
+        if facts is not None and facts.admission is not None:
+            self.metrics.count(self.metrics.facts, "admitted", amount=len(facts.admission.admitted))
+        elif facts is not None and facts.rejection is not None:
+            problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
+            self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
+        return facts

@@ -7,22 +7,11 @@ from typing import Any
 
 import agent_framework as maf
 
-from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import (
-    Admission,
-    FactMemory,
-    FactsTurn,
-    FactWriter,
-    ForgetReport,
-    HistoryTarget,
-    RuleWriter,
-    forget_facts,
-    history_target,
-)
-from contextledger.facts._turns import TurnTracker
+from contextledger.exceptions import ConfigurationError
+from contextledger.facts import FactMemory, FactWriter, ForgetReport, HistoryTarget, history_target
+from contextledger.integrations._shared import HostedFacts, converted_history
 from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
 from contextledger.integrations.maf._messages import from_maf_messages, to_maf_messages
-from contextledger.messages import Message
 
 
 def _external_user_text(context: maf.SessionContext) -> str | None:
@@ -36,7 +25,7 @@ def _external_user_text(context: maf.SessionContext) -> str | None:
     return "\n".join(texts) if texts else None
 
 
-class FactsContextProvider(maf.ContextProvider):
+class FactsContextProvider(HostedFacts, maf.ContextProvider):
     """contextledger's controlled facts as a MAF context provider (the seed's Demo160).
 
     Before the run it adds ``store.to_prompt_block()`` to the run's instructions (never to a
@@ -51,48 +40,27 @@ class FactsContextProvider(maf.ContextProvider):
     """
 
     def __init__(self, store: FactMemory, writer: FactWriter | None = None, *, source_id: str = "facts") -> None:
-        if not isinstance(store, FactMemory):
-            raise ConfigurationError(
-                f"FactsContextProvider needs a fact store (FactStore or RedisFactStore), got {store!r}"
-            )
-        if writer is not None and not isinstance(writer, FactWriter):
-            raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
+        self._host_facts(store, writer, host="FactsContextProvider")
         if not isinstance(source_id, str) or not source_id:
             raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
         super().__init__(source_id)
-        self.store = store
-        self.writer: FactWriter = writer if writer is not None else RuleWriter(store.schema)
-        self._turns = TurnTracker(store, self.writer)
 
     def __repr__(self) -> str:
         return f"FactsContextProvider(store={self.store!r}, writer={self.writer!r}, source_id={self.source_id!r})"
 
-    @property
-    def last_turn(self) -> FactsTurn | None:
-        """The outcome of the latest run that finished (its admission or refusal and its diagnostics)."""
-        return self._turns.last_turn
-
-    @property
-    def last_admission(self) -> Admission | None:
-        return None if self.last_turn is None else self.last_turn.admission
-
-    @property
-    def last_rejection(self) -> FactsError | None:
-        return None if self.last_turn is None else self.last_turn.rejection
-
     async def before_run(
         self, *, agent: Any, session: maf.AgentSession, context: maf.SessionContext, state: dict[str, Any]
     ) -> None:
-        context.extend_instructions(self.source_id, self.store.to_prompt_block())
-        self._turns.begin(context, _external_user_text(context))
+        context.extend_instructions(self.source_id, self._facts.block())
+        self._facts.begin_run(context, _external_user_text(context))
 
     async def after_run(
         self, *, agent: Any, session: maf.AgentSession, context: maf.SessionContext, state: dict[str, Any]
     ) -> None:
         if context.response is None:
-            self._turns.forget_run(context)
+            self._facts.drop_run(context)
             return
-        await self._turns.finish(context, context.response)
+        await self._facts.finish_run(context, context.response)
 
     async def forget(
         self,
@@ -115,7 +83,7 @@ class FactsContextProvider(maf.ContextProvider):
                     "ContextLedgerHistoryProvider; clear other histories yourself"
                 )
         targets = [_target(session, history) for session, history in histories]
-        return await forget_facts(self.store, key, histories=targets)
+        return await self._forget(key, targets)
 
 
 def _target(session: maf.AgentSession, history: maf.HistoryProvider) -> HistoryTarget:
@@ -124,11 +92,11 @@ def _target(session: maf.AgentSession, history: maf.HistoryProvider) -> HistoryT
         # A contextledger store (maybe shared with an Agent that keeps turn records): rewrite all of it.
         return history_target(history.provider, history._session(session.session_id), name)
 
-    async def load() -> list[Message]:
+    async def read() -> list[maf.Message]:
         state = session.state.get(history.source_id) or {}
-        return from_maf_messages(state.get("messages", []))
+        return list(state.get("messages", []))
 
-    async def replace(messages: list[Message]) -> None:
-        session.state.setdefault(history.source_id, {})["messages"] = to_maf_messages(messages)
+    async def write(messages: list[maf.Message]) -> None:
+        session.state.setdefault(history.source_id, {})["messages"] = messages
 
-    return HistoryTarget(name, load, replace)
+    return converted_history(name, read, write, from_maf_messages, to_maf_messages)

@@ -26,6 +26,7 @@ from typing import Any, Final
 import agent_framework as maf
 
 from contextledger.exceptions import InvalidMessageError
+from contextledger.integrations._shared import plain
 from contextledger.messages import (
     ApprovalRequestContent,
     ApprovalResponseContent,
@@ -229,7 +230,7 @@ def hosted_to_maf(content: Content, where: str) -> maf.Content:
             if isinstance(content, ApprovalRequestContent)
             else "function_approval_response",
             "id": content.request_id,
-            **_thawed(content.data),
+            **plain(content.data),
         }
         if content.call is not None:
             built["function_call"] = _call_to_maf(content.call, where).to_dict()
@@ -241,7 +242,7 @@ def hosted_to_maf(content: Content, where: str) -> maf.Content:
     if not isinstance(content, (HostedCallContent, HostedResultContent)):
         raise InvalidMessageError(f"{where}: {content!r} is not a hosted call, result or approval")
     is_call = isinstance(content, HostedCallContent)
-    rest = _thawed(content.data)
+    rest = plain(content.data)
     kind_name = rest.pop(MAF_TYPE_KEY, None)
     if kind_name is None:
         if content.tool in _SEARCH_TOOLS:
@@ -304,11 +305,3 @@ _CONTENT_FIELDS: Final = frozenset(inspect.signature(maf.Content.__init__).param
     "additional_properties",
     "raw_representation",
 }
-
-
-def _thawed(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return [_thawed(item) for item in value]
-    return value

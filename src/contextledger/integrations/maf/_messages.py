@@ -9,6 +9,7 @@ from typing import Any, Final
 import agent_framework as maf
 
 from contextledger.exceptions import InvalidMessageError
+from contextledger.integrations._shared import plain
 from contextledger.integrations.maf._hosted import HOSTED_TYPES, hosted_from_maf, hosted_to_maf
 from contextledger.messages import (
     ApprovalRequestContent,
@@ -92,7 +93,7 @@ def _baseline(content: Content, where: str = "message") -> maf.Content:
         return maf.Content.from_function_result(content.call_id, result=content.result)
     if isinstance(content, _HOSTED_CLASSES):
         return hosted_to_maf(content, where)
-    return maf.Content.from_dict(_thaw(content.data))
+    return maf.Content.from_dict(plain(content.data))
 
 
 def _residual(content: maf.Content, typed: Content) -> dict[str, Any] | None:
@@ -106,15 +107,6 @@ def _residual(content: maf.Content, typed: Content) -> dict[str, Any] | None:
     if missing:
         residual[_ABSENT] = missing
     return residual or None
-
-
-def _thaw(value: Any) -> Any:
-    """A mutable deep copy of read-only data (contextledger freezes what it stores)."""
-    if isinstance(value, Mapping):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(item) for item in value]
-    return value
 
 
 def from_maf_message(message: maf.Message, *, position: int | None = None) -> Message:
@@ -200,20 +192,20 @@ def _stash(content: Content) -> dict[str, Any] | None:
     if isinstance(content, FunctionCallContent):
         stash: dict[str, Any] = {}
         if content.extra:
-            stash["extra"] = _thaw(content.extra)
+            stash["extra"] = plain(content.extra)
         if content.function_extra:
-            stash["function_extra"] = _thaw(content.function_extra)
+            stash["function_extra"] = plain(content.function_extra)
         if content.openai_type != "function":
             stash["openai_type"] = content.openai_type
         return stash or None
     if isinstance(content, FunctionResultContent) and content.parts is not None:
-        return {"parts": _thaw(content.parts)}
+        return {"parts": plain(content.parts)}
     return None
 
 
 def _maf_content(content: Content, residual: Mapping[str, Any] | None, where: str) -> maf.Content:
     if isinstance(content, OpaqueContent):
-        data = _thaw(content.data)
+        data = plain(content.data)
         if data.get("type") in _MAF_CONTENT_TYPES:
             return maf.Content.from_dict(data)
         if data.get("type") == "image_url":
@@ -258,14 +250,14 @@ def to_maf_message(message: Message, *, position: int | None = None) -> maf.Mess
     where = "message" if position is None else f"message {position}"
     if not isinstance(message, Message):
         raise InvalidMessageError(f"{where} must be a contextledger Message, got {type(message).__name__}")
-    properties = _thaw(message.additional_properties)
+    properties = plain(message.additional_properties)
     residuals = properties.pop(MAF_CONTENTS_PROPERTY, None)
     if residuals is not None and (not isinstance(residuals, list) or len(residuals) != len(message.contents)):
         raise InvalidMessageError(
             f"{where}: {MAF_CONTENTS_PROPERTY!r} must list one entry per content "
             f"({len(message.contents)}), got {residuals!r}; remove the key or keep it unchanged"
         )
-    extra = _thaw(message.extra)
+    extra = plain(message.extra)
     role: str = message.role
     if role == "system" and extra.get("role") == "developer":
         role = extra.pop("role")

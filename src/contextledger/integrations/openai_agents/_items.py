@@ -1,28 +1,4 @@
-"""contextledger inside the OpenAI Agents SDK (the ``openai-agents`` extra).
-
-- **Items** convert both ways (:func:`from_responses`, :func:`to_responses`): Responses API input
-  items (messages, ``function_call`` / ``function_call_output``, reasoning items, hosted tool
-  calls) become contextledger messages and come back as the very same items.  Parallel
-  ``function_call`` items become one assistant message, so compaction keeps them and all their
-  outputs together; a reasoning item becomes a reasoning-only message, which joins the group of
-  the item it precedes, so a reasoning item is never sent without it.  Hosted calls become
-  :class:`~contextledger.messages.HostedCallContent`: a self-contained one (web or file search,
-  code interpreter, image generation, an MCP call) with its outcome as a
-  :class:`~contextledger.messages.HostedResultContent` in the same message, one answered by an
-  output item of its own (computer, shell, local shell, apply-patch) with that output as a
-  result in the next message, paired by id as function calls are; an MCP approval request and
-  its response become the approval contents; a custom tool call and its output are a function
-  call and result.  What contextledger has no field for (ids, status, actions, encrypted
-  reasoning...) is kept in the reserved property :data:`RESPONSES_PROPERTY`.  A contextledger
-  message with several kinds of content (reasoning, text and calls) becomes one item per kind,
-  in order.
-- **Sessions**: :class:`ContextLedgerSession` is the SDK's ``Session`` over any contextledger
-  history (in memory, SQLite, Redis); :class:`CompactingSession` answers ``get_items()`` with
-  the request view (what a strategy would send) while the store keeps every item.
-- **Controlled facts**: :class:`AgentsFacts` puts the facts block into the instructions of each
-  model call, extracts from the run's own user input after a successful run, and forgets from
-  the store and from sessions.
-"""
+"""Responses API input items and contextledger messages, converted both ways (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -30,29 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contextledger._extras import require_extra
-
-require_extra("agents", extra="openai-agents", feature="contextledger.integrations.openai_agents")
-
-from agents.run_config import CallModelData, ModelInputData  # noqa: E402
-
-from agents import Agent, RunConfig, Runner, RunResult  # noqa: E402
-from contextledger.compaction import CompactionStrategy, compact_with_report  # noqa: E402
-from contextledger.exceptions import ConfigurationError, FactsError, InvalidMessageError  # noqa: E402
-from contextledger.facts import (  # noqa: E402
-    FactMemory,
-    FactsTurn,
-    FactWriter,
-    ForgetReport,
-    HistoryTarget,
-    RuleWriter,
-    extract,
-    forget_facts,
-    history_target,
-)
-from contextledger.history import HistoryProvider  # noqa: E402
-from contextledger.integrations._shared import plain  # noqa: E402
-from contextledger.messages import (  # noqa: E402
+from contextledger.exceptions import InvalidMessageError
+from contextledger.integrations._shared import plain
+from contextledger.messages import (
     ApprovalRequestContent,
     ApprovalResponseContent,
     Content,
@@ -65,16 +21,8 @@ from contextledger.messages import (  # noqa: E402
     ReasoningContent,
     TextContent,
 )
-from contextledger.tokenizers import Tokenizer  # noqa: E402
 
-__all__ = [
-    "RESPONSES_PROPERTY",
-    "AgentsFacts",
-    "CompactingSession",
-    "ContextLedgerSession",
-    "from_responses",
-    "to_responses",
-]
+__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "to_responses"]
 
 RESPONSES_PROPERTY = "_responses"
 """``additional_properties`` key holding, per item a message came from, what the item had that
@@ -460,193 +408,8 @@ def to_responses(messages: Sequence[Message]) -> list[Item]:
     return items
 
 
-# Sessions ------------------------------------------------------------------------------------
-
-
-class ContextLedgerSession:
-    """The Agents SDK's ``Session`` over a contextledger history (in memory, SQLite or Redis).
-
-    ``Runner.run(agent, input, session=ContextLedgerSession(SQLiteHistoryProvider(path), "user-1"))``:
-    items are stored as contextledger messages (so the same history serves a contextledger
-    agent, the drift lab or the CLI) and come back as the same items.  Each ``add_items`` is
-    stored whole or not at all, as the history promises.
-    """
-
-    session_settings: Any = None
-
-    def __init__(self, history: HistoryProvider, session_id: str) -> None:
-        if not isinstance(history, HistoryProvider):
-            raise ConfigurationError(f"history must be a contextledger history provider, got {history!r}")
-        if not isinstance(session_id, str) or not session_id:
-            raise ConfigurationError(f"session_id must be a non-empty string, got {session_id!r}")
-        self.history = history
-        self.session_id = session_id
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.history!r}, {self.session_id!r})"
-
-    async def messages(self) -> list[Message]:
-        """Every stored message: the full history, whatever a compacting session sends."""
-        return await self.history.load(self.session_id)
-
-    async def all_items(self) -> list[Item]:
-        """Every stored item, in order."""
-        return to_responses(await self.messages())
-
-    async def get_items(self, limit: int | None = None) -> list[Item]:
-        items = await self.all_items()
-        return items if limit is None else items[-limit:] if limit > 0 else []
-
-    async def add_items(self, items: list[Any]) -> None:
-        if items:
-            await self.history.append(self.session_id, from_responses([_plain_item(item) for item in items]))
-
-    async def pop_item(self) -> Item | None:
-        items = await self.all_items()
-        if not items:
-            return None
-        await self.history.replace(self.session_id, from_responses(items[:-1]))
-        return items[-1]
-
-    async def clear_session(self) -> None:
-        await self.history.clear(self.session_id)
-
-
-def _plain_item(item: Any) -> Any:
+def item_dict(item: Any) -> Any:
     """An item as a plain dict (the SDK may hand over pydantic models)."""
     if hasattr(item, "model_dump"):
         return item.model_dump(exclude_unset=True)
     return item
-
-
-class CompactingSession(ContextLedgerSession):
-    """A session whose ``get_items()`` is the request view: what ``strategy`` would send.
-
-    The store keeps every item (:meth:`all_items`); only what the Runner reads to build the
-    model's input is compacted, so a call is never separated from its outputs and a reasoning
-    item never from the item it precedes.  ``get_items(limit)`` with a limit returns the newest
-    stored items as they are: the SDK reads a limited tail to check its own writes.
-    """
-
-    def __init__(
-        self,
-        history: HistoryProvider,
-        session_id: str,
-        strategy: CompactionStrategy,
-        *,
-        tokenizer: Tokenizer | None = None,
-    ) -> None:
-        super().__init__(history, session_id)
-        if not isinstance(strategy, CompactionStrategy):
-            raise ConfigurationError(f"strategy must be a contextledger CompactionStrategy, got {strategy!r}")
-        self.strategy = strategy
-        self.tokenizer = tokenizer
-
-    async def get_items(self, limit: int | None = None) -> list[Item]:
-        if limit is not None:
-            return await super().get_items(limit)
-        result = await compact_with_report(await self.messages(), strategy=self.strategy, tokenizer=self.tokenizer)
-        return to_responses(result.messages)
-
-
-# Controlled facts ----------------------------------------------------------------------------
-
-
-def _input_text(value: str | Sequence[Any]) -> str | None:
-    """The run's own user text: the input string, or the text of its user message items."""
-    if isinstance(value, str):
-        return value if value.strip() else None
-    texts = [m.text for m in from_responses([_plain_item(item) for item in value]) if m.role == "user"]
-    texts = [text for text in texts if text.strip()]
-    return "\n".join(texts) if texts else None
-
-
-class AgentsFacts:
-    """contextledger's controlled facts around OpenAI Agents SDK runs.
-
-    ``await facts.run(agent, "module=Billing", session=session)`` takes the turn's ticket from the
-    run's own input, runs ``Runner.run`` with the facts block added to the instructions of every
-    model call (through ``call_model_input_filter``, so neither the agent nor the session ever
-    holds it), and after a successful run has ``writer`` propose from that input and the store
-    admit or refuse the whole batch.  A run that raises admits nothing; a refusal never fails a
-    run that succeeded and is kept on ``last_turn``.
-    """
-
-    def __init__(self, store: FactMemory, writer: FactWriter | None = None) -> None:
-        if not isinstance(store, FactMemory):
-            raise ConfigurationError(f"AgentsFacts needs a fact store (FactStore or RedisFactStore), got {store!r}")
-        if writer is not None and not isinstance(writer, FactWriter):
-            raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
-        self.store = store
-        self.writer: FactWriter = writer if writer is not None else RuleWriter()
-        self.last_turn: FactsTurn | None = None
-
-    def __repr__(self) -> str:
-        return f"AgentsFacts(store={self.store!r}, writer={self.writer!r})"
-
-    async def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
-        """A ``call_model_input_filter``: the model's instructions with the facts block after them."""
-        block = self.store.to_prompt_block()
-        instructions = data.model_data.instructions
-        joined = f"{instructions}\n\n{block}" if instructions and instructions.strip() else block
-        return ModelInputData(input=data.model_data.input, instructions=joined)
-
-    async def run(
-        self,
-        agent: Agent[Any],
-        input: str | list[Any],
-        *,
-        run_config: RunConfig | None = None,
-        **kwargs: Any,
-    ) -> RunResult:
-        """``Runner.run(agent, input, **kwargs)`` with the facts around it (see the class docstring)."""
-        if run_config is not None and run_config.call_model_input_filter is not None:
-            raise ConfigurationError(
-                "run_config already has a call_model_input_filter; call facts.input_filter from yours instead"
-            )
-        config = RunConfig() if run_config is None else run_config
-        config.call_model_input_filter = self.input_filter
-        text = _input_text(input)
-        begun: FactsTurn | None = None
-        if text is not None:
-            try:
-                begun = FactsTurn(self.store.begin_turn(text))
-            except FactsError as error:  # a message over the bound: the run goes on, the facts cannot change
-                begun = FactsTurn(None, rejection=error)
-        result = await Runner.run(agent, input, run_config=config, **kwargs)
-        if begun is not None:
-            if begun.ticket is None:
-                self.last_turn = begun
-            else:
-                try:
-                    self.last_turn = FactsTurn(begun.ticket, await extract(self.store, self.writer, begun.ticket))
-                except FactsError as error:  # refused or stale: reported, never raised into a run that succeeded
-                    self.last_turn = FactsTurn(begun.ticket, rejection=error)
-        return result
-
-    async def forget(self, key: str | None = None, *, sessions: Sequence[Any] = ()) -> ForgetReport:
-        """Forget ``key`` (or every fact) in the store and in each session's stored items.
-
-        :func:`contextledger.facts.forget_facts` does the work (the store first, so no extraction
-        in flight can bring a fact back; then each history scrubbed).  A
-        :class:`ContextLedgerSession` replaces its stored history at once; any other SDK session is
-        cleared and refilled.
-        """
-        targets = [_session_history(session) for session in sessions]
-        return await forget_facts(self.store, key, histories=targets)
-
-
-def _session_history(session: Any) -> HistoryTarget:
-    """An Agents SDK session as a history ``forget`` can rewrite."""
-    if isinstance(session, ContextLedgerSession):
-        # A contextledger store (maybe shared with an Agent that keeps turn records): all of it.
-        return history_target(session.history, session.session_id, session.session_id)
-
-    async def load() -> list[Message]:
-        return from_responses([_plain_item(item) for item in await session.get_items()])
-
-    async def refill(messages: list[Message]) -> None:
-        await session.clear_session()
-        await session.add_items(to_responses(messages))
-
-    return HistoryTarget(str(getattr(session, "session_id", "session")), load, refill)

@@ -1,4 +1,8 @@
-"""Putting controlled facts around an agent's model calls, in the two styles the seed shows.
+"""Controlled facts around the agent runtime's model calls, in the two styles the seed shows.
+
+They live here, beside :class:`CompactionProvider`, because they plug into :class:`Agent`;
+the memory itself (:mod:`contextledger.facts`) knows nothing of agents, and each turn goes
+through its :class:`~contextledger.facts.FactsHost`, as every other host's does.
 
 provider
     :class:`FactsProvider` is a context provider: before the call it adds the facts block to the
@@ -24,12 +28,11 @@ from __future__ import annotations
 
 import uuid
 
-from contextledger.agents import Agent, ContextProvider, RunContext, Session
+from contextledger.agents._agent import Agent
+from contextledger.agents._context import ContextProvider, RunContext
+from contextledger.agents._session import Session
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts._records import Admission
-from contextledger.facts._store import FactMemory
-from contextledger.facts._turns import FactsTurn, TurnTracker
-from contextledger.facts._writers import FactWriter, RuleWriter
+from contextledger.facts import Admission, FactMemory, FactsHost, FactsTurn, FactWriter
 from contextledger.messages import Message
 
 __all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "external_user_text", "run_with_facts"]
@@ -58,16 +61,12 @@ class FactsProvider(ContextProvider):
     """
 
     def __init__(self, store: FactMemory, writer: FactWriter | None = None, *, source_id: str = "facts") -> None:
-        if not isinstance(store, FactMemory):
-            raise ConfigurationError(f"FactsProvider needs a fact store such as FactStore, got {store!r}")
-        if writer is not None and not isinstance(writer, FactWriter):
-            raise ConfigurationError(f"writer must have async propose(user_text), got {writer!r}")
+        self._host = FactsHost(store, writer, host="FactsProvider")
         if not isinstance(source_id, str) or not source_id:
             raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
         self.store = store
-        self.writer: FactWriter = writer if writer is not None else RuleWriter(store.schema)
+        self.writer: FactWriter = self._host.writer
         self.source_id = source_id
-        self._turns = TurnTracker(self.store, self.writer)
 
     def __repr__(self) -> str:
         return f"FactsProvider(store={self.store!r}, writer={self.writer!r}, source_id={self.source_id!r})"
@@ -75,11 +74,11 @@ class FactsProvider(ContextProvider):
     @property
     def last_turn(self) -> FactsTurn | None:
         """The outcome of the latest run that finished (its admission or refusal and its diagnostics)."""
-        return self._turns.last_turn
+        return self._host.last_turn
 
     @last_turn.setter
     def last_turn(self, turn: FactsTurn | None) -> None:
-        self._turns.last_turn = turn
+        self._host.last_turn = turn
 
     @property
     def last_admission(self) -> Admission | None:
@@ -90,15 +89,11 @@ class FactsProvider(ContextProvider):
         return None if self.last_turn is None else self.last_turn.rejection
 
     async def before_run(self, context: RunContext) -> None:
-        context.add_instructions(self.store.to_prompt_block())
-        self._turns.begin(context, external_user_text(context))
+        context.add_instructions(self._host.block())
+        self._host.begin_run(context, external_user_text(context))
 
     async def after_run(self, context: RunContext) -> None:
-        await self._turns.finish(context, context.response)
-
-
-class _ManualRun:
-    """Stands for one manual run in the tracker (which keeps runs by weak reference)."""
+        await self._host.finish_run(context, context.response)
 
 
 async def _store_user_text(agent: Agent, session: Session, sent: Message, text: str) -> None:
@@ -126,20 +121,17 @@ async def run_with_facts(
     """
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run_with_facts needs an Agent, got {agent!r}")
-    if not isinstance(store, FactMemory):
-        raise ConfigurationError(f"run_with_facts needs a fact store (FactStore or RedisFactStore), got {store!r}")
+    host = FactsHost(store, writer, host="run_with_facts")
     if not isinstance(text, str) or not text.strip():
         raise ConfigurationError(f"run_with_facts needs the user's text, got {text!r}")
-    tracker = TurnTracker(store, writer if writer is not None else RuleWriter(store.schema))
     sent = Message.user(
-        f"{store.to_prompt_block()}\n\n{text}",
+        f"{host.block()}\n\n{text}",
         message_id=f"facts-{uuid.uuid4().hex}",
         additional_properties={MANUAL_BLOCK_PROPERTY: True},
     )
-    run = _ManualRun()
-    tracker.begin(run, text)
+    begun = host.begin(text)
     response = await agent.run(sent, session=session)
     await _store_user_text(agent, session, sent, text)
-    turn = await tracker.finish(run, response)
+    turn = await host.finish(begun, response)
     assert turn is not None
     return turn
