@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.clients import ChatResponse, Usage
 from contextledger.clients.openai import OpenAIChatClient
 from contextledger.exceptions import (
     ConfigurationError,

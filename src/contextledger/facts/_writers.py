@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from contextledger._tracing import traced_fact_extraction
-from contextledger.clients._offline import FACT_WRITER_MARKER
-from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.clients import FACT_WRITER_MARKER, ChatClient, ChatResponse, Usage
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection
 from contextledger.facts._records import Admission, Candidate, Ticket
