@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from contextledger.agents import Agent, AgentResponse, CompactionProvider
 from contextledger.clients import ChatResponse
@@ -33,6 +32,12 @@ from contextledger.exceptions import (
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 from contextledger.messages import Message
 from tests.history.support import Backend, RedisServer
+from tests.optional_imports import try_import
+
+with try_import("redis") as redis_extra:
+    import redis.asyncio
+
+pytestmark = redis_extra.skip
 
 
 class CountingModel:

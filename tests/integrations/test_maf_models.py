@@ -7,15 +7,23 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_framework import Agent, AgentResponse, InMemoryHistoryProvider
 
 from contextledger.clients import ScriptedChatClient
-from contextledger.clients.local import LocalChatClient
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import FactStore
-from contextledger.integrations.maf import ContextLedgerChatClient, FactsContextProvider
 from contextledger.messages import FunctionCallContent, Message
-from tests.integrations.maf_support import INSTRUCTIONS
+from tests.optional_imports import try_import
+
+with try_import("maf") as maf_extra:
+    from agent_framework import Agent, AgentResponse, InMemoryHistoryProvider
+
+    from contextledger.integrations.maf import ContextLedgerChatClient, FactsContextProvider
+    from tests.integrations.maf_support import INSTRUCTIONS
+
+with try_import("local") as local_extra:
+    from contextledger.clients.local import LocalChatClient
+
+pytestmark = [maf_extra.skip, local_extra.skip]
 
 
 def lookup_price(item: str) -> str:
