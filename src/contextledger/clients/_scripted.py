@@ -38,7 +38,8 @@ class ScriptedChatClient:
       else it returns is handed back unchanged, as from a client that breaks the protocol).
 
     When the script runs out the last reply repeats.  ``replies`` is the script itself: it may
-    start empty and be extended between calls; the position in it is the number of calls made
+    start empty (a call then raises :class:`ConfigurationError`, and is neither counted nor
+    recorded) and be extended between calls; the position in it is the number of calls answered
     (``calls``), so clearing ``requests`` does not replay anything.  The tools and options of
     each call are recorded beside its request.
     """
@@ -62,15 +63,15 @@ class ScriptedChatClient:
         tools: Sequence[Mapping[str, Any]] | None = None,
         **options: Any,
     ) -> ChatResponse:
+        if not self.replies:
+            raise ConfigurationError(
+                "ScriptedChatClient has no reply scripted: give it replies when it is built, "
+                "or append them to .replies before the call"
+            )
         self.calls += 1
         self.requests.append(list(messages))
         self.tools.append(list(tools or ()))
         self.options.append(dict(options))
-        if not self.replies:
-            raise ConfigurationError(
-                f"ScriptedChatClient has no reply for call {self.calls}: give it replies when it is built, "
-                "or append them to .replies before the call"
-            )
         reply = self.replies[min(self.calls, len(self.replies)) - 1]
         if isinstance(reply, BaseException):
             raise reply
