@@ -14,16 +14,23 @@ from tests.optional_imports import try_import
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_suite_collects_cleanly_without_any_extra() -> None:
+def pytest_without_extras(*arguments: str, ci: bool = False) -> subprocess.CompletedProcess[str]:
+    """``pytest ARGUMENTS`` in a subprocess that sees no optional package (``tests/core_only.py``)."""
     environment = {key: value for key, value in os.environ.items() if key != "CI"}
+    if ci:
+        environment["CI"] = "true"
     paths = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     environment["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
     # Plugins installed by the extras (the kit's, LangSmith's, anyio's) are not loaded: a core
     # environment has only hypothesis's.
     environment["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     command = [sys.executable, "-m", "pytest", "-p", "_hypothesis_pytestplugin", "-p", "tests.core_only"]
-    command += ["-p", "no:cacheprovider", "--collect-only", "-q", "-rs", "tests"]
-    result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
+    command += ["-p", "no:cacheprovider", "-q", "-rs", *arguments]
+    return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
+
+
+def test_the_suite_collects_cleanly_without_any_extra() -> None:
+    result = pytest_without_extras("--collect-only", "tests")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "ERROR" not in output, output
@@ -31,6 +38,17 @@ def test_the_suite_collects_cleanly_without_any_extra() -> None:
     # level needs the extra, skipped whole with the extra named in the summary.
     assert "tests/clients/test_openai_client.py: " in output
     assert "needs the 'maf' extra (agent_framework is not installed): pip install -e '.[maf]'" in output
+
+
+def test_without_the_extra_its_tests_skip_naming_it_and_under_ci_the_skips_fail() -> None:
+    module = "tests/clients/test_openai_client.py"
+    skipped = pytest_without_extras(module)
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "needs the 'openai' extra (openai is not installed): pip install -e '.[openai]'" in skipped.stdout
+    assert " passed" not in skipped.stdout
+    failed = pytest_without_extras(module, "-x", ci=True)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "skipped under CI=true, where every test must run: needs the 'openai' extra" in failed.stdout
 
 
 def test_a_missing_package_is_recorded_with_its_extra() -> None:
