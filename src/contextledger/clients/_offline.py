@@ -147,10 +147,10 @@ class OfflineModel:
         keys = frozenset(_KEY_WORD.findall(listed.group(1))) if listed else frozenset({"key"})
         schema = FactSchema(keys, max_message_chars=len(text) + 1 if len(text) >= 4096 else 4096)
         found: dict[str, dict[str, str]] = {}
-        for sign in diagnose(text, schema=schema):
-            if sign.outcome != "prose" and sign.key is not None:
-                found.pop(sign.key, None)
-                found[sign.key] = {"key": sign.key, "value": sign.value or "", "evidence": sign.evidence or ""}
+        for seen in diagnose(text, schema=schema):  # one per '=', in order
+            if seen.outcome != "prose" and seen.key is not None:
+                found.pop(seen.key, None)
+                found[seen.key] = {"key": seen.key, "value": seen.value or "", "evidence": seen.evidence or ""}
         return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
 
     def _report_results(self, messages: list[Message]) -> str:
