@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tiktoken
-import tiktoken.load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +36,13 @@ from contextledger import (
     get_tokenizer,
 )
 from contextledger.messages import set_token_memo
+from tests.optional_imports import try_import
+
+with try_import("dev") as dev_extra:
+    import tiktoken
+    import tiktoken.load
+
+pytestmark = dev_extra.skip
 
 ENCODINGS = ("cl100k_base", "o200k_base")
 

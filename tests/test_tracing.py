@@ -25,6 +25,7 @@ from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts import FactStore, RuleWriter, extract
 from contextledger.messages import FunctionCallContent, Message
+from tests.tools import lookup_price
 
 _EXPORTER = InMemorySpanExporter()
 _ATTACHED: list[TracerProvider] = []  # the provider the exporter was attached to, once
@@ -81,10 +82,6 @@ def test_a_compaction_span_says_what_the_strategy_removed(spans: InMemorySpanExp
 def test_an_agent_run_is_an_invoke_agent_span_over_its_model_calls_and_compaction(
     spans: InMemorySpanExporter,
 ) -> None:
-    def lookup_price(item: str) -> str:
-        """Look up the price of an item."""
-        return "$999"
-
     compaction = CompactionProvider(before_strategy=SlidingWindowStrategy(keep_last_groups=2))
     agent = Agent(OfflineModel(), name="shop", tools=[lookup_price], context_providers=[compaction])
     session = agent.create_session("s-1")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from contextledger import to_openai, validate
 from contextledger.agents import Agent, AgentResponse, CompactionProvider, Session, use_context_providers
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY
-from contextledger.clients import ChatResponse, Usage
+from contextledger.clients import ScriptedChatClient
 from contextledger.exceptions import ModelResponseError, ModelTimeoutError
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import FunctionCallContent, Message
@@ -44,6 +44,7 @@ from tests.conversations import (
     tool_result_specs,
     truncation_specs,
 )
+from tests.tools import lookup_price, lookup_stock
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -57,17 +58,6 @@ REQUEST_VIEW_SPECS = st.one_of(
 
 
 # The tools the scripted model calls ---------------------------------------------------------------
-
-
-def lookup_price(item: str) -> str:
-    """The price of an item."""
-    return f"{item} costs {len(item)} euros"
-
-
-async def lookup_stock(item: str, warehouse: int = 1) -> dict[str, Any]:
-    """Stock of an item, with a long report."""
-    await asyncio.sleep(0)
-    return {"item": item, "warehouse": warehouse, "report": "line " * (len(item) * 3)}
 
 
 def flaky_service(item: str) -> str:
@@ -136,30 +126,15 @@ def turns(draw: st.DrawFn) -> Turn:
 conversations = st.lists(turns(), min_size=1, max_size=6)
 
 
-class ScriptClient:
-    """Plays each turn's scripted replies in order; raises ``failure`` at a chosen call instead."""
-
-    def __init__(self) -> None:
-        self.queue: list[Message | BaseException] = []
-        self.requests: list[list[Message]] = []
-        self.first_calls: list[int] = []  # index into requests of each run's first call
-
-    def load(self, replies: Sequence[Message], failure: tuple[int, BaseException] | None = None) -> None:
-        self.queue = list(replies)
-        if failure is not None:
-            position, error = failure
-            self.queue[position:] = [error]
-        self.first_calls.append(len(self.requests))
-
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.requests.append(list(messages))
-        assert self.queue, "the agent called the model more often than the script says"
-        reply = self.queue.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        return ChatResponse(reply.text, (reply,), Usage(len(messages), 1, True))
+def load(
+    client: ScriptedChatClient, replies: Sequence[Message], failure: tuple[int, BaseException] | None = None
+) -> None:
+    """Script a run's replies on ``client``, in order; with ``failure``, its call raises instead and ends the script."""
+    script: list[Message | BaseException] = list(replies)
+    if failure is not None:
+        position, error = failure
+        script[position:] = [error]
+    client.replies.extend(script)
 
 
 @dataclass(frozen=True)
@@ -170,8 +145,8 @@ class Setup:
     registration: str  # "agent" or "client"
     after: StrategySpec | None
 
-    def build(self) -> tuple[Agent, ScriptClient]:
-        client = ScriptClient()
+    def build(self) -> tuple[Agent, ScriptedChatClient]:
+        client = ScriptedChatClient()
         history = InMemoryHistoryProvider()
         before = CompactionProvider(self.before.build(), source_id="view")
         providers: list[Any] = [history]
@@ -196,10 +171,12 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
-async def play(agent: Agent, client: ScriptClient, session: Session, script: Sequence[Turn]) -> list[AgentResponse]:
+async def play(
+    agent: Agent, client: ScriptedChatClient, session: Session, script: Sequence[Turn]
+) -> list[AgentResponse]:
     responses = []
     for number, turn in enumerate(script):
-        client.load(turn.replies(number))
+        load(client, turn.replies(number))
         responses.append(await agent.run(turn.input_for_run(), session=session))
     return responses
 
@@ -217,10 +194,12 @@ def test_every_request_is_valid_and_carries_instructions_and_the_newest_input(sc
     agent, client = setup.build()
     session = agent.create_session()
     inputs: list[Message] = []
+    first_calls: list[int] = []  # index into requests of each run's first call
 
     async def scenario() -> None:
         for number, turn in enumerate(script):
-            client.load(turn.replies(number))
+            first_calls.append(len(client.requests))
+            load(client, turn.replies(number))
             given_input = turn.input_for_run()
             if isinstance(given_input, str):
                 response = await agent.run(given_input, session=session)
@@ -236,7 +215,7 @@ def test_every_request_is_valid_and_carries_instructions_and_the_newest_input(sc
         assert request[0].role == "system"
         assert request[0].additional_properties.get(INSTRUCTIONS_PROPERTY) is True
         assert len(request) >= 2
-    for first_call, newest in zip(client.first_calls, inputs):
+    for first_call, newest in zip(first_calls, inputs):
         assert client.requests[first_call][-1] == newest  # a run's first call ends with its input
 
 
@@ -298,7 +277,7 @@ def test_a_failed_model_call_leaves_history_and_session_as_before_the_turn(
         await play(agent, client, session, script[:failed_turn])
         history_before = await agent.history.load(session.session_id)
         json_before = session.to_json()
-        client.load(script[failed_turn].replies(failed_turn), failure=(failed_call, error))
+        load(client, script[failed_turn].replies(failed_turn), failure=(failed_call, error))
         with pytest.raises(type(error)):
             await agent.run(script[failed_turn].input_for_run(), session=session)
         assert await agent.history.load(session.session_id) == history_before
@@ -321,20 +300,20 @@ def test_a_failed_turn_is_invisible_to_the_rest_of_the_conversation(
     async def scenario() -> None:
         await play(steady_agent, steady_client, steady, script[:failed_turn])
         await play(failing_agent, failing_client, failing, script[:failed_turn])
-        failing_client.load(script[failed_turn].replies(failed_turn), failure=(failed_call, error))
+        load(failing_client, script[failed_turn].replies(failed_turn), failure=(failed_call, error))
         with pytest.raises(type(error)):
             await failing_agent.run(script[failed_turn].input_for_run(), session=failing)
         # The steady session is serialised only now: nothing was flushed before the failure.
         assert failing.to_json() == steady.to_json()
         assert await failing_agent.history.load("conversation") == await steady_agent.history.load("conversation")
         sent_before = len(steady_client.requests)
-        failing_client.requests.clear()
+        failing_client.requests.clear()  # the record only: the script goes on from where it was
         for number in range(failed_turn, len(script)):
             for client, agent, session in (
                 (steady_client, steady_agent, steady),
                 (failing_client, failing_agent, failing),
             ):
-                client.load(script[number].replies(number))
+                load(client, script[number].replies(number))
                 await agent.run(script[number].input_for_run(), session=session)
         assert [as_sent(r) for r in failing_client.requests] == [
             as_sent(r) for r in steady_client.requests[sent_before:]
@@ -356,7 +335,7 @@ def test_the_callers_input_list_and_messages_are_never_changed(script: list[Turn
 
     async def scenario() -> None:
         for number, turn in enumerate(script):
-            client.load(turn.replies(number))
+            load(client, turn.replies(number))
             given_input = turn.input_for_run()
             items = [given_input] if isinstance(given_input, Message) else given_input
             if isinstance(items, str):

@@ -12,11 +12,7 @@ from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.compaction import SlidingWindowStrategy, ToolResultCompactionStrategy
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import InMemoryHistoryProvider
-
-
-def lookup_price(item: str) -> str:
-    """The price of an item."""
-    return f"{item} costs $10. " + "Details. " * 30
+from tests.tools import lookup_price
 
 
 def test_a_provider_on_the_client_compacts_the_retained_history_after_the_run() -> None:

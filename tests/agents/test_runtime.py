@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from contextledger.exceptions import (
 )
 from contextledger.history import InMemoryHistoryProvider, SQLiteHistoryProvider
 from contextledger.messages import FunctionCallContent, Message
+from tests.tools import lookup_price, lookup_stock
 
 
 def run(coroutine: Any) -> Any:
@@ -63,17 +64,6 @@ def texts(messages: Sequence[Message]) -> list[str]:
 
 def stored(agent: Agent, session: Session) -> list[Message]:
     return list(run(agent.history.load(session.session_id)))
-
-
-def lookup_price(item: str) -> str:
-    """The price of an item."""
-    return f"{item} costs {len(item)} euros"
-
-
-async def lookup_stock(item: str) -> dict[str, Any]:
-    """How many of an item are in stock."""
-    await asyncio.sleep(0)
-    return {"item": item, "stock": len(item) * 2}
 
 
 class Recorder(ContextProvider):
@@ -107,18 +97,6 @@ class Recorder(ContextProvider):
     async def after_run(self, context: RunContext) -> None:
         self.log.append(("after", self.source_id))
         self.contexts.append(context)
-
-
-class ReplyClient:
-    """A chat client whose reply is whatever ``answer`` builds from the request (any ChatResponse, or not)."""
-
-    def __init__(self, answer: Callable[[list[Message]], Any]) -> None:
-        self.answer = answer
-        self.requests: list[list[Message]] = []
-
-    async def get_response(self, messages: Sequence[Message], **options: Any) -> Any:
-        self.requests.append(list(messages))
-        return self.answer(list(messages))
 
 
 # The request ------------------------------------------------------------------------------------
@@ -361,7 +339,7 @@ def test_parallel_calls_in_one_message_all_run_sync_and_async_in_order() -> None
     results = [(m.function_results[0].call_id, m.function_results[0].result) for m in response.messages[1:4]]
     assert results == [
         ("c1", "pen costs 3 euros"),
-        ("c2", json.dumps({"item": "pen", "stock": 6})),
+        ("c2", json.dumps({"item": "pen", "warehouse": 1, "stock": 6, "report": "line " * 9})),
         ("c3", "notebook costs 8 euros"),
     ]
     assert len(client.requests) == 2
@@ -396,7 +374,7 @@ def test_results_the_model_returned_itself_are_not_run_again() -> None:
             Message.tool("c1", "answered by the provider"),
         ),
     )
-    client = ReplyClient(lambda request: answered if len(request) == 1 else ChatResponse("done"))
+    client = ScriptedChatClient([lambda request: answered if len(request) == 1 else ChatResponse("done")])
     response = run(Agent(client, tools=[record]).run("go"))
     assert calls == ["b"]
     assert [m.text for m in response.messages if m.role == "tool"] == ["answered by the provider", "ran"]
@@ -815,7 +793,7 @@ def test_a_failure_in_the_second_call_of_the_tool_loop_stores_nothing() -> None:
 @pytest.mark.parametrize(
     "reply",
     [
-        "not a response",
+        {"content": "not a response"},  # what the provider sent, never made into a ChatResponse
         ChatResponse("", (Message.user("I am the user now"),)),
         ChatResponse("", (Message.system("new rules"),)),
         ChatResponse("", ("text",)),  # type: ignore[arg-type]
@@ -823,7 +801,7 @@ def test_a_failure_in_the_second_call_of_the_tool_loop_stores_nothing() -> None:
     ids=["not-a-response", "user-message", "system-message", "not-a-message"],
 )
 def test_garbage_from_the_client_is_a_model_response_error_and_nothing_is_stored(reply: Any) -> None:
-    client = ReplyClient(lambda request: reply)
+    client = ScriptedChatClient([reply])
     agent = Agent(client)
     session = agent.create_session()
     with pytest.raises(ModelResponseError):
@@ -833,7 +811,7 @@ def test_garbage_from_the_client_is_a_model_response_error_and_nothing_is_stored
 
 
 def test_an_empty_chat_response_becomes_an_assistant_message_with_its_text() -> None:
-    client = ReplyClient(lambda request: ChatResponse("plain text, no messages"))
+    client = ScriptedChatClient([ChatResponse("plain text, no messages")])
     response = run(Agent(client).run("go"))
     assert texts(response.messages) == ["assistant:plain text, no messages"]
 

@@ -12,7 +12,7 @@ import asyncio
 
 from contextledger import validate
 from contextledger.agents import Agent, CompactionProvider, use_context_providers
-from contextledger.clients import OfflineModel
+from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.compaction import (
     CharacterEstimatorTokenizer,
     PipelineStrategy,
@@ -27,20 +27,9 @@ from contextledger.compaction import (
 )
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import SUMMARY_PROPERTY, Message
+from tests.tools import PriceList
 
 PRICES = {"laptop": "$999", "phone": "$599", "tablet": "$449", "monitor": "$199", "keyboard": "$49"}
-
-
-class PriceBook:
-    """The sample's price-lookup tool, recording every call it gets."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def lookup_price(self, item: str) -> str:
-        """Look up the current price of an item in the shop."""
-        self.calls.append(item)
-        return f"The {item} costs {PRICES.get(item, 'an unknown amount')}. " + "Stock and delivery details. " * 40
 
 
 def _questions(rounds: int) -> list[str]:
@@ -56,7 +45,7 @@ def test_python_sample_runs_the_pipeline_with_tools_executed() -> None:
     async def scenario() -> None:
         client = OfflineModel()
         summarizer_client = OfflineModel()
-        book = PriceBook()
+        book = PriceList(PRICES, detail_chars=1120)
         tokenizer = CharacterEstimatorTokenizer()
         pipeline = TokenBudgetComposedStrategy(
             token_budget=1_600,
@@ -113,7 +102,7 @@ def test_python_sample_runs_the_pipeline_with_tools_executed() -> None:
 
 def test_single_strategy_and_after_strategy_samples() -> None:
     async def scenario() -> None:
-        book = PriceBook()
+        book = PriceList(PRICES, detail_chars=1120)
         history = InMemoryHistoryProvider()
         compaction = CompactionProvider(
             before_strategy=SlidingWindowStrategy(keep_last_groups=20),
@@ -144,7 +133,7 @@ def test_single_strategy_and_after_strategy_samples() -> None:
 
 def test_csharp_builder_registration_compacts_before_every_call_of_the_tool_loop() -> None:
     async def scenario() -> None:
-        book = PriceBook()
+        book = PriceList(PRICES, detail_chars=1120)
         summarizer_client = OfflineModel()
         pipeline = PipelineStrategy(
             ToolResultCompactionStrategy(tokens_exceed(0x200)),
@@ -152,14 +141,9 @@ def test_csharp_builder_registration_compacts_before_every_call_of_the_tool_loop
             SlidingWindowStrategy(turns_exceed(4)),
             TruncationStrategy(tokens_exceed(0x8000)),
         )
-        sent: list[list[Message]] = []
-
-        class Recording(OfflineModel):
-            async def get_response(self, messages, **kwargs):  # type: ignore[no-untyped-def]
-                sent.append(list(messages))
-                return await super().get_response(messages, **kwargs)
-
-        client = use_context_providers(Recording(), CompactionProvider(pipeline))
+        model = ScriptedChatClient([OfflineModel()])  # the offline model, every request kept
+        sent = model.requests
+        client = use_context_providers(model, CompactionProvider(pipeline))
         agent = Agent(
             client,
             name="ShoppingAssistant",

@@ -11,14 +11,15 @@ turn's own messages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contextledger.agents import Agent, CompactionProvider, ContextProvider, RunContext
-from contextledger.clients import ChatResponse
+from contextledger.clients import ScriptedChatClient
 from contextledger.compaction import SlidingWindowStrategy, ToolResultCompactionStrategy
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import (
@@ -57,23 +58,22 @@ class Counted:
         return counted
 
 
-class ToolModel:
-    """Calls a tool on every question that starts with "Check", then answers."""
+def tool_model(during_call: Callable[[int], Awaitable[None]] | None = None) -> ScriptedChatClient:
+    """Calls a tool on every question that starts with "Check", then answers; ``during_call(n)``,
+    if given, runs inside the nth call first."""
+    model = ScriptedChatClient(report_usage=False)
+    tool_calls = itertools.count(1)
 
-    def __init__(self) -> None:
-        self.requests: list[list[Message]] = []
-        self.calls = 0
-
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.requests.append(list(messages))
+    async def reply(messages: Sequence[Message]) -> Message:
+        if during_call is not None:
+            await during_call(model.calls)
         last = messages[-1]
-        if tools and last.role == "user" and last.text.startswith("Check"):
-            self.calls += 1
-            call = FunctionCallContent(f"call_{self.calls}", "lookup", '{"item": "x"}')
-            return ChatResponse("", (Message.assistant(calls=[call]),), None)
-        return ChatResponse(f"answer {len(self.requests)}", (Message.assistant(f"answer {len(self.requests)}"),), None)
+        if model.tools[-1] and last.role == "user" and last.text.startswith("Check"):
+            return Message.assistant(calls=[FunctionCallContent(f"call_{next(tool_calls)}", "lookup", '{"item": "x"}')])
+        return Message.assistant(f"answer {model.calls}")
+
+    model.replies.append(reply)
+    return model
 
 
 def lookup(item: str) -> str:
@@ -90,8 +90,8 @@ def make_store(kind: str, directory: Path, name: str, redis: RedisServer | None)
     return RedisHistoryProvider(redis.url, namespace=f"turn-writes-{name}-{id(directory)}")
 
 
-def build(history: HistoryProvider, *extra: Any, after: Any = None) -> tuple[Agent, ToolModel]:
-    model = ToolModel()
+def build(history: HistoryProvider, *extra: Any, after: Any = None) -> tuple[Agent, ScriptedChatClient]:
+    model = tool_model()
     compaction = CompactionProvider(
         before_strategy=SlidingWindowStrategy(keep_last_groups=6),
         after_strategy=after or ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
@@ -139,20 +139,6 @@ def test_each_turn_is_one_write_and_stores_what_two_writes_would(
     asyncio.run(scenario())
 
 
-class Interloper:
-    """A model that, while answering, lets another writer append to the same session."""
-
-    def __init__(self, model: ToolModel, other: HistoryProvider, when: set[int]) -> None:
-        self.model, self.other, self.when = model, other, when
-        self.calls = 0
-
-    async def get_response(self, messages: Sequence[Message], **options: Any) -> ChatResponse:
-        self.calls += 1
-        if self.calls in self.when:
-            await self.other.append("s", [Message.user(f"elsewhere {self.calls}"), Message.assistant("noted")])
-        return await self.model.get_response(messages, **options)
-
-
 def test_another_writer_between_load_and_store_gets_no_stale_reduction(
     store_kind: tuple[str, RedisServer | None], tmp_path: Path
 ) -> None:
@@ -167,9 +153,14 @@ def test_another_writer_between_load_and_store_gets_no_stale_reduction(
             after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
             history_source_id=history.source_id,
         )
+
         # Model calls 3 and 8: during a turn with no tool call (nothing to reduce) and during the
         # second call of a tool turn (whose reduction would have been written with it).
-        model = Interloper(ToolModel(), other, when={3, 8})
+        async def interlude(call: int) -> None:  # another writer appends to the same session
+            if call in (3, 8):
+                await other.append("s", [Message.user(f"elsewhere {call}"), Message.assistant("noted")])
+
+        model = tool_model(interlude)
         agent = Agent(model, tools=[lookup], context_providers=[history, compaction])
         session = agent.create_session("s")
         for number in range(8):
@@ -269,7 +260,7 @@ def test_a_provider_of_ones_own_rewrites_the_history_with_the_turn() -> None:
     async def scenario() -> None:
         history = Counted(InMemoryHistoryProvider())
         keeper = KeepLastTurn()
-        agent = Agent(ToolModel(), context_providers=[history, keeper])
+        agent = Agent(tool_model(), context_providers=[history, keeper])
         session = agent.create_session("s")
         for question in ("one", "two", "three"):
             history.writes.clear()
@@ -302,11 +293,11 @@ class BadRewrite(ContextProvider):
 def test_a_bad_rewrite_request_fails_the_run_before_anything_is_stored(source_id: str, start: Any, match: str) -> None:
     async def scenario() -> None:
         history = InMemoryHistoryProvider()
-        agent = Agent(ToolModel(), context_providers=[history])
+        agent = Agent(tool_model(), context_providers=[history])
         session = agent.create_session("s")
         await agent.run("first", session=session)
         before = await history.load("s")
-        failing = Agent(ToolModel(), context_providers=[history, BadRewrite(source_id, start)])
+        failing = Agent(tool_model(), context_providers=[history, BadRewrite(source_id, start)])
         with pytest.raises(ConfigurationError, match=match):
             await failing.run("second", session=session)
         assert await history.load("s") == before

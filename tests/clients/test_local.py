@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 
 from contextledger.clients import ChatClient, resolve_client
-from contextledger.clients.local import SMOLLM2_FILE, LocalChatClient, default_model_path
 from contextledger.exceptions import ConfigurationError, ModelConnectionError, ModelError, ModelResponseError
 from contextledger.messages import FunctionCallContent, Message
+from tests.optional_imports import try_import
+
+with try_import("local") as local_extra:
+    from contextledger.clients.local import SMOLLM2_FILE, LocalChatClient, default_model_path
+
+pytestmark = local_extra.skip
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import openai
 import pytest
 
-from contextledger.clients._protocol import ChatResponse, Usage
-from contextledger.clients.openai import OpenAIChatClient
+from contextledger.clients import ChatResponse, Usage
 from contextledger.exceptions import (
     ConfigurationError,
     MissingExtraError,
@@ -28,6 +26,14 @@ from contextledger.exceptions import (
     ModelTimeoutError,
 )
 from contextledger.messages import FunctionCallContent, Message, to_openai
+from tests.optional_imports import try_import
+
+with try_import("openai") as openai_extra:
+    import openai
+
+    from contextledger.clients.openai import OpenAIChatClient
+
+pytestmark = openai_extra.skip
 
 MODEL = "test-model"
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +12,7 @@ from hypothesis import strategies as st
 
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.agents import Agent, FactsProvider
-from contextledger.clients import ChatResponse
+from contextledger.clients import ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, TurnIdReusedError
 from contextledger.facts import (
     FactsDesk,
@@ -181,18 +179,12 @@ def test_the_desk_forgets_the_transcript_and_the_offline_model_cannot_answer() -
                     assert value not in message.text or message.text == "Which database am I on?", message.text
 
 
-class EchoingModel:
-    """Repeats the user's last message back, so a reply holds whatever the user declared; counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.calls += 1
-        said = next(m.text for m in reversed(messages) if m.role == "user")
-        return ChatResponse(f"Noted: {said}", (Message.assistant(f"Noted: {said}"),))
+def echoing_model() -> ScriptedChatClient:
+    """Repeats the user's last message back, so a reply holds whatever the user declared."""
+    return ScriptedChatClient(
+        [lambda messages: "Noted: " + next(m.text for m in reversed(messages) if m.role == "user")],
+        report_usage=False,
+    )
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
@@ -200,7 +192,7 @@ def test_a_retried_turn_after_forget_replays_without_the_value_or_a_model_call(s
     """SPEC §11 through the agent runtime: the turn record a retry reads is rewritten by forget."""
     history = InMemoryHistoryProvider() if store == "memory" else SQLiteHistoryProvider(tmp_path / "h.db")
     facts = FactStore()
-    model = EchoingModel()
+    model = echoing_model()
     agent = Agent(model, context_providers=[history, FactsProvider(facts)])
     session = agent.create_session()
 

@@ -9,16 +9,19 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-import redis
-import redis.asyncio
 
 from contextledger.exceptions import ConfigurationError, FactsError, MissingExtraError, StaleTicketError
 from contextledger.facts import FactStore, RedisFactStore, parse_assertions
 from tests.facts.support import snapshot
 from tests.history.support import RedisServer, free_port
+from tests.optional_imports import try_import
 from tests.redis_relay import ReplyLosingRelay
 
-pytestmark = pytest.mark.redis
+with try_import("redis") as redis_extra:
+    import redis
+    import redis.asyncio
+
+pytestmark = [redis_extra.skip, pytest.mark.redis]
 
 
 @pytest.fixture

@@ -7,18 +7,15 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from contextledger.cli import main
-from contextledger.clients import ChatResponse, OfflineModel, ScriptedChatClient
+from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ModelTimeoutError
 from contextledger.facts import EMPTY_BLOCK, FactsDesk, FactStore
 from contextledger.facts._repl import ChatLoop, build_desk
-from contextledger.messages import Message
 from tests.facts.support import Clock
 
 MODES = ["provider", "manual"]
@@ -26,20 +23,6 @@ COMMANDS = {"mem", "forget", "forget module", "quit"}
 FIRST = "module=Reporting; database=PostgreSQL"
 SECOND = "module=Billing; database=SQL Server 2022"
 QUESTION = "Which module and database do we use now?"
-
-
-class RecordingModel:
-    """The offline model, with every request it receives kept for inspection."""
-
-    def __init__(self) -> None:
-        self.model = OfflineModel()
-        self.requests: list[list[Message]] = []
-
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.requests.append(list(messages))
-        return await self.model.get_response(messages, tools=tools, **options)
 
 
 def run_loop(desk: FactsDesk, script: str) -> tuple[ChatLoop, str, int]:
@@ -55,7 +38,7 @@ def stored_texts(desk: FactsDesk, name: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_seed_check_sequence_through_the_repl_loop(mode: str) -> None:
-    model = RecordingModel()
+    model = ScriptedChatClient([OfflineModel()])  # the offline model, every request kept
     store = FactStore(clock=Clock())
     desk = build_desk(mode=mode, client=model, store=store)  # type: ignore[arg-type]
 

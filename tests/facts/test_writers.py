@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from contextledger.clients import OfflineModel, ScriptedChatClient, Usage
-from contextledger.clients._offline import FACT_WRITER_MARKER
+from contextledger.clients import FACT_WRITER_MARKER, OfflineModel, ScriptedChatClient, Usage
 from contextledger.exceptions import FactRejectedError, ModelTimeoutError, StaleTicketError
 from contextledger.facts import (
     MAX_MESSAGE_CHARS,

@@ -14,15 +14,14 @@ import signal
 import sqlite3
 import subprocess
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from contextledger.agents import Agent, AgentResponse, CompactionProvider
-from contextledger.clients import ChatResponse
+from contextledger.clients import ScriptedChatClient
 from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import (
     ConfigurationError,
@@ -33,29 +32,36 @@ from contextledger.exceptions import (
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 from contextledger.messages import Message
 from tests.history.support import Backend, RedisServer
+from tests.optional_imports import try_import
+
+with try_import("redis") as redis_extra:
+    import redis.asyncio
+
+pytestmark = redis_extra.skip
 
 
-class CountingModel:
-    """Answers ``answer N`` to the Nth call; ``during_call`` runs inside a call (to pause a store)."""
+def counting_model() -> ScriptedChatClient:
+    """A model that answers ``answer N`` to its Nth call."""
+    model = ScriptedChatClient(report_usage=False)
+    model.replies.append(lambda messages: f"answer {model.calls}")
+    return model
 
-    def __init__(self) -> None:
-        self.calls = 0
-        self.during_call: Any = None
 
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.calls += 1
-        if self.during_call is not None:
-            await self.during_call()
-        return ChatResponse(f"answer {self.calls}", (Message.assistant(f"answer {self.calls}"),))
+def pausing(model: ScriptedChatClient, pause: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[str]]:
+    """A reply that runs ``pause`` (to freeze a store) while the model answers, then answers as usual."""
+
+    async def reply(messages: Sequence[Message]) -> str:
+        await pause()
+        return f"answer {model.calls}"
+
+    return reply
 
 
 def texts(messages: Sequence[Message]) -> list[str]:
     return [f"{m.role}:{m.text}" for m in messages]
 
 
-def agent_on(model: CountingModel, history: HistoryProvider, *, reducing: bool) -> Agent:
+def agent_on(model: ScriptedChatClient, history: HistoryProvider, *, reducing: bool) -> Agent:
     """An agent on ``history``; ``reducing`` adds a retained-history window of the last turn, so
     every turn is written together with the reduction it brings about (one store operation)."""
     if not reducing:
@@ -68,7 +74,7 @@ def agent_on(model: CountingModel, history: HistoryProvider, *, reducing: bool) 
 
 def test_every_run_has_a_turn_id() -> None:
     async def scenario() -> None:
-        agent = Agent(CountingModel())
+        agent = Agent(counting_model())
         session = agent.create_session()
         first = await agent.run("one", session=session)
         second = await agent.run("two", session=session, turn_id="caller-chosen")
@@ -84,7 +90,7 @@ def test_every_run_has_a_turn_id() -> None:
 
 @pytest.mark.parametrize("turn_id", ["", "x" * 257, "tab\there", 5])
 def test_a_bad_turn_id_is_refused_before_anything_happens(turn_id: Any) -> None:
-    model = CountingModel()
+    model = counting_model()
     agent = Agent(model)
     session = agent.create_session()
     with pytest.raises(ConfigurationError, match="turn_id must be printable text"):
@@ -95,7 +101,7 @@ def test_a_bad_turn_id_is_refused_before_anything_happens(turn_id: Any) -> None:
 
 def test_a_retry_of_a_stored_turn_replays_it_without_a_model_call(backend: Backend) -> None:
     async def scenario(history: HistoryProvider) -> None:
-        model = CountingModel()
+        model = counting_model()
         agent = Agent(model, history=history)
         session = agent.create_session()
         first = await agent.run("hello", session=session, turn_id="t-1")
@@ -113,7 +119,7 @@ def test_a_retry_of_a_stored_turn_replays_it_without_a_model_call(backend: Backe
 
 def test_a_turn_id_reused_with_other_input_is_refused(backend: Backend) -> None:
     async def scenario(history: HistoryProvider) -> None:
-        model = CountingModel()
+        model = counting_model()
         agent = Agent(model, history=history)
         session = agent.create_session()
         await agent.run("hello", session=session, turn_id="t-1")
@@ -127,7 +133,7 @@ def test_a_turn_id_reused_with_other_input_is_refused(backend: Backend) -> None:
 
 def test_concurrent_runs_of_one_turn_store_it_once_and_agree(backend: Backend) -> None:
     async def scenario(history: HistoryProvider) -> None:
-        agent = Agent(CountingModel(), history=history)
+        agent = Agent(counting_model(), history=history)
         session = agent.create_session()
         responses = await asyncio.gather(*(agent.run("hi", session=session, turn_id="same") for _ in range(6)))
         assert len({response.text for response in responses}) == 1
@@ -141,7 +147,7 @@ def test_concurrent_runs_of_one_turn_store_it_once_and_agree(backend: Backend) -
 def test_a_turn_missing_from_a_mirror_is_completed_by_the_retry() -> None:
     async def scenario() -> None:
         main, mirror = InMemoryHistoryProvider("main"), InMemoryHistoryProvider("mirror")
-        model = CountingModel()
+        model = counting_model()
         agent = Agent(model, context_providers=[main, mirror])
         session = agent.create_session()
         # As if the turn's write to the mirror had an unknown outcome that turned out "not stored".
@@ -176,7 +182,7 @@ def test_redis_paused_during_the_write_then_retried_stores_the_turn_once(
 
     async def scenario() -> None:
         history = RedisHistoryProvider(server.url, namespace=namespace, socket_timeout=0.3)
-        model = CountingModel()
+        model = counting_model()
         agent = agent_on(model, history, reducing=reducing)
         session = agent.create_session()
         await agent.run("warm up", session=session)
@@ -188,12 +194,12 @@ def test_redis_paused_during_the_write_then_retried_stores_the_turn_once(
             else:
                 await admin.client_pause(1500, all=False)  # writes only
 
-        model.during_call = pause_the_server
+        model.replies.append(pausing(model, pause_the_server))  # the next call, after the warm-up's
         with pytest.raises(TurnOutcomeUnknownError, match="'turn-7'") as caught:
             await agent.run("question", session=session, turn_id="turn-7")
         assert caught.value.turn_id == "turn-7"
         assert caught.value.session_id == session.session_id
-        model.during_call = None
+        model.replies.append(model.replies[0])  # and plain answers again
         if pause == "sigstop":
             # A retry while the server is still stopped cannot even read: it stores nothing.
             with pytest.raises(HistoryUnavailableError):
@@ -238,7 +244,7 @@ def test_a_cancelled_run_against_a_stopped_redis_is_stored_at_most_once(
 
     async def scenario() -> None:
         history = RedisHistoryProvider(server.url, namespace=namespace, socket_timeout=5)
-        model = CountingModel()
+        model = counting_model()
         agent = Agent(model, history=history)
         session = agent.create_session()
         await agent.run("warm up", session=session)
@@ -246,13 +252,13 @@ def test_a_cancelled_run_against_a_stopped_redis_is_stored_at_most_once(
         async def stop_the_server() -> None:
             process.send_signal(signal.SIGSTOP)
 
-        model.during_call = stop_the_server
+        model.replies.append(pausing(model, stop_the_server))  # the next call, after the warm-up's
         with pytest.raises(TimeoutError):
             # Long enough that the write is surely in flight when the caller gives up (a collector
             # pause in a long test session can take a few tenths of a second), well inside the
             # 5 s socket timeout the write then waits on.
             await asyncio.wait_for(agent.run("question", session=session, turn_id="turn-c"), 1.5)
-        model.during_call = None
+        model.replies.append(model.replies[0])  # and plain answers again
         process.send_signal(signal.SIGCONT)
         first = await agent.run("question", session=session, turn_id="turn-c")
         second = await agent.run("question", session=session, turn_id="turn-c")
@@ -276,7 +282,7 @@ def test_sqlite_write_lock_held_past_the_callers_timeout_then_retried_stores_the
 
     async def scenario() -> None:
         history = SQLiteHistoryProvider(path)
-        model = CountingModel()
+        model = counting_model()
         agent = agent_on(model, history, reducing=reducing)
         session = agent.create_session()
         await agent.run("warm up", session=session)
@@ -315,7 +321,7 @@ def test_sqlite_retry_racing_the_first_attempt_stores_the_turn_once(tmp_path: Pa
     path = tmp_path / "history.sqlite3"
 
     async def scenario() -> AgentResponse:
-        model = CountingModel()
+        model = counting_model()
         first_agent = Agent(model, history=SQLiteHistoryProvider(path))
         second_agent = Agent(model, history=SQLiteHistoryProvider(path))
         session = first_agent.create_session()
@@ -337,18 +343,6 @@ def test_sqlite_retry_racing_the_first_attempt_stores_the_turn_once(tmp_path: Pa
     asyncio.run(scenario())
 
 
-class RecordingModel(CountingModel):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[list[str]] = []
-
-    async def get_response(
-        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
-    ) -> ChatResponse:
-        self.requests.append(texts(messages))
-        return await super().get_response(messages, tools=tools, **options)
-
-
 def test_a_session_reads_what_another_writer_stored_and_nothing_twice(backend: Backend) -> None:
     """Each agent keeps its own copy of the history between turns; a turn stored by another
     process (here another agent and session object) must show up in the next request, once."""
@@ -357,7 +351,7 @@ def test_a_session_reads_what_another_writer_stored_and_nothing_twice(backend: B
         from contextledger.agents import CompactionProvider, Session  # noqa: PLC0415
         from contextledger.compaction import ToolResultCompactionStrategy  # noqa: PLC0415
 
-        model = RecordingModel()
+        model = counting_model()
         compaction = CompactionProvider(
             after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
             history_source_id=history.source_id,
@@ -370,8 +364,14 @@ def test_a_session_reads_what_another_writer_stored_and_nothing_twice(backend: B
         await first.run("three", session=mine)
         await history.replace("shared", [Message.user("rewritten")])
         await first.run("four", session=mine)
-        assert model.requests[2] == ["user:one", "assistant:answer 1", "user:two", "assistant:answer 2", "user:three"]
-        assert model.requests[3] == ["user:rewritten", "user:four"]
+        assert texts(model.requests[2]) == [
+            "user:one",
+            "assistant:answer 1",
+            "user:two",
+            "assistant:answer 2",
+            "user:three",
+        ]
+        assert texts(model.requests[3]) == ["user:rewritten", "user:four"]
         assert texts(await history.load("shared")) == ["user:rewritten", "user:four", "assistant:answer 4"]
 
     backend.run(scenario)

@@ -12,12 +12,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryUnavailableError, MissingExtraError
 from contextledger.history import HistoryProvider, RedisHistoryProvider
 from contextledger.messages import Message
 from tests.history.support import RedisServer, free_port
+from tests.optional_imports import try_import
+
+with try_import("redis") as redis_extra:
+    import redis.asyncio
+
+pytestmark = redis_extra.skip
 
 MESSAGES = [Message.user("hello", message_id="1"), Message.assistant("hi", message_id="2")]
 

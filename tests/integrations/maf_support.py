@@ -15,6 +15,7 @@ from agent_framework.openai import OpenAIChatCompletionClient
 from contextledger.compaction import DEFAULT_SUMMARIZATION_PROMPT
 from contextledger.messages import Content, Message, from_openai
 from tests.integrations.conftest import ChatServer, completion, tool_call
+from tests.tools import PriceList
 
 INSTRUCTIONS = "You are a helpful shopping assistant."
 AGENT_NAME = "ShoppingAssistant"
@@ -54,11 +55,7 @@ class Shop:
     calls: itertools.count[int] = field(default_factory=itertools.count)
 
     def tool(self) -> Callable[[str], str]:
-        def lookup_price(item: str) -> str:
-            """Look up the price of an item in the catalogue."""
-            return f"{item}: 999 EUR. " + "catalogue detail " * (self.result_chars // 17)
-
-        return lookup_price
+        return PriceList(detail_chars=self.result_chars).lookup_price
 
     def respond(self, request: dict[str, Any]) -> dict[str, Any]:
         messages = request["messages"]

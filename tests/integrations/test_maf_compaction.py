@@ -12,55 +12,61 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
-import agent_framework as maf
 import pytest
-from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger import compaction
 from contextledger.clients import ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, ModelError
-from contextledger.integrations.maf import (
-    AgentFrameworkChatClient,
-    AgentFrameworkStrategy,
-    AgentFrameworkTokenizer,
-    CharacterEstimatorTokenizer,
-    ContextLedgerChatClient,
-    ContextWindowCompactionStrategy,
-    SelectiveToolCallCompactionStrategy,
-    SlidingWindowStrategy,
-    SummarizationStrategy,
-    TokenBudgetComposedStrategy,
-    ToolResultCompactionStrategy,
-    TruncationStrategy,
-    apply_compaction,
-    from_maf_messages,
-)
 from contextledger.messages import Message, validate
 from tests.integrations.conftest import ChatServer
-from tests.integrations.maf_support import (
-    AGENT_NAME,
-    CUSTOM_PROMPT,
-    INSTRUCTIONS,
-    Shop,
-    difference,
-    expected,
-    is_agent_request,
-    maf_client,
-    question,
-    sent,
-    summary_reply,
-)
+from tests.optional_imports import try_import
+
+with try_import("maf") as maf_extra:
+    import agent_framework as maf
+    from agent_framework import Agent, CompactionProvider, InMemoryHistoryProvider
+
+    from contextledger.integrations.maf import (
+        AgentFrameworkChatClient,
+        AgentFrameworkStrategy,
+        AgentFrameworkTokenizer,
+        CharacterEstimatorTokenizer,
+        ContextLedgerChatClient,
+        ContextWindowCompactionStrategy,
+        SelectiveToolCallCompactionStrategy,
+        SlidingWindowStrategy,
+        SummarizationStrategy,
+        TokenBudgetComposedStrategy,
+        ToolResultCompactionStrategy,
+        TruncationStrategy,
+        apply_compaction,
+        from_maf_messages,
+    )
+    from tests.integrations.maf_support import (
+        AGENT_NAME,
+        CUSTOM_PROMPT,
+        INSTRUCTIONS,
+        Shop,
+        difference,
+        expected,
+        is_agent_request,
+        maf_client,
+        question,
+        sent,
+        summary_reply,
+    )
+
+pytestmark = maf_extra.skip
 
 TURNS = 12
 RESULT_CHARS = 12_000  # 12 turns of these pass every threshold in the guide (32 000 tokens is the largest)
 
 # Each sample builds its strategy from a summariser client, so the agent side can use MAF's
 # client on the test server and the reference side a scripted client giving the same answers.
-Sample = Callable[[Any], AgentFrameworkStrategy]
+Sample: TypeAlias = "Callable[[Any], AgentFrameworkStrategy]"
 
 
 def truncation(summarizer_client: Any) -> AgentFrameworkStrategy:

@@ -17,17 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
 from contextledger.facts import EMPTY_BLOCK, FactStore, parse_assertions
 from contextledger.facts._desk import is_logs_question
 from contextledger.facts._forget import FORGOTTEN_MARKER
 from contextledger.history import SQLiteHistoryProvider
-from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages
 from contextledger.messages import Message
 from tests.integrations.conftest import ChatServer, completion
-from tests.integrations.maf_support import maf_client
+from tests.optional_imports import try_import
+
+with try_import("maf") as maf_extra:
+    from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
+
+    from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages
+    from tests.integrations.maf_support import maf_client
+
+pytestmark = maf_extra.skip
 
 MAIN = "You are the main assistant of a support desk."
 LOGS = "You are the logs assistant of a support desk."

@@ -7,30 +7,36 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_framework import Agent, AgentSession
 
 from contextledger import compaction
 from contextledger.exceptions import ConfigurationError, HistoryError
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
-from contextledger.integrations.maf import (
-    ContextLedgerHistoryProvider,
-    SlidingWindowStrategy,
-    from_maf_messages,
-)
 from contextledger.messages import Message
 from tests.history.conftest import backend  # noqa: F401  (the fixture: one store per backend)
 from tests.history.support import Backend
 from tests.integrations.conftest import ChatServer
-from tests.integrations.maf_support import (
-    AGENT_NAME,
-    INSTRUCTIONS,
-    Shop,
-    expected,
-    is_agent_request,
-    maf_client,
-    question,
-    sent,
-)
+from tests.optional_imports import try_import
+
+with try_import("maf") as maf_extra:
+    from agent_framework import Agent, AgentSession
+
+    from contextledger.integrations.maf import (
+        ContextLedgerHistoryProvider,
+        SlidingWindowStrategy,
+        from_maf_messages,
+    )
+    from tests.integrations.maf_support import (
+        AGENT_NAME,
+        INSTRUCTIONS,
+        Shop,
+        expected,
+        is_agent_request,
+        maf_client,
+        question,
+        sent,
+    )
+
+pytestmark = maf_extra.skip
 
 
 def shop_agent(server: ChatServer, shop: Shop, history: ContextLedgerHistoryProvider) -> Agent:

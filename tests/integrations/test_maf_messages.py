@@ -5,19 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import agent_framework as maf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger.exceptions import InvalidMessageError
-from contextledger.integrations.maf import (
-    MAF_CONTENTS_PROPERTY,
-    from_maf_message,
-    from_maf_messages,
-    to_maf_message,
-    to_maf_messages,
-)
 from contextledger.messages import (
     ApprovalRequestContent,
     ApprovalResponseContent,
@@ -32,6 +24,21 @@ from contextledger.messages import (
     from_openai,
 )
 from tests.history.support import rich_messages
+from tests.optional_imports import try_import
+
+with try_import("maf") as maf_extra:
+    import agent_framework as maf
+
+    from contextledger.integrations.maf import (
+        MAF_CONTENTS_PROPERTY,
+        from_maf_message,
+        from_maf_messages,
+        to_maf_message,
+        to_maf_messages,
+    )
+
+if not maf_extra.installed:  # the strategies below are built from MAF's classes
+    pytest.skip(maf_extra.reason, allow_module_level=True)
 
 texts = st.text(max_size=40)
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)

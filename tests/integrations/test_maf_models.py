@@ -7,20 +7,24 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_framework import Agent, AgentResponse, InMemoryHistoryProvider
 
 from contextledger.clients import ScriptedChatClient
-from contextledger.clients.local import LocalChatClient
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import FactStore
-from contextledger.integrations.maf import ContextLedgerChatClient, FactsContextProvider
 from contextledger.messages import FunctionCallContent, Message
-from tests.integrations.maf_support import INSTRUCTIONS
+from tests.optional_imports import try_import
+from tests.tools import PriceList
 
+with try_import("maf") as maf_extra:
+    from agent_framework import Agent, AgentResponse, InMemoryHistoryProvider
 
-def lookup_price(item: str) -> str:
-    """Look up the price of an item in the catalogue."""
-    return f"{item}: 999 EUR"
+    from contextledger.integrations.maf import ContextLedgerChatClient, FactsContextProvider
+    from tests.integrations.maf_support import INSTRUCTIONS
+
+with try_import("local") as local_extra:
+    from contextledger.clients.local import LocalChatClient
+
+pytestmark = [maf_extra.skip, local_extra.skip]
 
 
 def run(agent: Agent, text: str) -> AgentResponse[Any]:
@@ -42,7 +46,7 @@ def test_a_maf_agent_calls_tools_through_a_contextledger_client() -> None:
         client=ContextLedgerChatClient(scripted),
         name="shop",
         instructions=INSTRUCTIONS,
-        tools=[lookup_price],
+        tools=[PriceList().lookup_price],
         context_providers=[InMemoryHistoryProvider()],
     )
     response = run(agent, "What's the price of a laptop?")

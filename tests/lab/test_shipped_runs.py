@@ -86,7 +86,7 @@ def test_no_output_names_a_winner(shipped: LabReport) -> None:
 
 
 def test_an_exact_tokenizer_adds_exact_counts_beside_the_estimate() -> None:
-    pytest.importorskip("toktok")
+    pytest.importorskip("toktok", reason="needs the 'exact' extra: pip install -e '.[exact]'")
     report = run([timeline()], OfflineModel, tokenizer="o200k_base", policies=("full-history", "bounded-facts"))
     encoder = OpenAITokenizer("o200k_base")
     data = policy(report, "bounded-facts")

@@ -24,6 +24,12 @@ from tests.history.conftest import (
     redis_server,  # noqa: F401  (the session's redis-server fixture)
 )
 from tests.history.support import free_port
+from tests.optional_imports import try_import
+
+with try_import("serve") as serve_extra:
+    import httpx  # noqa: F401
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT = 30.0
@@ -44,6 +50,8 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> Non
 
 @contextmanager
 def _process(command: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    if not serve_extra.installed:  # the proxy and the fake upstream are both starlette apps
+        pytest.skip(serve_extra.reason)
     with log.open("wb") as sink:
         process = subprocess.Popen(
             command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import openai
 import pytest
 from tests.history.support import free_port
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
+
+with try_import("openai") as openai_extra:
+    import openai
+
+pytestmark = openai_extra.skip
 
 KEY = "sk-failure-tenant-7f3a9c"
 UPSTREAM_KEY = "sk-upstream-configured-55aa"

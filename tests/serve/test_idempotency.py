@@ -8,13 +8,20 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
-import redis
 from tests.history.support import RedisServer
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
 
 from contextledger._forgotten import REMOVED_MARKER
+
+with try_import("openai") as openai_extra:
+    import openai
+
+with try_import("redis") as redis_extra:
+    import redis
+
+pytestmark = [openai_extra.skip, redis_extra.skip]
 
 KEY = "sk-idempotent-tenant-31"
 

@@ -8,11 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
 
 from contextledger import from_openai, validate
+
+with try_import("openai") as openai_extra:
+    import openai
+
+pytestmark = openai_extra.skip
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-session.jsonl"
 KEY = "sk-client-alpha-0123456789"

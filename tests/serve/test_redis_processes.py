@@ -6,12 +6,16 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import openai
 import pytest
 from tests.history.support import RedisServer
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
-pytestmark = pytest.mark.redis
+with try_import("openai") as openai_extra:
+    import openai
+
+pytestmark = [openai_extra.skip, pytest.mark.redis]
+
 
 KEY = "sk-redis-tenant-0042"
 CLIENTS = 8

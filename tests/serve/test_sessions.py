@@ -8,15 +8,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from tests.history.support import RedisServer
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
 from contextledger import Message, from_openai, validate
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.serve._sessions import session_key
 from contextledger.serve._tenants import tenant_of
+
+with try_import("openai") as openai_extra:
+    import openai
+
+pytestmark = openai_extra.skip
 
 KEY_A = "sk-tenant-a-secret-111"
 KEY_B = "sk-tenant-b-secret-222"

@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, overload
 
 from contextledger.agents._response import AgentResponse
 from contextledger.agents._session import Session
-from contextledger.clients._protocol import ChatClient, ChatResponse
+from contextledger.clients import ChatClient, ChatResponse
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.history import HistoryProvider, HistoryVersion
 from contextledger.messages import Message

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.clients import ChatResponse, Usage
 from contextledger.messages import Message
 
 __all__ = ["AgentResponse", "ModelCall", "sum_usage"]

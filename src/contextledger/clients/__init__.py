@@ -1,8 +1,22 @@
 """Chat clients: the protocol every model plugs into, deterministic clients that need no network,
 and ``OpenAIChatClient`` for OpenAI-compatible endpoints (its SDK is imported only when one is built).
 
-``FACT_WRITER_MARKER`` starts the fact writer's instructions: the offline model answers a request
-carrying it as a fact writer would."""
+Where things live (every name is imported from here, ``contextledger.clients``):
+
+- the protocol, ``_protocol.py``: :class:`ChatClient` (anything with an async
+  ``get_response(messages)``), the :class:`ChatResponse` it returns and the :class:`Usage` it
+  reports (each count optional: many providers report none);
+- the built-in offline model, ``_offline.py``: :class:`OfflineModel`, deterministic and in-process,
+  for demos and the drift lab; a system prompt holding :data:`FACT_WRITER_MARKER` asks it for a
+  message's declarations as JSON, as a fact writer does;
+- the model double for tests and examples, ``_scripted.py``: :class:`ScriptedChatClient` replays
+  scripted replies and records every request;
+- choosing a client by name, ``_resolve.py``: :func:`resolve_client` turns a ``--model`` value
+  (:data:`MODEL_SPECS` lists them) into a client;
+- real endpoints, public modules of their own because each needs an optional extra:
+  ``openai.py`` (:class:`OpenAIChatClient`, the ``openai`` extra) and ``local.py``
+  (``LocalChatClient``, a small model on this machine, the ``local`` extra).
+"""
 
 from typing import TYPE_CHECKING, Any
 

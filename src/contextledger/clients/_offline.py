@@ -139,17 +139,18 @@ class OfflineModel:
         instructions describe them (``Allowed keys: ...`` decides which word after prose starts
         one), the last of a key winning.  It copies; whether a declaration is admitted is the
         host's job."""
-        from contextledger.facts._parse import read_message  # noqa: PLC0415  (facts imports this module)
-        from contextledger.facts._schema import FactSchema  # noqa: PLC0415
+        # Facts sit above the clients (a model writer calls a chat client), so the offline model
+        # reaches for the facts grammar only when a fact writer asks, and through its public names.
+        from contextledger.facts import FactSchema, diagnose  # noqa: PLC0415
 
         listed = _ALLOWED_KEYS.search(instructions)
         keys = frozenset(_KEY_WORD.findall(listed.group(1))) if listed else frozenset({"key"})
         schema = FactSchema(keys, max_message_chars=len(text) + 1 if len(text) >= 4096 else 4096)
         found: dict[str, dict[str, str]] = {}
-        for sign in read_message(text, schema).signs:
-            if sign.kind != "prose" and sign.key is not None:
-                found.pop(sign.key, None)
-                found[sign.key] = {"key": sign.key, "value": sign.value or "", "evidence": sign.evidence or ""}
+        for seen in diagnose(text, schema=schema):  # one per '=', in order
+            if seen.outcome != "prose" and seen.key is not None:
+                found.pop(seen.key, None)
+                found[seen.key] = {"key": seen.key, "value": seen.value or "", "evidence": seen.evidence or ""}
         return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
 
     def _report_results(self, messages: list[Message]) -> str:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from contextledger.clients._protocol import ChatClient, Usage
+from contextledger.clients import ChatClient, Usage
 from contextledger.compaction._arguments import UNSET, Unset, one_of, summarization_style
 from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest
 from contextledger.compaction._index import MessageIndex

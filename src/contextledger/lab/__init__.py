@@ -18,6 +18,22 @@ The timeline file format is described in :mod:`contextledger.lab._timeline`
 (and in ``timelines/README.md`` beside the shipped timelines).  A policy of
 your own follows :class:`ContextPolicy` (or subclasses :class:`AgentPolicy`)
 and is made available with :func:`register_policy`.
+
+Where things live (every name is imported from here, ``contextledger.lab``):
+
+- timelines, ``_timeline.py``: :class:`Timeline`, :func:`load_timeline`, :func:`load_timelines`
+  (the shipped ones by default), :func:`parse_timeline`;
+- policies, ``_policies.py``: :class:`ContextPolicy`, :class:`AgentPolicy`, the
+  :class:`PolicySetup` each is built from, and the registry (:func:`register_policy`,
+  :func:`unregister_policy`, :func:`get_policy`, :func:`policy_names`); the combined policy is
+  ``_combined.py``;
+- running and measuring, ``_run.py``: :func:`run_lab`, :func:`run_lab_sync`, their
+  :class:`LabSettings` and the :class:`LabReport` they return; every model call goes through the
+  recorder in ``_calls.py``; what each turn should hold is ``_contract.py``, and the checks of
+  what it did hold are ``_probes.py``;
+- reports, ``_report.py``: :func:`render_html` and the summary table every format shares; the
+  terminal table is ``_terminal.py`` and the command line ``_cli.py``, loaded only by
+  ``contextledger lab``; the ``kit`` extra's checks are ``_kit.py``.
 """
 
 from contextledger.lab import _combined as _combined  # registers the combined policy after the six others

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, cast
 
-from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
+from contextledger.clients import ChatClient, ChatResponse, Usage
 from contextledger.lab._timeline import Timeline, ToolSpec, Turn
 from contextledger.messages import FunctionCallContent, Message
 

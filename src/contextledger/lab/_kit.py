@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from contextledger._extras import require_extra
-from contextledger.clients._protocol import ChatClient
+from contextledger.clients import ChatClient
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts import parse_assertions
 from contextledger.lab._calls import MODEL, CallLog, RecordingClient, ToolBox

@@ -28,7 +28,7 @@ from contextledger.agents import (
     Session,
     use_context_providers,
 )
-from contextledger.clients._protocol import ChatClient
+from contextledger.clients import ChatClient
 from contextledger.compaction import SlidingWindowStrategy, turns_exceed
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
 from contextledger.facts import Fact, FactStore, ModelWriter, RuleWriter

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contextledger.clients._protocol import ChatClient, Usage
+from contextledger.clients import ChatClient, Usage
 from contextledger.exceptions import ConfigurationError, LabError
 from contextledger.lab._calls import MODEL, CallLog, CallRecord, RecordingClient, ToolBox
 from contextledger.lab._contract import PROHIBITION_KEY, expectations, final_state

@@ -1,0 +1,95 @@
+"""Chat messages, their contents, and lossless conversion to and from OpenAI's format.
+
+>>> from contextledger.messages import Message, from_openai, to_openai, validate
+
+Messages are immutable values.  Compaction never edits a caller's message: it marks groups in an
+index and projects the included messages, so the objects a caller handed in are exactly the
+objects that come back out.
+
+OpenAI Chat Completions dicts convert both ways without loss: several ``tool_calls`` in one
+message, ``tool_call_id``, ``name``, list-of-parts content, ``reasoning_content`` and any key this
+package does not know are all kept and written back as they came.
+
+Hosted (server-side) tool calls — MCP calls, code interpreter, web or file search, image
+generation, shell and computer use — and approval requests and responses are real contents, not
+opaque parts: each carries its id, and compaction pairs it with its output by that id (SPEC §11).
+Chat Completions has no field for them, so they travel as content parts of our own
+(``{"type": "hosted_call", ...}``) that convert back to the same contents.
+
+Where things live (every name is imported from here, ``contextledger.messages``):
+
+- the contents, ``_contents.py``: :class:`TextContent`, :class:`ReasoningContent`,
+  :class:`FunctionCallContent`, :class:`FunctionResultContent`, :class:`HostedCallContent`,
+  :class:`HostedResultContent` (with :data:`HOSTED_TOOLS`, the hosted tools we name),
+  :class:`ApprovalRequestContent`, :class:`ApprovalResponseContent`, :class:`OpaqueContent`,
+  the union ``Content``, and :func:`opened_ids` / :func:`answered_ids` (the ids contents open
+  and answer, by which calls pair with their results);
+- the message, ``_message.py``: :class:`Message`, ``ROLES``, the summary markers
+  :data:`SUMMARY_PROPERTY` and :data:`SUMMARY_SOURCE_PROPERTY`, and two fast paths the library
+  itself uses on thousands of messages per call, ``set_token_memo`` (tokenizers) and
+  ``assistant_text_message`` (compaction);
+- the OpenAI codec, ``_openai.py``: :func:`message_from_openai`, :func:`from_openai`,
+  :func:`message_to_openai`, :func:`to_openai`;
+- JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
+  :func:`dump_jsonl`, :func:`write_jsonl`;
+- validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
+  chat-completions API would reject.
+"""
+
+from contextledger.messages._contents import (
+    HOSTED_TOOLS,
+    ApprovalRequestContent,
+    ApprovalResponseContent,
+    Content,
+    FunctionCallContent,
+    FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
+    OpaqueContent,
+    ReasoningContent,
+    TextContent,
+    answered_ids,
+    opened_ids,
+)
+from contextledger.messages._jsonl import dump_jsonl, load_jsonl, read_jsonl, write_jsonl
+from contextledger.messages._message import (
+    ROLES,
+    SUMMARY_PROPERTY,
+    SUMMARY_SOURCE_PROPERTY,
+    Message,
+)
+from contextledger.messages._message import Role as Role
+from contextledger.messages._message import assistant_text_message as assistant_text_message
+from contextledger.messages._message import set_token_memo as set_token_memo
+from contextledger.messages._openai import from_openai, message_from_openai, message_to_openai, to_openai
+from contextledger.messages._validate import Problem, validate
+
+__all__ = [
+    "HOSTED_TOOLS",
+    "ROLES",
+    "SUMMARY_PROPERTY",
+    "SUMMARY_SOURCE_PROPERTY",
+    "ApprovalRequestContent",
+    "ApprovalResponseContent",
+    "Content",
+    "FunctionCallContent",
+    "FunctionResultContent",
+    "HostedCallContent",
+    "HostedResultContent",
+    "Message",
+    "OpaqueContent",
+    "Problem",
+    "ReasoningContent",
+    "TextContent",
+    "answered_ids",
+    "dump_jsonl",
+    "from_openai",
+    "load_jsonl",
+    "message_from_openai",
+    "message_to_openai",
+    "opened_ids",
+    "read_jsonl",
+    "to_openai",
+    "validate",
+    "write_jsonl",
+]
