@@ -351,3 +351,40 @@ def test_the_callers_input_list_and_messages_are_never_changed(script: list[Turn
             assert [dict(m.additional_properties) for m in items] == memo
 
     run(scenario())
+
+
+def test_a_failed_turn_after_another_providers_reduction_leaves_the_view_as_it_was() -> None:
+    """Found by the property above: the request view registered on the client kept its exclusions
+    for the history as it was before the retained history's reduction (another provider's), so a
+    session rebuilt from its state after a failed turn lost them and sent the first question again."""
+    lookup = ("lookup_price", '{"item": "laptop"}')
+    script = [
+        Turn(("laptop", "laptop"), "list", ((lookup, lookup, lookup), (lookup,)), "about laptop: done"),
+        Turn(("laptop",), "text", (), "about laptop: done"),
+    ]
+    setup = Setup(
+        StrategySpec("TruncationStrategy", {"max_n": 7}),
+        "client",
+        StrategySpec("SelectiveToolCallCompactionStrategy", {}),
+    )
+
+    async def scenario() -> None:
+        steady_agent, steady_client = setup.build()
+        failing_agent, failing_client = setup.build()
+        steady, failing = Session("conversation"), Session("conversation")
+        await play(steady_agent, steady_client, steady, script[:1])
+        await play(failing_agent, failing_client, failing, script[:1])
+        load(failing_client, script[1].replies(1), failure=(0, ModelTimeoutError("no answer in time")))
+        with pytest.raises(ModelTimeoutError):
+            await failing_agent.run(script[1].input_for_run(), session=failing)
+        sent_before = len(steady_client.requests)
+        failing_client.requests.clear()
+        for client, agent, session in ((steady_client, steady_agent, steady), (failing_client, failing_agent, failing)):
+            load(client, script[1].replies(1))
+            await agent.run(script[1].input_for_run(), session=session)
+        assert [as_sent(r) for r in failing_client.requests] == [
+            as_sent(r) for r in steady_client.requests[sent_before:]
+        ]
+        assert failing.to_json() == steady.to_json()
+
+    run(scenario())

@@ -242,6 +242,8 @@ class Agent:
         for provider in [*self.context_providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 await provider.after_run(context)
+        for step in context._last:
+            await step()
         return response
 
     async def _run(self, context: RunContext) -> AgentResponse:

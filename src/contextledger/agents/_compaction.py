@@ -202,14 +202,28 @@ class CompactionProvider(ContextProvider):
             context.rewrite_with_turn(history.source_id, start, suffix[: len(suffix) - size])
 
     async def after_run(self, context: RunContext) -> None:
+        await self._reduce_retained(context)
+        # The view's record is written once every provider is done, for the history as it then
+        # stands (another provider may have reduced it): a session restored from its state (after
+        # a failed run, or from JSON) keeps the exclusions this view carries into its next call,
+        # and sends what a session that never failed sends.
+        context.after_every_provider(lambda: self._save_view(context))
+
+    async def _save_view(self, context: RunContext) -> None:
+        session = context.session
+        view: RequestView | None = session.cache(self).get("view")
+        if view is None or not (view.frozen_count or len(view.index.source_messages) > len(view.context)):
+            return
+        # Cheap: the view's index holds little more than what is still sent (see RequestView).
+        copy = kept_history(session, context.agent.history)
+        session.state[self._state_key] = view.record() if copy is None else _carried_record(view, copy.messages)
+
+    async def _reduce_retained(self, context: RunContext) -> list[Message] | None:
+        """Reduce the retained history after a run; the history as it now stands if it was rewritten."""
         session = context.session
         cache = session.cache(self)
-        view: RequestView | None = cache.get("view")
-        if view is not None and (view.frozen_count or len(view.index.source_messages) > len(view.context)):
-            # Cheap: the view's index holds little more than what is still sent (see RequestView).
-            session.state[self._state_key] = view.record()
         if self.after_strategy is None:
-            return
+            return None
         history = context.agent.history_providers[self.history_source_id]
         reducer = self._reducer(session)
         copy = kept_history(session, history)
@@ -224,7 +238,7 @@ class CompactionProvider(ContextProvider):
             plan = await reducer.plan(copy.messages, copy.version.generation)
         if plan is None:
             reducer.written(None, copy.version.generation, copy.messages)
-            return
+            return None
         if written is None:  # not written with the turn: write it now
             try:
                 written = await history.rewrite(session.session_id, plan.start, plan.messages, copy.version)
@@ -234,10 +248,11 @@ class CompactionProvider(ContextProvider):
             if written is None:  # the store changed under this run: read it again next time
                 reducer.reset()
                 session.cache(history).pop("history", None)
-                return
+                return None
             context._keep_history_from(plan.start)
             copy.rewritten(plan.start, plan.messages, written)
         reducer.written(plan, written.generation, copy.messages)
+        return copy.messages
 
     def _reducer(self, session: Session) -> HistoryReducer:
         """The session's retained-history reducer (kept in its cache: a failed run drops it)."""
@@ -248,3 +263,18 @@ class CompactionProvider(ContextProvider):
         if reducer is None:
             reducer = cache["after"] = HistoryReducer(self.after_strategy, self._after_tokenizer)
         return reducer
+
+
+def _carried_record(view: RequestView, history: Sequence[Message]) -> dict[str, Any]:
+    """The view's record as its next call will see it, once the retained history was rewritten:
+    the exclusions inside the part of the conversation that did not change, as ``_view`` carries
+    them over, or nothing when the frozen prefix itself was rewritten."""
+    if not view.keeps_frozen(history, 0):
+        return {}
+    skip = view.frozen_count
+    indexed = view.indexed_conversation
+    unchanged = skip + same_count(indexed, history[skip : skip + len(indexed)])
+    if not unchanged:
+        return {}
+    runs = [run for run in view.excluded_runs() if run[1] <= unchanged]
+    return {"length": unchanged, "last": fingerprint(history[unchanged - 1]), "excluded": runs}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
@@ -172,6 +172,12 @@ class RunContext:
         # what the store did with each: the history's version after it, or None if not applied.
         self._rewrites: dict[str, StoredRewrite] = {}
         self._rewritten: dict[str, HistoryVersion | None] = {}
+        self._last: list[Callable[[], Awaitable[None]]] = []
+
+    def after_every_provider(self, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` once every provider's ``after_run`` is done (a successful run only): for
+        what must see the run's final state, such as a history another provider reduced."""
+        self._last.append(step)
 
     def add_instructions(self, text: str) -> None:
         if not isinstance(text, str):
