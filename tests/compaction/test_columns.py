@@ -30,6 +30,7 @@ from contextledger.compaction import (
     never,
     tokens_exceed,
 )
+from contextledger.compaction._grouping import Grouper
 from contextledger.exceptions import CompactionError
 from contextledger.messages import ReasoningContent
 from contextledger.tokenizers import Tokenizer
@@ -56,14 +57,14 @@ def fresh(messages: list[Message]) -> list[Message]:
 
 
 def indexed(messages: list[Message], cuts: list[int], tokenizer: Tokenizer, *, plain: bool) -> MessageIndex:
-    MessageIndex._plain_batches = plain
+    Grouper._plain_batches = plain
     try:
         index = MessageIndex(tokenizer=tokenizer)
         for chunk in chunks(messages, cuts):
             index.append(chunk)
         return index
     finally:
-        MessageIndex._plain_batches = True
+        Grouper._plain_batches = True
 
 
 _PLAIN_BLOCKS = (
