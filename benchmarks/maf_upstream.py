@@ -96,7 +96,7 @@ def append_compaction_message(messages: list[Any], message: Any, **kwargs: Any) 
 '''
 
 # MAF's async tests, run without a pytest plugin (the project's environment has none).
-CONFTEST = '''import asyncio
+CONFTEST = """import asyncio
 import inspect
 
 import pytest
@@ -109,7 +109,7 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names}))
         return True
     return None
-'''
+"""
 
 IMPORTS = ("from agent_framework import (", "from agent_framework._compaction import (")
 
