@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from contextledger import (
+    ApprovalRequestContent,
+    ApprovalResponseContent,
     CharacterEstimatorTokenizer,
     ConfigurationError,
     FunctionCallContent,
@@ -301,3 +303,22 @@ def test_compacting_an_ambiguous_layout_flags_nothing_the_input_did_not() -> Non
     for keep in range(1, 6):
         sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=keep))
         assert {id(sent[problem.index]) for problem in validate(sent)} <= flagged
+
+
+def test_an_approval_request_sharing_its_calls_id_is_answered_not_ambiguous() -> None:
+    """A Responses ``mcp_approval_request`` is read as an approval holding a call under the same id:
+    that is one id, not one opened twice, so the request and the user's response stay one unit
+    (a window that kept the response alone sent an answer to nothing)."""
+    request = Message(
+        "assistant",
+        [ApprovalRequestContent("call_1", HostedCallContent(call_id="call_1", tool="mcp", name="pay", arguments="{}"))],
+    )
+    response = Message("user", [ApprovalResponseContent("call_1", approved=False)])
+    messages = [Message.user("pay the bill"), request, response, *(Message.user(f"and {n}") for n in range(3))]
+    index = MessageIndex(messages)
+    request_group = index.groups[1]
+    assert len(request_group.unit) == 2
+    kept = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=4))
+    assert validate(kept) == []
+    assert request in kept
+    assert response in kept

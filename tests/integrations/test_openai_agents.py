@@ -515,7 +515,8 @@ def test_hosted_calls_become_typed_contents_and_come_back_whole() -> None:
         ApprovalResponseContent,
     ]
     assert [message.role for message in ours] == ["assistant", "assistant", "assistant", "user"]
-    assert [m.opened_ids for m in ours] == [["cc_1"], [], ["ap_1", "ap_1"], []]
+    # The approval request and the call it holds share one id: opened once (not a reused id).
+    assert [m.opened_ids for m in ours] == [["cc_1"], [], ["ap_1"], []]
     assert [m.answered_ids for m in ours] == [[], ["cc_1"], [], ["ap_1"]]
 
 

@@ -15,9 +15,9 @@ import subprocess
 import uuid
 
 import pytest
-import redis
 from tests.history.conftest import own_redis_server  # noqa: F401  (a redis-server for this test alone)
 from tests.history.support import RedisServer
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
 
 from contextledger.history import RedisHistoryProvider
@@ -25,7 +25,10 @@ from contextledger.messages import Message
 from contextledger.serve._sessions import session_key
 from contextledger.serve._tenants import tenant_of
 
-pytestmark = pytest.mark.redis
+with try_import("redis") as redis_extra:
+    import redis
+
+pytestmark = [redis_extra.skip, pytest.mark.redis]
 
 KEY = "sk-kept-history-tenant"
 STORED_TURNS = 1_000

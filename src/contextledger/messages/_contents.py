@@ -258,14 +258,17 @@ _CONTENT_TYPES = (
 
 def opened_ids(contents: Iterable[Content]) -> list[str]:
     """The ids these contents open, in order: each call's id, and for an approval request its
-    request id and the id of the call it holds (that call's results answer it too)."""
+    request id and the id of the call it holds (that call's results answer it too).  An approval
+    request whose id is its call's id (as a Responses ``mcp_approval_request`` is read) opens that
+    id once: one id naming both is not the same id opened twice."""
     ids: list[str] = []
     for c in contents:
         if isinstance(c, (FunctionCallContent, HostedCallContent)):
             ids.append(c.call_id)
         elif isinstance(c, ApprovalRequestContent):
             ids.append(c.request_id)
-            ids.append(c.call.call_id)
+            if c.call.call_id != c.request_id:
+                ids.append(c.call.call_id)
     return ids
 
 
