@@ -311,7 +311,11 @@ def test_an_approval_request_sharing_its_calls_id_is_answered_not_ambiguous() ->
     (a window that kept the response alone sent an answer to nothing)."""
     request = Message(
         "assistant",
-        (ApprovalRequestContent("call_1", HostedCallContent(call_id="call_1", tool="mcp", name="pay", arguments="{}")),),
+        (
+            ApprovalRequestContent(
+                "call_1", HostedCallContent(call_id="call_1", tool="mcp", name="pay", arguments="{}")
+            ),
+        ),
     )
     response = Message("user", (ApprovalResponseContent("call_1", approved=False),))
     messages = [Message.user("pay the bill"), request, response, *(Message.user(f"and {n}") for n in range(3))]

@@ -32,7 +32,7 @@ from contextledger.agents._history import kept_history, session_history
 from contextledger.agents._response import AgentResponse, ModelCall
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, describe_tools
-from contextledger.clients._protocol import ChatClient, ChatResponse
+from contextledger.clients import ChatClient, ChatResponse
 from contextledger.exceptions import (
     ConfigurationError,
     InvalidMessageError,

@@ -15,8 +15,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
-from contextledger.compaction._apply import resolve_tokenizer
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import (
     HistoryProvider,

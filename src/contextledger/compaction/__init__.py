@@ -5,19 +5,31 @@
 Where things live (every name is imported from here, ``contextledger.compaction``):
 
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
-  :class:`MessageGroup`, a view of one row), ``_grouping.py`` (the grouper, SPEC §3 and §11:
-  which messages form a group, and units of a call and its results that sit apart; ``_plain.py``
-  reads plain runs faster, the same way), ``_metrics.py``
-  (the running counts triggers read, kept in one place), ``_marking.py`` (excluding,
-  including, replacing and inserting, by group id: the one interface every strategy uses),
-  ``_index.py`` (:class:`MessageIndex`, which builds and owns those parts: building, updating,
-  reading);
-- triggers: ``_triggers.py``;
-- strategies, one module per family: ``_base.py`` (what all share), ``_truncation.py``,
-  ``_window.py``, ``_tool_results.py`` (collapse and selective removal),
-  ``_summarization.py``, ``_composition.py`` (pipeline, token budget, context window); both
-  argument styles and the alias pairs are resolved in ``_arguments.py``;
-- running a strategy on a message list: ``_apply.py``.
+  :class:`MessageGroup`, a view of one row, of a :class:`GroupKind`; :class:`GroupColumns`, the
+  table's columns a strategy reads by group id; :class:`CompactionEvent`, one step a strategy
+  recorded), ``_grouping.py`` (the grouper, SPEC §3 and §11: which messages form a group, and
+  units of a call and its results that sit apart; ``_plain.py`` reads plain runs faster, the same
+  way), ``_metrics.py`` (the running counts triggers read, kept in one place), ``_marking.py``
+  (excluding, including, replacing and inserting, by group id: the one interface every strategy
+  uses), ``_index.py`` (:class:`MessageIndex`, which builds and owns those parts: building,
+  updating, reading);
+- triggers, ``_triggers.py``: a :class:`Trigger` is any predicate on the index; the built-in ones
+  are :func:`always`, :func:`never`, :func:`tokens_exceed`, :func:`tokens_below`,
+  :func:`messages_exceed`, :func:`turns_exceed`, :func:`groups_exceed`, :func:`has_tool_calls`,
+  combined with :func:`all_of` and :func:`any_of`;
+- strategies, one module per family: ``_base.py`` (:class:`CompactionStrategy`, what all share:
+  trigger and target, floors, the prefix-stable grid), ``_truncation.py``
+  (:class:`TruncationStrategy`), ``_window.py`` (:class:`SlidingWindowStrategy`),
+  ``_tool_results.py`` (:class:`ToolResultCompactionStrategy` and its
+  :func:`format_tool_results`, :class:`SelectiveToolCallCompactionStrategy`),
+  ``_summarization.py`` (:class:`SummarizationStrategy`, :data:`DEFAULT_SUMMARIZATION_PROMPT`),
+  ``_composition.py`` (:class:`PipelineStrategy`, :class:`TokenBudgetComposedStrategy`,
+  :class:`ContextWindowCompactionStrategy`); both argument styles and the alias pairs are resolved
+  in ``_arguments.py``;
+- running a strategy on a message list, ``_apply.py``: :func:`apply_compaction`,
+  :func:`apply_compaction_sync`, :func:`compact_with_report` (with its :class:`CompactionResult`),
+  and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
+- :class:`CharacterEstimatorTokenizer`, the default count (from :mod:`contextledger.tokenizers`).
 
 A strategy of your own subclasses :class:`CompactionStrategy`, implements ``async _run(index)``,
 and works on the index by id exactly as the built-in ones do (see :class:`MessageIndex`).
@@ -28,6 +40,7 @@ from contextledger.compaction._apply import (
     apply_compaction,
     apply_compaction_sync,
     compact_with_report,
+    resolve_tokenizer,
 )
 from contextledger.compaction._base import CompactionStrategy
 from contextledger.compaction._composition import (
@@ -90,6 +103,7 @@ __all__ = [
     "has_tool_calls",
     "messages_exceed",
     "never",
+    "resolve_tokenizer",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",

@@ -32,14 +32,18 @@ Where things live (every name is imported from here, ``contextledger.facts``):
 - reading a message: ``_parse.py`` (SPEC §8 and §11, :func:`parse_assertions`) and
   ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);
 - the records and the schema: ``_records.py`` (:class:`Fact`, :class:`Candidate`,
-  :class:`Ticket`, :class:`Admission`, :class:`Forgotten`), ``_schema.py`` (:class:`FactSchema`);
+  :class:`Ticket`, :class:`Admission`, :class:`Forgotten`), ``_schema.py`` (:class:`FactSchema`,
+  the seed's :data:`DEFAULT_SCHEMA` with its :data:`ALLOWED_KEYS` and bounds :data:`MAX_FACTS`,
+  :data:`MAX_VALUE_CHARS`, :data:`MAX_EVIDENCE_CHARS`, :data:`MAX_MESSAGE_CHARS`);
 - the stores: ``_store.py`` (:class:`FactMemory`, the rules once, :class:`FactStore`),
   ``_admission.py`` (what a batch must pass), ``_trail.py`` (:class:`ReviewEvent`),
-  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py``;
-- writers and the one turn: ``_writers.py`` (:class:`RuleWriter`, :class:`ModelWriter`,
+  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py`` (:data:`EMPTY_BLOCK` when there are none);
+- writers and the one turn: ``_writers.py`` (the :class:`FactWriter` protocol, :class:`RuleWriter`,
+  :class:`ModelWriter` with its :data:`WRITER_INSTRUCTIONS`, the :class:`Proposal` a writer makes,
   :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
-- forgetting: ``_forget.py`` (:func:`forget_facts`, :func:`scrub_history`, :class:`HistoryTarget`);
-- the two-agent desk of the demo: ``_desk.py``, ``_repl.py``.
+- forgetting: ``_forget.py`` (:func:`forget_facts` and its :class:`ForgetReport`,
+  :func:`scrub_history`, :class:`HistoryTarget` and :func:`history_target`);
+- the two-agent desk of the demo: ``_desk.py`` (:class:`FactsDesk`, :class:`DeskReply`), ``_repl.py``.
 
 This package imports nothing above it: the agent runtime's provider lives in
 :mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.

@@ -33,8 +33,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
-from contextledger.compaction import compact_with_report  # noqa: E402
-from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
+from contextledger.compaction import compact_with_report, resolve_tokenizer  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
     ContextLedgerError,
     FactsError,

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contextledger.agents import CompactionProvider, HistoryReducer, RequestMessages
-from contextledger.compaction import CompactionStrategy
-from contextledger.compaction._apply import resolve_tokenizer
+from contextledger.compaction import CompactionStrategy, resolve_tokenizer
 from contextledger.history import (
     HistoryProvider,
     KeptHistory,

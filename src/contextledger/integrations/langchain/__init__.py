@@ -1,6 +1,7 @@
 """contextledger inside LangChain v1 agents and LangGraph graphs (the ``langchain`` extra).
 
-- **Messages** convert both ways without loss (:func:`from_langchain`, :func:`to_langchain`):
+- **Messages** convert both ways without loss (:func:`from_langchain`, :func:`to_langchain`, one
+  message at a time :func:`from_langchain_message`, :func:`to_langchain_message`):
   ``SystemMessage``, ``HumanMessage``, ``AIMessage`` with ``tool_calls`` (parallel ones too),
   ``ToolMessage``, content blocks, ids, names and metadata.  What contextledger has no field for
   (``additional_kwargs``, ``response_metadata``, ``usage_metadata``, ``invalid_tool_calls``, a tool
@@ -8,7 +9,8 @@
   :data:`LANGCHAIN_PROPERTY`; what LangChain has no field for (contextledger's
   ``additional_properties``, such as the summary mark) travels in ``response_metadata`` under
   :data:`METADATA_KEY`, which LangChain never sends to a model.
-- **Compaction** where LangChain users put ``trim_messages``: :func:`compaction_runnable` is a
+- **Compaction** where LangChain users put ``trim_messages``: :func:`compact_langchain` compacts a
+  LangChain message list once; :func:`compaction_runnable` is a
   runnable from a message list to the list a strategy would send; :class:`CompactionMiddleware`
   compacts each model call of a ``create_agent`` agent; :func:`pre_model_hook` is a LangGraph
   pre-model hook (``create_react_agent(pre_model_hook=...)`` or a node of a hand-built graph).

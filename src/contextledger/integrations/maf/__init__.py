@@ -6,12 +6,20 @@ sessions and swaps in contextledger where it wants its guarantees:
 - **Messages** convert both ways without loss for text, reasoning, function
   calls and results, hosted tool calls and outputs (MCP, code interpreter,
   search, image generation, shell, computer use), approvals, ids, author names
-  and additional properties (:func:`from_maf_message`, :func:`to_maf_message`).  What contextledger has no
-  field for travels in a reserved property and comes back on the return trip.
+  and additional properties (:func:`from_maf_message`, :func:`to_maf_message`, and
+  :func:`from_maf_messages`, :func:`to_maf_messages` for lists).  What contextledger has no
+  field for travels in the reserved properties :data:`MAF_CONTENTS_PROPERTY` and
+  :data:`MAF_EXTRA_PROPERTY` and comes back on the return trip.
 - **Compaction strategies** carry the names and arguments of MAF's own
   (``TruncationStrategy(max_n=..., compact_to=..., tokenizer=...)``,
-  ``SlidingWindowStrategy(keep_last_groups=20)``...), so a sample written for
-  ``agent_framework._compaction`` runs by changing its import.  Each is an async
+  ``SlidingWindowStrategy(keep_last_groups=20)``, :class:`ToolResultCompactionStrategy`,
+  :class:`SelectiveToolCallCompactionStrategy`, :class:`SummarizationStrategy`,
+  :class:`PipelineStrategy`, :class:`TokenBudgetComposedStrategy`,
+  :class:`ContextWindowCompactionStrategy`), so a sample written for
+  ``agent_framework._compaction`` runs by changing its import; :class:`AgentFrameworkStrategy`
+  wraps any other contextledger strategy the same way, and :class:`AgentFrameworkTokenizer` lends
+  MAF a contextledger tokenizer.  They keep MAF's rule for targets (met exactly on every call,
+  which MAF's own tests pin), not the prefix-stable grid contextledger's strategies use.  Each is an async
   callable over MAF's message list, as MAF expects everywhere it takes a
   strategy: ``Agent(compaction_strategy=...)``, a chat client's
   ``compaction_strategy``, and MAF's own ``CompactionProvider``.  The grouping,
