@@ -9,9 +9,9 @@ import pytest
 
 from contextledger.agents import Agent
 from contextledger.clients import OfflineModel, ScriptedChatClient
+from contextledger.demo import FactsDesk, is_logs_question
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import FactsDesk, FactsProvider, FactStore, scrub_history
-from contextledger.facts._desk import is_logs_question
+from contextledger.facts import FactsProvider, FactStore, scrub_history
 from contextledger.facts._forget import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import FunctionCallContent, Message, validate

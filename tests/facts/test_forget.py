@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.agents import Agent
 from contextledger.clients import ChatResponse
+from contextledger.demo import FactsDesk
 from contextledger.exceptions import ConfigurationError, TurnIdReusedError
 from contextledger.facts import (
-    FactsDesk,
     FactsProvider,
     FactStore,
     HistoryTarget,

@@ -15,9 +15,9 @@ import pytest
 
 from contextledger.cli import main
 from contextledger.clients import ChatResponse, OfflineModel, ScriptedChatClient
+from contextledger.demo import ChatLoop, FactsDesk, build_desk
 from contextledger.exceptions import ModelTimeoutError
-from contextledger.facts import EMPTY_BLOCK, FactsDesk, FactStore
-from contextledger.facts._repl import ChatLoop, build_desk
+from contextledger.facts import EMPTY_BLOCK, FactStore
 from contextledger.messages import Message
 from tests.facts.support import Clock
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from agent_framework import Agent, AgentResponse, AgentSession, HistoryProvider, InMemoryHistoryProvider
 
+from contextledger.demo import is_logs_question
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
 from contextledger.facts import EMPTY_BLOCK, FactStore, parse_assertions
-from contextledger.facts._desk import is_logs_question
 from contextledger.facts._forget import FORGOTTEN_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.integrations.maf import ContextLedgerHistoryProvider, FactsContextProvider, from_maf_messages

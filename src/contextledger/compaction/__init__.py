@@ -16,7 +16,9 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   ``_window.py``, ``_tool_results.py`` (collapse and selective removal),
   ``_summarization.py``, ``_composition.py`` (pipeline, token budget, context window); both
   argument styles and the alias pairs are resolved in ``_arguments.py``;
-- running a strategy on a message list: ``_apply.py``.
+- running a strategy on a message list: ``_apply.py``;
+- a strategy written as text (a name, ``KEY=VALUE`` parameters, a token budget), as the command
+  line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`).
 
 A strategy of your own subclasses :class:`CompactionStrategy`, implements ``async _run(index)``,
 and works on the index by id exactly as the built-in ones do (see :class:`MessageIndex`).
@@ -35,6 +37,7 @@ from contextledger.compaction._composition import (
     TokenBudgetComposedStrategy,
 )
 from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
 from contextledger.compaction._table import CompactionEvent, GroupColumns, GroupKind, MessageGroup
 from contextledger.compaction._tool_results import (
@@ -61,6 +64,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
+    "SPEC_STRATEGIES",
     "CharacterEstimatorTokenizer",
     "CompactionEvent",
     "CompactionResult",
@@ -89,6 +93,7 @@ __all__ = [
     "has_tool_calls",
     "messages_exceed",
     "never",
+    "strategy_from_spec",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",

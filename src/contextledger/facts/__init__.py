@@ -17,8 +17,9 @@ A turn with the default rule writer::
 
 Around an agent: :class:`FactsProvider` (the block in the instructions, extraction after a
 successful call) or :func:`run_with_facts` (the block in front of the message); each turn's
-:class:`FactsTurn` carries its :class:`Diagnostic` list.  :class:`FactsDesk` shares one store
-between a main and a logs agent; :func:`forget_facts` forgets from a store and any histories.
+:class:`FactsTurn` carries its :class:`Diagnostic` list; :func:`forget_facts` forgets from a
+store and any histories.  (The two-agent desk of ``contextledger chat`` is an application of this
+memory and lives in :mod:`contextledger.demo`.)
 
 Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
 in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
@@ -26,7 +27,6 @@ extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
 """
 
 from contextledger.facts._block import EMPTY_BLOCK
-from contextledger.facts._desk import DeskReply, FactsDesk
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
 from contextledger.facts._parse import parse_assertions
@@ -62,14 +62,12 @@ __all__ = [
     "WRITER_INSTRUCTIONS",
     "Admission",
     "Candidate",
-    "DeskReply",
     "Diagnostic",
     "Fact",
     "FactMemory",
     "FactSchema",
     "FactStore",
     "FactWriter",
-    "FactsDesk",
     "FactsProvider",
     "FactsTurn",
     "ForgetReport",

@@ -17,10 +17,14 @@ not judge.
 The timeline file format is described in :mod:`contextledger.lab._timeline`
 (and in ``timelines/README.md`` beside the shipped timelines).  A policy of
 your own follows :class:`ContextPolicy` (or subclasses :class:`AgentPolicy`)
-and is made available with :func:`register_policy`.
+and is made available with :func:`register_policy`.  :func:`run_kit` runs
+compaction-conformance-kit's checks against policies (the ``kit`` extra).  The terminal report
+(a progress bar and tables, with ``rich``) is :mod:`contextledger.lab.terminal`, imported only by
+whoever prints it, so ``import contextledger.lab`` never loads ``rich``.
 """
 
 from contextledger.lab import _combined as _combined  # registers the combined policy after the six others
+from contextledger.lab._kit import run_kit
 from contextledger.lab._policies import (
     AgentPolicy,
     ContextPolicy,
@@ -48,6 +52,7 @@ __all__ = [
     "policy_names",
     "register_policy",
     "render_html",
+    "run_kit",
     "run_lab",
     "run_lab_sync",
     "unregister_policy",
