@@ -406,6 +406,11 @@ def test_compact_and_validate_read_standard_input_for_dash(tmp_path: Path) -> No
     assert checked.stdout == "<stdin>: 49 messages, valid\n"
 
 
+class _InterruptingBytes(io.BytesIO):
+    def read(self, size: int | None = -1) -> bytes:
+        raise KeyboardInterrupt
+
+
 class _Interrupting(io.StringIO):
     """Standard input as a person at a terminal who presses Ctrl-C instead of typing."""
 
@@ -415,8 +420,8 @@ class _Interrupting(io.StringIO):
     readline = read  # type: ignore[assignment]
 
     @property
-    def buffer(self) -> _Interrupting:
-        return self
+    def buffer(self) -> io.BytesIO:
+        return _InterruptingBytes()
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from contextledger import demo, facts
 from contextledger.agents import Agent
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.demo import FactsDesk, is_logs_question
@@ -166,3 +167,13 @@ def test_desk_configuration_errors() -> None:
         FactsDesk(plain, plain, store, mode="manual")
     with pytest.raises(ConfigurationError, match="mode must be"):
         FactsDesk(plain, Agent(client), store, mode="auto")  # type: ignore[arg-type]
+
+
+def test_the_desk_is_a_demo_of_the_memory_not_part_of_it() -> None:
+    for name in ("FactsDesk", "DeskReply", "ChatLoop", "build_desk"):
+        assert not hasattr(facts, name)
+        assert name in demo.__all__
+    assert demo.__doc__ is not None
+    for name in demo.__all__:
+        if name not in ("COMMANDS", "Mode"):
+            assert name in demo.__doc__, f"{name} is missing from contextledger.demo's map"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -122,3 +123,11 @@ def test_the_command_line_starts_without_the_serve_extra_and_create_app_names_it
     assert "MissingExtraError contextledger serve needs the 'serve' extra" in done.stdout
     assert "pip install 'contextledger[serve]'" in done.stdout
     assert done.stdout.strip().endswith("[]")  # the command line imported none of them
+
+
+def test_a_config_file_of_dash_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = {"upstream": UPSTREAM, "port": 8300, "strategy": "sliding-window", "param": ["keep_last_groups=3"]}
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(settings).encode())))
+    made = config("--config", "-")
+    assert made.port == 8300
+    assert isinstance(made.strategy.build(), SlidingWindowStrategy)
