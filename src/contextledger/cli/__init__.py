@@ -47,8 +47,10 @@ COMMANDS: dict[str, str] = {
 }
 """Each command and the module that registers it, in the order ``contextledger --help`` lists them.
 
-A module only adds its arguments when imported; what a command needs to run (the lab, ``rich``,
-the agent runtime, the proxy's extra) is imported when it runs, so every command starts light.
+Every module is imported to build the parser (argparse needs every command's arguments), so a
+module imports at its top only what its arguments need; what a command needs to run (the lab,
+``rich``, the agent runtime, the proxy's extra) is imported when it runs, so every command starts
+light.
 """
 
 INTERRUPTED = 130
