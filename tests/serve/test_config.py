@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,29 @@ def test_a_config_file_of_dash_is_read_from_standard_input(monkeypatch: pytest.M
     made = config("--config", "-")
     assert made.port == 8300
     assert isinstance(made.strategy.build(), SlidingWindowStrategy)
+
+
+def test_ctrl_c_stops_the_proxy_with_status_130_and_no_traceback(tmp_path: Path) -> None:
+    def interruptible() -> None:  # a shell running the suite in the background starts children with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    command = [sys.executable, "-m", "contextledger.cli", "serve", "--upstream", UPSTREAM, "--port", "0"]
+    child = subprocess.Popen(
+        [*command, "--store", f"sqlite:{tmp_path / 'serve.db'}"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,  # noqa: PLW1509  (the suite starts no threads that could deadlock here)
+    )
+    assert child.stderr is not None
+    try:
+        while "Uvicorn running on" not in (line := child.stderr.readline()):
+            assert line, "the proxy stopped before it listened"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "contextledger: interrupted"
