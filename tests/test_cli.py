@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from contextledger import from_openai, read_jsonl, to_openai, validate
-from contextledger.cli import main
+from contextledger.cli import COMMANDS, main
+from contextledger.facts import SQLiteFactStore
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "support-session.jsonl"
 
@@ -252,22 +254,38 @@ def test_a_negative_budget_names_the_flag_and_a_missing_folder_names_the_folder(
     assert ".out.jsonl." not in completed.stderr  # no temporary file name
 
 
-def test_version_and_bare_command_show_what_there_is() -> None:
+def test_version_shows_what_there_is() -> None:
     version = console("--version")
     assert version.returncode == 0
     assert version.stdout.startswith("contextledger 0.")
+
+
+def test_a_bare_command_is_a_usage_error_with_the_usage_on_stderr() -> None:
     bare = console()
-    assert bare.returncode == 0, bare.stderr
-    for command in ("compact", "validate", "lab", "chat", "facts"):
-        assert command in bare.stdout
-    assert "usage: contextledger" in bare.stdout
+    assert bare.returncode == 2
+    assert bare.stdout == ""
+    assert "usage: contextledger" in bare.stderr
+    for command in COMMANDS:
+        assert command in bare.stderr
+    assert bare.stderr.rstrip().endswith("contextledger: error: give a command")
 
 
 def test_dev_help_ends_with_the_commands_not_the_shell_options() -> None:
     completed = subprocess.run([str(REPOSITORY / "dev"), "help"], capture_output=True, text=True, check=False)
     assert completed.returncode == 0
     assert "set -euo pipefail" not in completed.stdout
-    assert completed.stdout.strip().splitlines()[-1].lstrip("# ").startswith("./dev bench")
+    assert completed.stdout.strip().splitlines()[-1].lstrip("# ").startswith("./dev help")
+    assert "./dev bench" in completed.stdout
+
+
+@pytest.mark.parametrize("argv", [["bogus"], []])
+def test_dev_with_an_unknown_or_no_command_is_a_usage_error(argv: list[str]) -> None:
+    completed = subprocess.run([str(REPOSITORY / "dev"), *argv], capture_output=True, text=True, check=False)
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert "./dev test" in completed.stderr
+    if argv:
+        assert "unknown command 'bogus'" in completed.stderr
 
 
 def _interruptible() -> None:
@@ -370,3 +388,88 @@ def test_the_reported_transcript_through_chat(mode: str) -> None:
     assert "[main] I don't know that from this conversation." in question
     for value in ("SQL Server 2022", "PostgreSQL 15"):
         assert value not in question
+
+
+# Every command at its edges: '-' is the standard stream, Ctrl-C is one line, a store must exist --------------
+
+
+def test_compact_and_validate_read_standard_input_for_dash(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    compacted = console("compact", "-", "--budget", "2000", "-o", "-", stdin=text, cwd=tmp_path)
+    assert compacted.returncode == 0, compacted.stderr
+    assert not (tmp_path / "-").exists()
+    rows = [json.loads(line) for line in compacted.stdout.splitlines()]
+    assert 0 < len(rows) < 49
+    assert "<stdin>" in compacted.stderr
+    checked = console("validate", "-", stdin=text, cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout == "<stdin>: 49 messages, valid\n"
+
+
+class _InterruptingBytes(io.BytesIO):
+    def read(self, size: int | None = -1) -> bytes:
+        raise KeyboardInterrupt
+
+
+class _Interrupting(io.StringIO):
+    """Standard input as a person at a terminal who presses Ctrl-C instead of typing."""
+
+    def read(self, size: int | None = -1) -> str:
+        raise KeyboardInterrupt
+
+    readline = read  # type: ignore[assignment]
+
+    @property
+    def buffer(self) -> io.BytesIO:
+        return _InterruptingBytes()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compact", "-", "--budget", "100"],
+        ["validate", "-"],
+        ["lab", "-"],
+        ["facts", "list", "--store", "STORE", "--schema", "-"],
+        ["serve", "--config", "-"],
+        ["chat"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_ctrl_c_ends_every_command_with_one_line_and_status_130(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "facts.sqlite3"
+    SQLiteFactStore(store, owner="chat").close()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", _Interrupting())
+    code = main([str(store) if item == "STORE" else item for item in argv])
+    out, err = capsys.readouterr()
+    assert code == 130
+    if argv[0] == "chat":  # the chat says goodbye in its own transcript
+        assert "Interrupted" in out
+    else:
+        assert err.splitlines() == ["contextledger: interrupted"]
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("action", [["list"], ["history"], ["expire"], ["revoke", "database", "--reason", "x"]])
+def test_a_missing_store_is_an_error_naming_the_path_and_creates_nothing(tmp_path: Path, action: list[str]) -> None:
+    typo = tmp_path / "typo.sqlite3"
+    completed = console("facts", *action, "--store", str(typo))
+    assert completed.returncode == 2
+    assert "No facts" not in completed.stdout
+    assert f"no fact store at {typo}" in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1
+    assert not typo.exists()
+
+
+def test_revoke_errors_speak_of_revoking(tmp_path: Path) -> None:
+    store = tmp_path / "facts.sqlite3"
+    assert console("chat", "--store", str(store), stdin="module=Billing\nquit\n").returncode == 0
+    bad = console("facts", "revoke", "timeout", "--reason", "x", "--store", str(store))
+    assert bad.returncode == 2
+    assert "cannot revoke 'timeout'" in bad.stderr
+    assert "or --all to revoke every fact" in bad.stderr
+    assert "forget" not in bad.stderr
+    assert "module" in console("facts", "list", "--store", str(store)).stdout  # nothing was changed

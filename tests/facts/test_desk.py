@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from contextledger import demo, facts
 from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import OfflineModel, ScriptedChatClient
+from contextledger.demo import FactsDesk, is_logs_question
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import FactsDesk, FactStore, scrub_history
-from contextledger.facts._desk import is_logs_question
+from contextledger.facts import FactStore, scrub_history
 from contextledger.facts._forget import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import FunctionCallContent, Message, validate
@@ -166,3 +167,13 @@ def test_desk_configuration_errors() -> None:
         FactsDesk(plain, plain, store, mode="manual")
     with pytest.raises(ConfigurationError, match="mode must be"):
         FactsDesk(plain, Agent(client), store, mode="auto")  # type: ignore[arg-type]
+
+
+def test_the_desk_is_a_demo_of_the_memory_not_part_of_it() -> None:
+    for name in ("FactsDesk", "DeskReply", "ChatLoop", "build_desk"):
+        assert not hasattr(facts, name)
+        assert name in demo.__all__
+    assert demo.__doc__ is not None
+    for name in demo.__all__:
+        if name not in ("COMMANDS", "Mode"):
+            assert name in demo.__doc__, f"{name} is missing from contextledger.demo's map"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import ScriptedChatClient
+from contextledger.demo import FactsDesk
 from contextledger.exceptions import ConfigurationError, TurnIdReusedError
 from contextledger.facts import (
-    FactsDesk,
     FactStore,
     HistoryTarget,
     forget_facts,

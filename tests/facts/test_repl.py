@@ -13,9 +13,9 @@ import pytest
 
 from contextledger.cli import main
 from contextledger.clients import OfflineModel, ScriptedChatClient
+from contextledger.demo import ChatLoop, FactsDesk, build_desk
 from contextledger.exceptions import ModelTimeoutError
-from contextledger.facts import EMPTY_BLOCK, FactsDesk, FactStore
-from contextledger.facts._repl import ChatLoop, build_desk
+from contextledger.facts import EMPTY_BLOCK, FactStore
 from tests.facts.support import Clock
 
 MODES = ["provider", "manual"]

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from contextledger.cli import main
 from contextledger.lab import load_timelines
+from contextledger.lab.terminal import _HEADINGS, print_report
 from tests.lab.model_server import model_server
 from tests.lab.support import VERDICT_WORDS, small, write
 from tests.optional_imports import try_import
@@ -19,6 +25,8 @@ from tests.optional_imports import try_import
 with try_import("openai") as openai_extra:
     import openai  # noqa: F401  (the live model is an OpenAIChatClient)
 
+SCRIPT = Path(sys.executable).with_name("contextledger")
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "contextledger.cli"]
 POLICIES = ["full-history", "last-3-turns", "summary", "bounded-facts", "request-view", "reduced-history", "combined"]
 
 
@@ -28,11 +36,9 @@ def offline_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("lab")
     html, report = folder / "lab-report.html", folder / "lab-report.json"
     capture = folder / "stdout.txt"
-    script = Path(sys.executable).with_name("contextledger")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "contextledger.cli"]
     with capture.open("w", encoding="utf-8") as out:
         result = subprocess.run(
-            [*command, "lab", "--html", str(html), "--json", str(report)],
+            [*COMMAND, "lab", "--html", str(html), "--json", str(report)],
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,
@@ -205,3 +211,82 @@ def test_live_mode_asks_probe_questions_over_replicates(
         assert totals["reported_input"] == "unknown"
         assert totals["extra"]["reported_input"] == "unknown"
         assert "unknown" in out
+
+
+def _interruptible() -> None:
+    """Give the child a terminal's SIGINT (a shell running the suite in the background starts it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_during_a_run_ends_it_with_one_line_and_status_130(tmp_path: Path) -> None:
+    timeline = write(tmp_path / "t.json", small())
+    with socket.create_server(("127.0.0.1", 0)) as model:  # a model that takes the call and never answers
+        model.settimeout(120)
+        environment = {
+            **os.environ,
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{model.getsockname()[1]}/v1",
+            "OPENAI_API_KEY": "sk-test",
+        }
+        child = subprocess.Popen(
+            [*COMMAND, "lab", str(timeline), "--model", "openai:test-model", "--json", str(tmp_path / "r.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+            cwd=tmp_path,
+            preexec_fn=_interruptible,  # noqa: PLW1509  (the suite starts no threads that could deadlock here)
+        )
+        try:
+            connection, _ = model.accept()  # the lab is inside its run, waiting on the model: press Ctrl-C
+            with connection:
+                child.send_signal(signal.SIGINT)
+                _, err = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert child.returncode == 130, err
+    assert err.strip().splitlines() == ["contextledger: interrupted"]
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_dash_writes_a_report_to_stdout_and_reads_a_timeline_from_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(small(name="piped"))))
+    assert main(["lab", "-", "--policies", "full-history", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)  # stdout holds the report alone; the table went to stderr
+    assert [t["name"] for t in data["timelines"]] == ["piped"]
+    assert data["timelines"][0]["source"] == "<stdin>"
+    assert "full-history" in err
+    assert not (tmp_path / "-").exists()
+    assert main(["lab", "-", "--json", "-", "--html", "-"]) == 2
+    assert "only one of --json and --html" in capsys.readouterr().err
+
+
+def test_the_terminal_tables_never_break_a_heading_word(offline_run: dict[str, Any]) -> None:
+    data = json.loads(offline_run["json"].read_text(encoding="utf-8"))
+    words = {word for _, heading in _HEADINGS for word in heading.split()}
+    words |= {
+        word for timeline in data["timelines"] for word in f"{timeline['name']} ({timeline['turns']} turns)".split()
+    }
+    words |= {"policy"}
+    for width in range(80, 201, 8):
+        console = Console(width=width, record=True, file=io.StringIO(), highlight=False)
+        print_report(data, console)
+        lines = console.export_text().splitlines()
+        headers = [
+            line
+            for start, border in enumerate(lines)
+            if border.startswith("┏")
+            for line in lines[start + 1 : next(i for i in range(start, len(lines)) if lines[i].startswith("┡"))]
+        ]
+        assert headers
+        for line in headers:
+            for cell in line.strip("┃").split("┃"):
+                for word in cell.split():
+                    assert word in words, f"a heading broken at {width} columns: {word!r} in {line!r}"

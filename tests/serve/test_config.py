@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +124,37 @@ def test_the_command_line_starts_without_the_serve_extra_and_create_app_names_it
     assert "MissingExtraError contextledger serve needs the 'serve' extra" in done.stdout
     assert "pip install 'contextledger[serve]'" in done.stdout
     assert done.stdout.strip().endswith("[]")  # the command line imported none of them
+
+
+def test_a_config_file_of_dash_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = {"upstream": UPSTREAM, "port": 8300, "strategy": "sliding-window", "param": ["keep_last_groups=3"]}
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(settings).encode())))
+    made = config("--config", "-")
+    assert made.port == 8300
+    assert isinstance(made.strategy.build(), SlidingWindowStrategy)
+
+
+def test_ctrl_c_stops_the_proxy_with_status_130_and_no_traceback(tmp_path: Path) -> None:
+    def interruptible() -> None:  # a shell running the suite in the background starts children with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    command = [sys.executable, "-m", "contextledger.cli", "serve", "--upstream", UPSTREAM, "--port", "0"]
+    child = subprocess.Popen(
+        [*command, "--store", f"sqlite:{tmp_path / 'serve.db'}"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,  # noqa: PLW1509  (the suite starts no threads that could deadlock here)
+    )
+    assert child.stderr is not None
+    try:
+        while "Uvicorn running on" not in (line := child.stderr.readline()):
+            assert line, "the proxy stopped before it listened"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "contextledger: interrupted"

@@ -29,6 +29,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
 - running a strategy on a message list, ``_apply.py``: :func:`apply_compaction`,
   :func:`apply_compaction_sync`, :func:`compact_with_report` (with its :class:`CompactionResult`),
   and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
+- a strategy written as text (a name, ``KEY=VALUE`` parameters, a token budget), as the command
+  line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`);
 - :class:`CharacterEstimatorTokenizer`, the default count (from :mod:`contextledger.tokenizers`).
 
 A strategy of your own subclasses :class:`CompactionStrategy`, implements ``async _run(index)``,
@@ -49,6 +51,7 @@ from contextledger.compaction._composition import (
     TokenBudgetComposedStrategy,
 )
 from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
 from contextledger.compaction._table import CompactionEvent, GroupColumns, GroupKind, MessageGroup
 from contextledger.compaction._tool_results import (
@@ -75,6 +78,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
+    "SPEC_STRATEGIES",
     "CharacterEstimatorTokenizer",
     "CompactionEvent",
     "CompactionResult",
@@ -104,6 +108,7 @@ __all__ = [
     "messages_exceed",
     "never",
     "resolve_tokenizer",
+    "strategy_from_spec",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",

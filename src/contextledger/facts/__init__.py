@@ -19,9 +19,9 @@ Around a model call: :class:`FactsHost` is the one turn every host runs (the age
 ``FactsProvider`` and ``run_with_facts`` in :mod:`contextledger.agents`, the adapters in
 :mod:`contextledger.integrations`, the proxy): the block before the call, the ticket taken
 before it, the extraction after a successful one, with the writer on the store's own schema;
-each turn's :class:`FactsTurn` carries its :class:`Diagnostic` list.  :class:`FactsDesk` shares
-one store between a main and a logs agent; :func:`forget_facts` forgets from a store and any
-histories.
+each turn's :class:`FactsTurn` carries its :class:`Diagnostic` list; :func:`forget_facts` forgets
+from a store and any histories.  (The two-agent desk of ``contextledger chat`` is an application
+of this memory and lives in :mod:`contextledger.demo`.)
 
 Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
 in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
@@ -43,13 +43,10 @@ Where things live (every name is imported from here, ``contextledger.facts``):
   :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
 - forgetting: ``_forget.py`` (:func:`forget_facts` and its :class:`ForgetReport`,
   :func:`scrub_history`, :class:`HistoryTarget` and :func:`history_target`);
-- the two-agent desk of the demo: ``_desk.py`` (:class:`FactsDesk`, :class:`DeskReply`), ``_repl.py``.
 
 This package imports nothing above it: the agent runtime's provider lives in
 :mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.
 """
-
-from typing import TYPE_CHECKING, Any
 
 from contextledger.facts._block import EMPTY_BLOCK
 from contextledger.facts._diagnostics import Diagnostic, diagnose
@@ -83,20 +80,6 @@ from contextledger.facts._writers import (
     extract,
 )
 
-if TYPE_CHECKING:
-    from contextledger.facts._desk import DeskReply, FactsDesk
-
-
-def __getattr__(name: str) -> Any:
-    # The demo desk runs agents, and the agent runtime imports this package: loading the desk
-    # on first use keeps the memory importable without the runtime.
-    if name in ("DeskReply", "FactsDesk"):
-        from contextledger.facts import _desk  # noqa: PLC0415
-
-        return getattr(_desk, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "ALLOWED_KEYS",
     "DEFAULT_SCHEMA",
@@ -108,14 +91,12 @@ __all__ = [
     "WRITER_INSTRUCTIONS",
     "Admission",
     "Candidate",
-    "DeskReply",
     "Diagnostic",
     "Fact",
     "FactMemory",
     "FactSchema",
     "FactStore",
     "FactWriter",
-    "FactsDesk",
     "FactsHost",
     "FactsTurn",
     "ForgetReport",

@@ -32,11 +32,14 @@ Where things live (every name is imported from here, ``contextledger.lab``):
   recorder in ``_calls.py``; what each turn should hold is ``_contract.py``, and the checks of
   what it did hold are ``_probes.py``;
 - reports, ``_report.py``: :func:`render_html` and the summary table every format shares; the
-  terminal table is ``_terminal.py`` and the command line ``_cli.py``, loaded only by
-  ``contextledger lab``; the ``kit`` extra's checks are ``_kit.py``.
+  terminal report (a progress bar and tables, with ``rich``) is :mod:`contextledger.lab.terminal`,
+  imported only by whoever prints it, so ``import contextledger.lab`` never loads ``rich``;
+- compaction-conformance-kit's checks against policies, ``_kit.py``: :func:`run_kit` (the ``kit``
+  extra).
 """
 
 from contextledger.lab import _combined as _combined  # registers the combined policy after the six others
+from contextledger.lab._kit import run_kit
 from contextledger.lab._policies import (
     AgentPolicy,
     ContextPolicy,
@@ -64,6 +67,7 @@ __all__ = [
     "policy_names",
     "register_policy",
     "render_html",
+    "run_kit",
     "run_lab",
     "run_lab_sync",
     "unregister_policy",

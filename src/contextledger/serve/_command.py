@@ -110,5 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"(store {config.store.split('@')[-1] if config.uses_redis else config.store})",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=config.host, port=config.port, log_level="info")
+    # Not uvicorn.run, which swallows the Ctrl-C that stops the server: the command line reports
+    # it (status 130) as it does for every command.
+    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="info")).run()
     return 0

@@ -1,21 +1,23 @@
 """What a proxy is configured with, from flags, a config file, or Python.
 
 Strategies are written as for ``contextledger compact`` (a name, ``KEY=VALUE`` parameters, or a
-token budget) and built by the same code, so a strategy that works on a transcript file works
-in the proxy.  Everything is checked when the configuration is made, so a mistake stops the
-command before it listens, never on the first request.
+token budget) and built by the same code, :func:`~contextledger.compaction.strategy_from_spec`,
+so a strategy that works on a transcript file works in the proxy.  Everything is checked when the
+configuration is made, so a mistake stops the command before it listens, never on the first
+request.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from contextledger.compaction import CompactionStrategy
+from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
 
 __all__ = ["UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
@@ -41,14 +43,7 @@ class StrategySpec:
         """The strategy, or ``None`` when nothing was configured (messages are then sent as they are)."""
         if self.empty:
             return None
-        # The command line owns the syntax; imported here because it imports this package.
-        from contextledger.cli import UsageError, _build_strategy  # noqa: PLC0415
-        from contextledger.tokenizers import get_tokenizer  # noqa: PLC0415
-
-        try:
-            return _build_strategy(self.name, self.params, self.budget, get_tokenizer(self.tokenizer))
-        except UsageError as error:
-            raise ConfigurationError(str(error)) from None
+        return strategy_from_spec(self.name, self.params, budget=self.budget, tokenizer=self.tokenizer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +123,18 @@ def _spec(data: Mapping[str, Any], prefix: str, path: str) -> StrategySpec:
 
 
 def load_config_file(path: str) -> dict[str, Any]:
-    """The settings in a JSON or TOML file (by extension), keyed like ``ServeConfig`` and the flags.
+    """The settings in a JSON or TOML file (by extension; ``-`` is JSON on standard input), keyed like
+    ``ServeConfig`` and the flags.
 
     Strategy keys are ``strategy``, ``param`` (a list), ``budget``, ``tokenizer``, and the same with
     a ``retain_`` prefix for the retained history.  An unknown key is an error, not ignored.
     """
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        if path == "-":  # standard input, read as JSON (a TOML file is known by its name)
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as handle:
+                raw = handle.read()
     except OSError as error:
         raise ConfigurationError(f"cannot read config file {path}: {error.strerror or error}") from None
     try:

@@ -4,7 +4,7 @@ A main agent and a logs agent keep separate sessions (their conversations are ne
 but read and write one fact store, so a correction made while talking to one is what the other
 sees next.  Host commands (``mem``, ``forget KEY``, ``forget``, ``quit``) are handled here and
 never reach a model.  ``forget`` goes through :func:`forget_facts`, which rewrites both agents'
-stored histories by the rules in :mod:`contextledger.facts._forget`.
+stored histories by the rules of :func:`contextledger.facts.scrub_history`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contextledger.agents import Agent, FactsProvider, Session, run_with_facts, tool
-from contextledger.clients._protocol import ChatClient
+from contextledger.clients import ChatClient
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts._forget import ForgetReport, forget_facts, history_target
-from contextledger.facts._store import FactMemory, FactStore
-from contextledger.facts._turns import FactsTurn
-from contextledger.facts._writers import FactWriter, RuleWriter
+from contextledger.facts import (
+    FactMemory,
+    FactStore,
+    FactsTurn,
+    FactWriter,
+    ForgetReport,
+    RuleWriter,
+    forget_facts,
+    history_target,
+)
 from contextledger.messages import Message
 
 __all__ = ["COMMANDS", "DeskReply", "FactsDesk", "Mode", "is_logs_question"]

@@ -5,8 +5,9 @@
     contextledger facts revoke  --store ... [--owner NAME] (KEY | --all) --reason TEXT
     contextledger facts expire  --store ... [--owner NAME]
 
-``--store`` is a SQLite file (created if missing) or a ``redis://`` URL.  The facts package is
-imported only when one of these commands runs, so the other commands start without it.
+``--store`` is a ``redis://`` URL or a SQLite file that must exist: these commands manage a store
+that ``contextledger chat --store`` (or a program) wrote, so a mistyped path is an error naming it,
+never a new empty database.  The facts package is imported only when one of these commands runs.
 """
 
 from __future__ import annotations
@@ -15,31 +16,59 @@ import argparse
 import os
 from typing import Any
 
-from contextledger.exceptions import ConfigurationError
+from contextledger.cli._common import STANDARD_STREAM, UsageError, read_text
+from contextledger.exceptions import ConfigurationError, FactsError
 
-__all__ = ["open_store", "register_facts_command"]
+__all__ = ["open_store", "register"]
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def open_store(
-    spec: str | None, *, owner: str, schema_file: str | None = None, ttl_seconds: float | None = None
+    spec: str | None,
+    *,
+    owner: str,
+    schema_file: str | None = None,
+    ttl_seconds: float | None = None,
+    create: bool = True,
 ) -> Any:
-    """The fact store ``spec`` names: in memory (``None``), a ``redis://`` URL, or a SQLite file path."""
+    """The fact store ``spec`` names: in memory (``None``), a ``redis://`` URL, or a SQLite file path.
+
+    With ``create=False`` a SQLite file that does not exist is an error naming the path.
+    """
+    import json  # noqa: PLC0415
+
     from contextledger.facts import DEFAULT_SCHEMA, FactSchema, FactStore, RedisFactStore, SQLiteFactStore  # noqa: PLC0415
 
-    schema = DEFAULT_SCHEMA if schema_file is None else FactSchema.from_file(schema_file)
+    if schema_file is None:
+        schema = DEFAULT_SCHEMA
+    elif schema_file == STANDARD_STREAM:
+        try:
+            schema = FactSchema.from_dict(json.loads(read_text(STANDARD_STREAM, what="schema")), where="<stdin>")
+        except ValueError as error:
+            raise ConfigurationError(f"schema on standard input is not valid JSON ({error})") from None
+    else:
+        schema = FactSchema.from_file(schema_file)
     if spec is None:
         return FactStore(schema=schema, ttl_seconds=ttl_seconds)
-    if spec.startswith(("redis://", "rediss://", "unix://")):
+    if spec.startswith(_REDIS_SCHEMES):
         return RedisFactStore(spec, owner=owner, schema=schema, ttl_seconds=ttl_seconds)
+    if spec == STANDARD_STREAM:
+        raise UsageError("a fact store is a SQLite file or a redis:// URL, not '-' (a stream cannot hold one)")
     path = spec.removeprefix("sqlite:")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ConfigurationError(f"cannot open the fact store {path}: the folder {folder} does not exist")
+    if not create and not os.path.isfile(path):
+        raise ConfigurationError(
+            f"no fact store at {path}: the file does not exist; check the path "
+            "(a store is created by contextledger chat --store or by a program that writes facts)"
+        )
     return SQLiteFactStore(path, owner=owner, schema=schema, ttl_seconds=ttl_seconds)
 
 
 def _store(args: argparse.Namespace) -> Any:
-    return open_store(args.store, owner=args.owner, schema_file=args.schema)
+    return open_store(args.store, owner=args.owner, schema_file=args.schema, create=False)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -64,6 +93,14 @@ def _revoke(args: argparse.Namespace) -> int:
     if (args.key is None) == (not args.all):
         raise ConfigurationError("give one KEY to revoke, or --all to revoke every fact of the owner")
     store = _store(args)
+    if args.key is not None:
+        # Checked here so the refusal speaks of revoking, the operator's word, not of forgetting.
+        name = args.key.strip().lower()
+        if name not in store.schema.keys:
+            raise FactsError(
+                f"cannot revoke {args.key!r}: it is not a fact key; use one of {store.schema.listed_keys}, "
+                "or --all to revoke every fact; nothing was changed"
+            )
     removed = store.revoke(None if args.all else args.key, reason=args.reason)
     what = "every fact" if args.all else repr(args.key.strip().lower())
     print(f"revoked {what} of owner {store.owner!r}: {len(removed)} fact(s) removed; the trail keeps that it happened")
@@ -78,8 +115,8 @@ def _expire(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_facts_command(commands: Any) -> None:
-    """Add ``facts`` and its four sub-commands to the command line's sub-parsers."""
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``facts`` and its four actions."""
     facts = commands.add_parser(
         "facts",
         help="inspect and manage a persistent fact store (list, history, revoke, expire)",
@@ -89,9 +126,13 @@ def register_facts_command(commands: Any) -> None:
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--store", required=True, metavar="PATH|URL", help="a SQLite file or a redis:// URL")
+        parser.add_argument(
+            "--store", required=True, metavar="PATH|URL", help="an existing SQLite file or a redis:// URL"
+        )
         parser.add_argument("--owner", default="chat", help="whose facts (default: chat, as contextledger chat)")
-        parser.add_argument("--schema", metavar="FILE", help="the JSON schema the facts were written with")
+        parser.add_argument(
+            "--schema", metavar="FILE", help="the JSON schema the facts were written with ('-' for standard input)"
+        )
         return parser
 
     action("list", "the owner's live facts with their evidence, turn and times").set_defaults(run=_list)

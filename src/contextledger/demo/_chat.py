@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 from typing import TextIO
 
-from contextledger.clients import resolve_client
-from contextledger.clients._protocol import ChatClient
+from contextledger.clients import ChatClient, resolve_client
+from contextledger.demo._desk import DeskReply, FactsDesk, Mode
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
-from contextledger.facts._desk import DeskReply, FactsDesk, Mode
-from contextledger.facts._store import FactMemory
-from contextledger.facts._writers import FactWriter, ModelWriter, RuleWriter
+from contextledger.facts import FactMemory, FactStore, FactWriter, ModelWriter, RuleWriter
 
 __all__ = ["ChatLoop", "build_desk"]
 
@@ -54,8 +52,6 @@ def build_desk(
     if writer not in ("rules", "model"):
         raise ConfigurationError(f"writer must be 'rules' or 'model', got {writer!r}")
     if store is None:
-        from contextledger.facts._store import FactStore  # noqa: PLC0415
-
         store = FactStore()
     fact_writer: FactWriter = (
         RuleWriter(store.schema) if writer == "rules" else ModelWriter(chosen_client, schema=store.schema)
