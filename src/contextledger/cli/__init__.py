@@ -12,7 +12,7 @@
     contextledger serve --upstream URL [...]
     contextledger --version
 
-Where things live: :data:`COMMANDS` names each command's module; a module's ``register(commands)``
+Where things live: :func:`main` is the entry point; :data:`COMMANDS` names each command's module; a module's ``register(commands)``
 adds its sub-parser, its arguments and the function that runs it (``_compact.py``,
 ``_validate.py``, ``_lab.py``, ``_chat.py``, ``_facts.py``, ``_serve.py``).  What they share is
 in ``_common.py`` (the usage error, ``-`` as the standard stream) and ``_transcripts.py``
@@ -21,7 +21,7 @@ in ``_common.py`` (the usage error, ``-`` as the standard stream) and ``_transcr
 Every command behaves the same way at its edges: ``-`` as a file argument is the standard stream;
 a mistake is one line on stderr and exit status 2, with nothing written; a bare ``contextledger``
 is a usage error (the usage on stderr, exit 2); Ctrl-C ends any command with one line and exit
-status 130, never a traceback.
+status 130 (:data:`INTERRUPTED`), never a traceback.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   :func:`apply_compaction_sync`, :func:`compact_with_report` (with its :class:`CompactionResult`),
   and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
 - a strategy written as text (a name, ``KEY=VALUE`` parameters, a token budget), as the command
-  line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`);
+  line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`, over the names in
+  :data:`SPEC_STRATEGIES`);
 - :class:`CharacterEstimatorTokenizer`, the default count (from :mod:`contextledger.tokenizers`).
 
 A strategy of your own subclasses :class:`CompactionStrategy`, implements ``async _run(index)``,

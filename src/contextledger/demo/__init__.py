@@ -7,8 +7,8 @@ It is an application of the library, not part of it: :mod:`contextledger.facts` 
 Where things live (every name is imported from here, ``contextledger.demo``):
 
 - ``_desk.py``: :class:`FactsDesk`, a main agent and a logs agent with separate sessions and one
-  fact store; host commands (``mem``, ``forget KEY``, ``forget``, ``quit``) handled without a
-  model call; :class:`DeskReply`, what the desk did with one line; :func:`is_logs_question`,
+  fact store, in either :data:`Mode` (``provider`` or ``manual``); host commands
+  (:data:`COMMANDS`: ``mem``, ``forget KEY``, ``forget``, ``quit``) handled without a model call; :class:`DeskReply`, what the desk did with one line; :func:`is_logs_question`,
   the default route;
 - ``_chat.py``: :class:`ChatLoop`, the desk read from any text stream (a terminal, a pipe, a
   test's script), and :func:`build_desk`, the desk ``contextledger chat`` builds from its flags.

@@ -7,7 +7,9 @@ header it keeps the history and the facts (SPEC §11, "The proxy")::
     from contextledger.serve import ServeConfig, create_app
     app = create_app(ServeConfig(upstream="http://127.0.0.1:8000/v1"))   # any ASGI server runs it
 
-Importing this package needs no optional extra; :func:`create_app` needs the ``serve`` extra
+:class:`ServeConfig` holds every setting (a :class:`StrategySpec` for each strategy it names) and
+:func:`add_serve_command` adds ``serve`` to the command line's parser.  Importing this package
+needs no optional extra; :func:`create_app` needs the ``serve`` extra
 (starlette, uvicorn, httpx) and raises :class:`MissingExtraError` without it.
 """
 
