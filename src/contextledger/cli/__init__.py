@@ -12,7 +12,8 @@
     contextledger serve --upstream URL [...]
     contextledger --version
 
-Where things live: :func:`main` is the entry point; :data:`COMMANDS` names each command's module; a module's ``register(commands)``
+Where things live: :func:`main` is the entry point; :data:`COMMANDS` names each command's module;
+a module's ``register(commands)``
 adds its sub-parser, its arguments and the function that runs it (``_compact.py``,
 ``_validate.py``, ``_lab.py``, ``_chat.py``, ``_facts.py``, ``_serve.py``).  What they share is
 in ``_common.py`` (the usage error, ``-`` as the standard stream) and ``_transcripts.py``

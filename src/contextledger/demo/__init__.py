@@ -8,8 +8,8 @@ Where things live (every name is imported from here, ``contextledger.demo``):
 
 - ``_desk.py``: :class:`FactsDesk`, a main agent and a logs agent with separate sessions and one
   fact store, in either :data:`Mode` (``provider`` or ``manual``); host commands
-  (:data:`COMMANDS`: ``mem``, ``forget KEY``, ``forget``, ``quit``) handled without a model call; :class:`DeskReply`, what the desk did with one line; :func:`is_logs_question`,
-  the default route;
+  (:data:`COMMANDS`: ``mem``, ``forget KEY``, ``forget``, ``quit``) handled without a model call;
+  :class:`DeskReply`, what the desk did with one line; :func:`is_logs_question`, the default route;
 - ``_chat.py``: :class:`ChatLoop`, the desk read from any text stream (a terminal, a pipe, a
   test's script), and :func:`build_desk`, the desk ``contextledger chat`` builds from its flags.
 
