@@ -14,6 +14,7 @@ The strategies those samples build are the same objects exercised below.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from contextledger import FunctionCallContent, Message, to_openai
 from contextledger.clients import ScriptedChatClient
@@ -182,8 +183,8 @@ def test_python_truncation_by_default_cuts_in_whole_steps_of_16000_tokens() -> N
     # 1,003 tokens a message (and 5 for the system message): the cut moves by 16 messages (the fewest
     # reaching 16,000 tokens) each time 16 more messages have come, and not in between.
     assert sorted(set(cuts)) == [0, 16, 32, 48]
-    moves = [count for count, (before, after) in enumerate(zip(cuts, cuts[1:]), 31) if before != after]
-    assert [b - a for a, b in zip(moves, moves[1:])] == [16, 16]
+    moves = [count for count, (before, after) in enumerate(itertools.pairwise(cuts), 31) if before != after]
+    assert [b - a for a, b in itertools.pairwise(moves)] == [16, 16]
 
 
 def test_python_truncation_leaves_a_history_under_32000_tokens_alone() -> None:
@@ -560,7 +561,9 @@ def test_python_ad_hoc_apply_compaction_trims_to_4000_tokens() -> None:
     before = list(messages)
     stable = asyncio.run(
         apply_compaction(
-            messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer), tokenizer=tokenizer
+            messages,
+            strategy=TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer),
+            tokenizer=tokenizer,
         )
     )
     # 10,084 tokens (4 for the system message, 504 a message): one step of 4,000 takes the 8

@@ -124,7 +124,7 @@ def stable_limit(index: MessageIndex, metric: str, target: int, trigger: tuple[s
     if trigger is None or trigger[0] != metric:
         return target
     step = trigger[1] - target
-    current = getattr(index, metric)
+    current: int = getattr(index, metric)
     if step <= 0 or current <= trigger[1]:
         return target
     steps = -(-(current - trigger[1]) // step)
