@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
+from contextledger.compaction._arguments import count
 from contextledger.compaction._arguments import trigger as check_trigger
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._table import GroupKind, gc_paused
@@ -140,10 +141,28 @@ class CompactionStrategy(ABC):
 
     name: ClassVar[str] = "strategy"
 
-    def __init__(self, trigger: Trigger, target: Trigger | None = None, *, prefix_stable: bool = True) -> None:
+    def __init__(
+        self,
+        trigger: Trigger,
+        target: Trigger | None = None,
+        *,
+        prefix_stable: bool = True,
+        stable_step: int | None = None,
+    ) -> None:
         self.trigger = check_trigger(trigger, f"{type(self).__name__} trigger")
         self.target = None if target is None else check_trigger(target, f"{type(self).__name__} target")
         self.prefix_stable = bool(prefix_stable)
+        self.stable_step = None if stable_step is None else count(stable_step, "stable_step", minimum=1)
+
+    def block(self) -> int:
+        """How many groups a keyword-style strategy (a floor, no target) takes at once.
+
+        Taking every group the floor allows, as soon as it may, changes the start of the request on
+        every call; taking them ``stable_step`` at a time, on a grid counted from the oldest,
+        changes it once every ``stable_step`` groups (SPEC §12).  A floor is a promise about what
+        stays ("keep the last tool group"), so this is asked for, never assumed: one by default.
+        """
+        return self.stable_step if self.prefix_stable and self.stable_step is not None else 1
 
     @property
     def tokenizers(self) -> Iterator[Tokenizer]:
@@ -175,7 +194,7 @@ class CompactionStrategy(ABC):
     async def _run(self, index: MessageIndex) -> bool: ...
 
     def _exclude_oldest(
-        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None
+        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None, *, block: int = 1
     ) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
@@ -193,7 +212,7 @@ class CompactionStrategy(ABC):
             metric, limit = threshold
             threshold = (metric, stable_limit(index, metric, limit, threshold_of(None, self.trigger)))
         if stops_never(self.target, self.trigger):
-            doomed = index.exclude_ids(candidates, reason)
+            doomed = index.exclude_ids(candidates[: len(candidates) // block * block], reason)
         elif threshold is not None and (not index.columns.unit or index.columns.unit.keys().isdisjoint(candidates)):
             metric, limit = threshold
             doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)

@@ -125,11 +125,12 @@ class _ToolGroupStrategy(CompactionStrategy):
         target: Trigger | None = None,
         keep_last_tool_call_groups: int | None = None,
         prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         trigger, target, self.keep_last_tool_call_groups, self.minimum_preserved = tool_style(
             type(self).__name__, trigger, target, minimum_preserved, keep_last_tool_call_groups
         )
-        super().__init__(trigger, target, prefix_stable=prefix_stable)
+        super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
 
     def _protected(self, index: MessageIndex, tools: list[int]) -> set[int]:
         """The newest groups the floor keeps out of reach (``tools``: the included tool groups)."""
@@ -168,6 +169,7 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         max_result_chars: int = 80,
         max_summary_chars: int = 400,
         prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         super().__init__(
             trigger,
@@ -175,6 +177,7 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
             target=target,
             keep_last_tool_call_groups=keep_last_tool_call_groups,
             prefix_stable=prefix_stable,
+            stable_step=stable_step,
         )
         self.max_result_chars = count(max_result_chars, "max_result_chars", minimum=8)
         self.max_summary_chars = count(max_summary_chars, "max_summary_chars", minimum=32)
@@ -214,6 +217,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         originals: list[int] = []
         replacements: list[int] = []
         if stops_never(self.target, self.trigger):
+            block = self.block()
+            candidates = candidates[: len(candidates) // block * block]
             originals = candidates
             texts = self._summary_texts(index, candidates)
             replacements = index.collapse_ids(
@@ -267,4 +272,4 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
         # A tool group goes with its whole unit (an approval's user answer too), unless the unit
         # holds a protected group.
         keep = protected if last is None else {*protected, last}
-        return self._exclude_oldest(index, candidates, "tool_call_removed", keep)
+        return self._exclude_oldest(index, candidates, "tool_call_removed", keep, block=self.block())

@@ -73,11 +73,12 @@ class SlidingWindowStrategy(CompactionStrategy):
         minimum_preserved_turns: int | None = None,
         preserve_system: bool = True,
         prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         trigger, target, self.keep_last_groups, self.minimum_preserved = window_style(
             trigger, target, minimum_preserved, minimum_preserved_turns, keep_last_groups, preserve_system
         )
-        super().__init__(trigger, target, prefix_stable=prefix_stable)
+        super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
         self.preserve_system = True
 
     async def _run(self, index: MessageIndex) -> bool:
@@ -91,6 +92,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         live, turn_of = index.live_ids(), index.columns.turn
         eligible = list(compress(live, map(turn_of.__getitem__, live)))
         doomed = eligible[:-keep] if keep else eligible
+        # With a stable step the oldest groups go that many at a time, on a grid from the oldest.
+        block = self.block()
+        doomed = doomed[: len(doomed) // block * block]
         newest = newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
