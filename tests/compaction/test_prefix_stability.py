@@ -3,7 +3,8 @@ keeps sending the same start until the conversation has grown by a step, then mo
 
 Providers bill a request's prefix that repeats an earlier one at a tenth of the price, so a cut that
 moves on every request costs more than it saves.  The property, checked on random conversations in
-the shapes real agents send, grown one message at a time and compacted statelessly at every length:
+the shapes real agents send, compacted statelessly at every length a real request can have (one in
+which every call has its results: an agent sends the results with the call's next request):
 
 - between two moves, each projection starts with the whole previous one (only new messages follow);
 - a trigger/target strategy (trigger ``T`` above target ``t`` on one measure) moves only when the
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 from contextledger.compaction import (
     CompactionStrategy,
+    GroupKind,
     MessageIndex,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
@@ -42,7 +44,14 @@ from contextledger.compaction import (
 )
 from contextledger.compaction._base import threshold_of
 from contextledger.compaction._triggers import Not
-from contextledger.messages import Message
+from contextledger.messages import (
+    FunctionCallContent,
+    FunctionResultContent,
+    HostedCallContent,
+    HostedResultContent,
+    Message,
+    ReasoningContent,
+)
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.conversations import conversations
 
@@ -66,7 +75,7 @@ def grow(
     measure: list[int] = []
     projections: list[list[Message]] = []
     floor_bound: list[bool] = []
-    for length in range(1, len(conversation) + 1):
+    for length in sendable(conversation):
         request = list(conversation[:length])
         measure.append(getattr(MessageIndex(request, tokenizer=TOKENIZER), metric))
         result = asyncio.run(compact_with_report(request, strategy=strategy, tokenizer=TOKENIZER))
@@ -75,8 +84,43 @@ def grow(
             floor_bound.append(False)
             continue
         most = asyncio.run(compact_with_report(request, strategy=everything, tokenizer=TOKENIZER))
-        floor_bound.append(bool(result.events) and result.messages == most.messages)
+        floor_bound.append(
+            bool(result.events) and (result.messages == most.messages or cut_meets_floor(strategy, result.index))
+        )
     return Growth(measure, projections, floor_bound)
+
+
+def cut_meets_floor(strategy: CompactionStrategy, index: MessageIndex) -> bool:
+    """Whether the oldest group the strategy kept is one its floor keeps anyway: the newest groups
+    (newest turns, for the window) it may not take, with every group of a unit one of them is in.
+    There the grid is out of reach, and the cut follows the floor as the conversation grows."""
+    groups = [g for g in index.groups if g.kind is not GroupKind.SYSTEM]
+    floor = max(getattr(strategy, "minimum_preserved", 1), 1)
+    if isinstance(strategy, SlidingWindowStrategy):
+        turns = sorted({g.turn for g in groups if g.turn})[-floor:]
+        kept = [g for g in groups if g.turn in turns]
+    else:
+        kept = groups[-floor:]
+    closure = {id(m) for g in kept for m in g.unit} | {id(g) for g in kept}
+    first = next((g for g in groups if not g.excluded), None)
+    return first is not None and id(first) in closure
+
+
+def sendable(conversation: Sequence[Message]) -> list[int]:
+    """The lengths at which the conversation could be sent: no call is waiting for a result, and the
+    last message is not reasoning alone (a provider refuses a reasoning item without what follows it)."""
+    lengths: list[int] = []
+    waiting: set[str] = set()
+    for length, message in enumerate(conversation, 1):
+        for content in message.contents:
+            if isinstance(content, (FunctionCallContent, HostedCallContent)):
+                waiting.add(content.call_id)
+            elif isinstance(content, (FunctionResultContent, HostedResultContent)):
+                waiting.discard(content.call_id)
+        reasoning_alone = bool(message.contents) and all(isinstance(c, ReasoningContent) for c in message.contents)
+        if not waiting and not reasoning_alone:
+            lengths.append(length)
+    return lengths
 
 
 def starts_with(longer: Sequence[Message], shorter: Sequence[Message]) -> bool:
