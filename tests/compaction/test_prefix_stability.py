@@ -20,6 +20,7 @@ conversation grows, groups leave the floor and the cut follows them.  They break
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -142,7 +143,7 @@ def check_steps(growth: Growth, step: int) -> None:
     """Consecutive moves ``a < b`` (no floor-bound request between): the measure grew by ``step``
     or more from the request before ``a`` to the request ``b``."""
     chain = moves(growth)
-    for first, second in zip(chain, chain[1:]):
+    for first, second in itertools.pairwise(chain):
         if first is None or second is None:
             continue
         grown = growth.measure[second] - growth.measure[first - 1]
@@ -191,7 +192,9 @@ def trigger_target(draw: st.DrawFn) -> tuple[CompactionStrategy, CompactionStrat
     turns = isinstance(strategy, SlidingWindowStrategy)
     trigger = threshold_of(None, strategy.trigger, turns=turns)
     target = threshold_of(strategy.target, strategy.trigger, turns=turns)
-    assert trigger is not None and target is not None and trigger[0] == target[0]
+    assert trigger is not None
+    assert target is not None
+    assert trigger[0] == target[0]
     return strategy, everything, trigger[0], trigger[1] - target[1]
 
 
