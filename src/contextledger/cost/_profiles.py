@@ -85,8 +85,10 @@ OPENAI = PriceProfile("openai")
 #: Anthropic's explicit caching: prefixes ending at a ``cache_control`` breakpoint (at most four,
 #: a hit found up to 20 blocks back), reads at 0.1x the input price, writes at 1.25x (the
 #: five-minute lifetime, refreshed on use).  Hits are counted to the token, not in steps.
+#: Output at 5x the input price (4x in the OpenAI profile), as their current models are priced.
 ANTHROPIC = PriceProfile(
     "anthropic",
+    output_price=5.0,
     cache_read_multiplier=0.1,
     cache_write_multiplier=1.25,
     cache_mode="breakpoints",
