@@ -37,7 +37,7 @@ from contextledger.exceptions import ConfigurationError
 from contextledger.messages import Message, to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["Block", "CallCost", "CostTotals", "PrefixCacheSimulator", "request_blocks"]
+__all__ = ["Block", "BlockMemo", "CallCost", "CostTotals", "PrefixCacheSimulator", "request_blocks"]
 
 _DIGEST_SIZE = 16
 
@@ -59,26 +59,35 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+BlockMemo = dict[int, tuple[Message, Block]]
+"""Blocks already built, by message identity (the message is kept so its id cannot be reused)."""
+
+
 def request_blocks(
     messages: Sequence[Message],
     *,
     tokenizer: Tokenizer | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    memo: BlockMemo | None = None,
 ) -> tuple[Block, ...]:
     """The blocks of a chat request: the tool list (if any) as one block, then each message.
 
     Each message is serialised as the OpenAI dict it is sent as, keys sorted, so the same message
     gives the same block in every request.  Tokens come from ``tokenizer`` (the character
-    estimate by default): the whole message, framing and tool calls included.
+    estimate by default): the whole message, framing and tool calls included.  A ``memo`` shared
+    by the requests of one conversation serialises each message once, however often it is sent.
     """
     counter = tokenizer or CharacterEstimatorTokenizer()
     blocks: list[Block] = []
     if tools:
         serialised = _canonical(list(tools))
         blocks.append(Block.of(serialised, counter.count_text(serialised)))
-    counts = counter.count_messages(messages)
-    for payload, tokens in zip(to_openai(messages), counts):
-        blocks.append(Block.of(_canonical(payload), tokens))
+    known = memo if memo is not None else {}
+    fresh = [message for message in messages if known.get(id(message), (None,))[0] is not message]
+    if fresh:
+        for message, payload, tokens in zip(fresh, to_openai(fresh), counter.count_messages(fresh)):
+            known[id(message)] = (message, Block.of(_canonical(payload), tokens))
+    blocks.extend(known[id(message)][1] for message in messages)
     return tuple(blocks)
 
 
