@@ -30,6 +30,7 @@ from contextledger.compaction import (
     never,
     tokens_exceed,
 )
+from contextledger.compaction._grouping import Grouper
 from contextledger.exceptions import CompactionError
 from contextledger.messages import ReasoningContent
 from contextledger.tokenizers import Tokenizer
@@ -56,14 +57,14 @@ def fresh(messages: list[Message]) -> list[Message]:
 
 
 def indexed(messages: list[Message], cuts: list[int], tokenizer: Tokenizer, *, plain: bool) -> MessageIndex:
-    MessageIndex._plain_batches = plain
+    Grouper._plain_batches = plain
     try:
         index = MessageIndex(tokenizer=tokenizer)
         for chunk in chunks(messages, cuts):
             index.append(chunk)
         return index
     finally:
-        MessageIndex._plain_batches = True
+        Grouper._plain_batches = True
 
 
 _PLAIN_BLOCKS = (
@@ -191,7 +192,7 @@ def test_plain_runs_group_and_count_as_the_general_loop_does(
 
 def test_a_reused_call_id_answered_in_a_later_plain_run_leaves_the_unanswered_call_as_it_was() -> None:
     """A call that never got its result, then (in a later append the lean loop takes) a new call
-    with the same id, answered at once: the new call takes the id over, so a result for it that
+    with the same id, answered at once: the id is ambiguous from then on, so a result for it that
     comes later still is an orphan, and the first call stays unanswered and in no unit."""
     call = FunctionCallContent("c1", "lookup", "{}")
     messages = [

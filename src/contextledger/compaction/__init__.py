@@ -5,12 +5,13 @@
 Where things live (every name is imported from here, ``contextledger.compaction``):
 
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
-  :class:`MessageGroup`, a view of one row), ``_grouping.py`` (SPEC §3 and §11: which
-  messages form a group, and units of a call and its results that sit apart; ``_plain.py``
-  groups plain runs faster, the same way), ``_metrics.py``
+  :class:`MessageGroup`, a view of one row), ``_grouping.py`` (the grouper, SPEC §3 and §11:
+  which messages form a group, and units of a call and its results that sit apart; ``_plain.py``
+  reads plain runs faster, the same way), ``_metrics.py``
   (the running counts triggers read, kept in one place), ``_marking.py`` (excluding,
   including, replacing and inserting, by group id: the one interface every strategy uses),
-  ``_index.py`` (:class:`MessageIndex`: building, updating, reading);
+  ``_index.py`` (:class:`MessageIndex`, which builds and owns those parts: building, updating,
+  reading);
 - triggers: ``_triggers.py``;
 - strategies, one module per family: ``_base.py`` (what all share), ``_truncation.py``,
   ``_window.py``, ``_tool_results.py`` (collapse and selective removal),

@@ -12,8 +12,11 @@ The rules, in one place:
 - a reasoning-only message joins the reply or call it directly precedes;
 - a result nobody asked for is flagged orphan (inside the open call's group while that call
   still waits, so the call is never split from its own results).
+- a call id opened again while a call with it still waits is ambiguous from then on: a result
+  for it that does not directly follow its call answers neither call (an orphan), as Agent
+  Framework decides.
 
-:meth:`Grouping._group_any` applies every rule.  Most histories are long plain runs, which a
+:meth:`Grouper._group_any` applies every rule.  Most histories are long plain runs, which a
 lean loop (``_plain``) groups first, handing over to this one at the first message it does not
 take; both produce the same table on every input (``tests/compaction/test_columns.py`` checks it
 on random conversations).
@@ -26,9 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import repeat
+from operator import add
 from typing import cast
 
 from contextledger.compaction._marking import Marking
+from contextledger.compaction._metrics import Metrics
+from contextledger.compaction._plain import PlainRun, read_plain_run
 from contextledger.compaction._table import _SUMMARY, _SYSTEM, _TEXT, _TOOL_CALL, _USER, GroupKind, _Table, gc_paused
 from contextledger.exceptions import InvalidMessageError
 from contextledger.messages import (
@@ -41,9 +47,17 @@ from contextledger.messages import (
     answered_ids,
     opened_ids,
 )
-from contextledger.tokenizers import Tokenizer
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["Grouping"]
+__all__ = ["Grouper"]
+
+
+# What ``Grouper._waiting`` holds for an id that a call opened while another call with that id
+# still waited (two calls of one message included).  A result for it that does not directly
+# follow its call cannot be told apart, so from then on it answers no call: it is an orphan
+# group of its own, and the calls stay incomplete (as Agent Framework decides; guessing would
+# make a unit the input does not have).  A result directly after its call still joins it.
+_AMBIGUOUS = -1
 
 
 def _asked(call_id: str, asked: str | frozenset[str]) -> bool:
@@ -57,24 +71,26 @@ def _summary_turn(message: Message, turn: int) -> int | None:
     return turn if message.additional_properties.get(SUMMARY_SOURCE_PROPERTY) == "tool_results" else None
 
 
-class Grouping(Marking):
-    """Appending to an index: the general grouping loop, and the state both loops carry between appends."""
+class Grouper:
+    """Appending to an index: the lean loop for plain runs, the general loop for the rest, and
+    the state both carry between appends (the turn, a call group results may still join,
+    reasoning that may still join a call, calls still waiting for results)."""
 
-    tokenizer: Tokenizer
-    _table: _Table
-    _source: list[Message]
-    _turn: int  # the turn the last appended message belongs to
-    _open_tool: int | None  # a tool-call group results may still join
-    _provisional: list[int]  # trailing reasoning-only groups that may still join a call
-    _waiting: dict[str, int]  # call id -> the group whose call still waits for it
-    _linked: list[int]  # earlier groups the last append linked a new result to
+    # Whether plain runs go through the lean loop first (the tests compare both ways).
+    _plain_batches = True
 
-    def _reset_grouping(self) -> None:
-        self._turn = 0
-        self._open_tool = None
-        self._provisional = []
-        self._waiting = {}
-        self._linked = []
+    def __init__(self, table: _Table, metrics: Metrics, marking: Marking, tokenizer: Tokenizer) -> None:
+        self._table = table
+        self._metrics = metrics
+        self._marking = marking
+        self._tokenizer = tokenizer
+        self.source: list[Message] = []  # the messages appended so far, as given
+        self._turn = 0  # the turn the last appended message belongs to
+        self._open_tool: int | None = None  # a tool-call group results may still join
+        self._provisional: list[int] = []  # trailing reasoning-only groups that may still join a call
+        # Call id -> the group whose call still waits for it, or _AMBIGUOUS.
+        self._waiting: dict[str, int] = {}
+        self._linked: list[int] = []  # earlier groups the last append linked a new result to
 
     def append(self, messages: Iterable[Message]) -> None:
         """Group and count ``messages`` as if they followed what is already indexed.
@@ -90,15 +106,83 @@ class Grouping(Marking):
             for position, message in enumerate(new):
                 if not isinstance(message, Message):
                     raise InvalidMessageError(
-                        f"item {len(self._source) + position} is {type(message).__name__}, not a Message; "
+                        f"item {len(self.source) + position} is {type(message).__name__}, not a Message; "
                         "convert OpenAI dicts with contextledger.from_openai first"
                     )
         with gc_paused():
             self._append(new)
 
     def _append(self, new: list[Message]) -> None:
-        """Group ``new`` with every rule (the lean loop in ``_plain`` takes plain runs first)."""
-        self._append_any(new, self.tokenizer.count_messages(new))
+        """The lean loop takes the plain run at the start, the general loop the rest."""
+        tokenizer = self._tokenizer
+        if not self._plain_batches or self._open_tool is not None or self._provisional:
+            # An open tail from the last append: the general loop.
+            self._append_any(new, tokenizer.count_messages(new))
+            return
+        if type(tokenizer) is CharacterEstimatorTokenizer:
+            # The estimate is counted in the same pass (each message is read once, which
+            # matters on a long history that does not fit the caches).
+            run = read_plain_run(new, None, tokenizer, self._turn, self._waiting)
+            done = self._add_plain(new, run)
+            if done < len(new):
+                rest = new[done:]
+                self._append_any(rest, tokenizer.count_messages(rest))
+            return
+        counts = tokenizer.count_messages(new)
+        done = self._add_plain(new, read_plain_run(new, counts, None, self._turn, self._waiting))
+        if done < len(new):
+            self._append_any(new[done:], counts[done:])
+
+    def _add_plain(self, new: list[Message], run: PlainRun | None) -> int:
+        """Write a plain run (see ``_plain``) into the table, the order and the metrics; returns
+        how many messages of ``new`` it took."""
+        if run is None:
+            return 0
+        table = self._table
+        taken, count = run.taken, len(run.kinds)
+        first, base = len(table.kind), len(table.pool)
+        # One int object per id and per position, shared by every column that holds it (a long
+        # history would otherwise make, and later free, several hundred thousand of them).
+        ids = list(range(first, first + count))
+        if len(table.ids) == first:
+            table.ids.extend(ids)
+        taken_messages = new[:taken] if taken < len(new) else new
+        table.pool.extend(taken_messages)
+        table.kind.extend(run.kinds)
+        table.turn.extend(run.turns)
+        table.tokens.extend(run.tokens)
+        table.first.extend(map(add, run.starts, repeat(base)) if base else run.starts)
+        table.size.extend(run.sizes)
+        table.reason.extend(repeat(None, count))
+        table.origin.extend(repeat("input", count))
+        table.replaces.extend(repeat(None, count))
+        if run.calls:
+            table.pending_calls.append((first, run.calls, run.asked))
+        open_call = run.open_call
+        last = first + count - 1
+        if open_call is not None:
+            table.unanswered[last] = open_call
+            if isinstance(open_call, str):
+                self._waiting[open_call] = last
+            else:
+                self._waiting.update(dict.fromkeys(open_call, last))
+        if open_call is not None or run.answered:
+            self._open_tool = last  # results may still join it, as in the general loop
+        first_turn = self._turn
+        self._turn = run.turn
+        self.source.extend(taken_messages)
+        self._marking.append_included(ids)
+        self._metrics.count_appended(
+            count,
+            taken,
+            run.added,
+            systems=run.systems,
+            tool_groups=len(run.calls),
+            turns=run.turns,
+            first_turn=first_turn,
+            last_turn=run.turn,
+        )
+        return taken
 
     def _append_any(self, new: list[Message], counts: list[int]) -> None:
         """The general loop (see :meth:`_group_any`); then a new result linked to a call that a
@@ -110,7 +194,7 @@ class Grouping(Marking):
         for group in self._linked:
             reason = reasons[group]
             if reason is not None:
-                self._exclude([group], reason)
+                self._marking.exclude_with(group, reason)
 
     def _link_answers(self, group: int, ids: Iterable[str]) -> bool:
         """Link ``group`` to the earlier groups whose waiting calls ``ids`` answer; True if every
@@ -118,10 +202,11 @@ class Grouping(Marking):
         table, waiting = self._table, self._waiting
         matched = True
         for call_id in ids:
-            call_group = waiting.pop(call_id, None)
-            if call_group is None or call_group == group:
+            call_group = waiting.get(call_id)
+            if call_group is None or call_group in (group, _AMBIGUOUS):
                 matched = matched and call_group == group
                 continue
+            del waiting[call_id]
             table.answer(call_group, (call_id,))
             table.link(call_group, group)
             self._linked.append(call_group)
@@ -147,8 +232,9 @@ class Grouping(Marking):
         # group made here is new and included, and the metrics follow from a few sums.
         tail = ([open_tool] if open_tool is not None else []) + provisional
         reopened = bool(tail)
+        metrics = self._metrics
         if reopened:
-            self._tally(tail, -1)
+            metrics.tally(tail, -1)
         dead: list[int] = []  # groups merged into a call group (reasoning before or between results)
         origins: dict[int, str] = {}  # summaries among the input, by what wrote them
         start = len(kinds)
@@ -226,7 +312,11 @@ class Grouping(Marking):
                     left = [call_id for call_id in opened if call_id not in answers] if answers else opened
                     if left:
                         unanswered[group] = left[0] if len(left) == 1 else frozenset(left)
-                        waiting.update(dict.fromkeys(left, group))
+                        if waiting.keys().isdisjoint(left) and len(set(left)) == len(left):
+                            waiting.update(dict.fromkeys(left, group))
+                        else:  # an id a call still waits for (see _AMBIGUOUS)
+                            for call_id in left:
+                                waiting[call_id] = _AMBIGUOUS if call_id in waiting else group
                     earlier = [call_id for call_id in answers if call_id not in asked]
                     if earlier and not self._link_answers(group, earlier):
                         orphans.add(group)
@@ -295,29 +385,23 @@ class Grouping(Marking):
         self._open_tool = open_tool
         self._provisional = provisional
         self._turn = turn
-        self._source.extend(new)
+        self.source.extend(new)
         if table.bytes and tail:
             table.bytes.pop(tail[0], None)  # an open group's byte count changes as results join
         fresh = list(range(start, len(kinds)))
-        order, live = self._order, self._settled()
         if dead:
             gone = set(dead)
             fresh = [group for group in fresh if group not in gone]
             old = [group for group in tail if group in gone]
             if old:  # merged groups from the last append leave the order and the included set
-                self._flush()
-                self._order = order = [group for group in order if group not in gone]
-                for group in old:
-                    live.pop(group, None)
+                self._marking.drop_merged(set(old))
                 tail = [group for group in tail if group not in gone]
-        order.extend(fresh)
         if reopened:
-            self._open_turns(turn)
-            included = self._tally(tail + fresh, 1)
-            live.update(zip(self._keys(included), included))
+            metrics.open_turns(turn)
+            self._marking.append(fresh, metrics.tally(tail + fresh, 1))
             return
-        live.update(zip(fresh, fresh))
-        self._count_appended(
+        self._marking.append(fresh, fresh)
+        metrics.count_appended(
             len(fresh),
             len(new),
             sum(counts),

@@ -1,14 +1,16 @@
 """The message index: a flat message list seen as atomic groups, with running metrics.
 
-:class:`MessageIndex` is assembled from the package's parts, one concern per module:
+:class:`MessageIndex` is assembled from parts it builds and owns, one concern per module:
 
 - ``_table`` — the group table (one column per attribute, invariants in ``_Table``'s
   docstring) and :class:`MessageGroup`, a view of one row;
-- ``_grouping`` — SPEC §3 and §11 turned into groups as messages are appended, and ``_plain``,
-  a lean loop that groups plain runs the same way before handing over to it;
-- ``_metrics`` — the running counts triggers read, kept in one place;
-- ``_marking`` — excluding, including, replacing and inserting, by group id;
-- this module — building, updating and reading (the projection, groups, ids).
+- ``_metrics`` — :class:`Metrics`, the running counts triggers read, kept in one place;
+- ``_marking`` — :class:`Marking`, excluding, including, replacing and inserting by group id,
+  and the order of the groups;
+- ``_grouping`` — :class:`Grouper`, SPEC §3 and §11 turned into groups as messages are
+  appended, with ``_plain``, a lean loop that reads plain runs the same way first;
+- this module — building, updating and reading (the projection, groups, ids), and the public
+  face of the parts: each method below hands its work to the part that does it.
 
 A strategy reads the index by id (:meth:`MessageIndex.live_ids`, :attr:`MessageIndex.columns`)
 and changes it only through the marking methods, the built-in strategies as much as yours.
@@ -17,12 +19,14 @@ and changes it only through the marking methods, the built-in strategies as much
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, compress, repeat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress, repeat
 from operator import add, ne
-from typing import cast
+from typing import Any, cast
 
-from contextledger.compaction._plain import PlainRuns
+from contextledger.compaction._grouping import Grouper
+from contextledger.compaction._marking import Marking
+from contextledger.compaction._metrics import Metrics
 from contextledger.compaction._table import (
     _TOOL_CALL,
     CompactionEvent,
@@ -38,7 +42,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["MessageIndex"]
 
 
-class MessageIndex(PlainRuns):
+class MessageIndex:
     """A flat message list grouped into atomic units, with included/excluded state and metrics.
 
     Build one from a message list (``MessageIndex(messages, tokenizer=...)``),
@@ -52,30 +56,108 @@ class MessageIndex(PlainRuns):
     """
 
     def __init__(self, messages: Iterable[Message] = (), *, tokenizer: Tokenizer | None = None) -> None:
-        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
+        self._tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
         self.events: list[CompactionEvent] = []
-        self._reset()
-        self.append(messages)
+        self._build()
+        self._grouper.append(messages)
 
-    def _reset(self) -> None:
+    def _build(self) -> None:
+        """Make the parts afresh, each given the parts it works with: the table they all share,
+        the metrics marking and grouping report to, and the order grouping appends to."""
         self._table = _Table()
         self._columns = GroupColumns(self._table)
-        self._source: list[Message] = []
-        self._reset_metrics()
-        self._reset_marking()
-        self._reset_grouping()
+        self._metrics = Metrics(self._table)
+        self._marking = Marking(self._table, self._metrics, self._tokenizer)
+        self._grouper = Grouper(self._table, self._metrics, self._marking, self._tokenizer)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """What the index counts tokens with (every group's count and every summary's)."""
+        return self._tokenizer
+
+    def append(self, messages: Iterable[Message]) -> None:
+        """Group and count ``messages`` as if they followed what is already indexed.
+
+        Only the tail that can still change (an open tool-call group waiting for
+        results, and reasoning messages that may belong to the next call) is
+        re-examined; everything before it is left alone.
+        """
+        self._grouper.append(messages)
 
     def update(self, messages: Sequence[Message]) -> bool:
         """Bring the index in line with ``messages``: append what is new, or rebuild if the
         already-indexed prefix changed.  Exclusions survive an append; a rebuild clears them.
         Returns True if it had to rebuild."""
-        indexed = len(self._source)
-        if len(messages) >= indexed and (indexed == 0 or list(messages[:indexed]) == self._source):
-            self.append(list(messages[indexed:]))
+        source = self._grouper.source
+        indexed = len(source)
+        if len(messages) >= indexed and (indexed == 0 or list(messages[:indexed]) == source):
+            self._grouper.append(list(messages[indexed:]))
             return False
-        self._reset()
-        self.append(list(messages))
+        self._build()
+        self._grouper.append(list(messages))
         return True
+
+    # Metrics ----------------------------------------------------------------------------------
+    # Read from the metrics part: what triggers compare with their limits.
+
+    @property
+    def total_groups(self) -> int:
+        return self._metrics.total_groups
+
+    @property
+    def total_messages(self) -> int:
+        return self._metrics.total_messages
+
+    @property
+    def total_tokens(self) -> int:
+        return self._metrics.total_tokens
+
+    @property
+    def total_turns(self) -> int:
+        return self._metrics.total_turns
+
+    @property
+    def included_groups(self) -> int:
+        return self._metrics.included_groups
+
+    @property
+    def included_messages(self) -> int:
+        return self._metrics.included_messages
+
+    @property
+    def included_tokens(self) -> int:
+        return self._metrics.included_tokens
+
+    @property
+    def included_non_system_groups(self) -> int:
+        return self._metrics.included_non_system_groups
+
+    @property
+    def included_non_system_messages(self) -> int:
+        return self._metrics.included_non_system_messages
+
+    @property
+    def included_tool_call_groups(self) -> int:
+        return self._metrics.included_tool_call_groups
+
+    @property
+    def included_turns(self) -> int:
+        """User turns with at least one included group (turn 0 is not a turn)."""
+        return self._metrics.included_turns(self._marking.live_ids, len(self._grouper.source))
+
+    def metrics(self) -> dict[str, int]:
+        """Totals and included counts, for reports."""
+        metrics = self._metrics
+        return {
+            "groups": metrics.total_groups,
+            "messages": metrics.total_messages,
+            "tokens": metrics.total_tokens,
+            "turns": metrics.total_turns,
+            "included_groups": metrics.included_groups,
+            "included_messages": metrics.included_messages,
+            "included_tokens": metrics.included_tokens,
+            "included_turns": self.included_turns,
+        }
 
     # Reading by id ----------------------------------------------------------------------------
 
@@ -86,18 +168,17 @@ class MessageIndex(PlainRuns):
 
     def live_ids(self) -> list[int]:
         """The included groups' ids, in conversation order (a snapshot: safe to mark while iterating)."""
-        return self._included_ids()
+        return self._marking.live_ids()
 
     def newest_ids(self) -> Iterator[int]:
         """Included groups' ids from the newest back; stop early to pay only for what you read."""
-        tail = self._tail
-        return chain(reversed(tail), reversed(self._live.values())) if tail else reversed(self._live.values())
+        return self._marking.newest_ids()
 
     def tool_call_ids(self) -> list[int]:
         """The included tool-call groups' ids, in order, read from the newest back only as far as
         the oldest of them (the index counts them): a long session pays for the groups that can
         still change, not for the whole history."""
-        wanted = self.included_tool_call_groups
+        wanted = self._metrics.included_tool_call_groups
         found: list[int] = []
         if wanted:
             kind_of = self._table.kind
@@ -134,7 +215,7 @@ class MessageIndex(PlainRuns):
 
     def group(self, group: int) -> MessageGroup:
         """The :class:`MessageGroup` object for an id (always the same object)."""
-        return self._table.view(self._ids([group], "group")[0])
+        return self._table.view(self._marking.checked_ids([group], "group")[0])
 
     def record(self, strategy: str, action: str, groups: list[int], detail: str) -> bool:
         """Add one event to :attr:`events` for what ``strategy`` did to ``groups`` (``action``:
@@ -164,37 +245,135 @@ class MessageIndex(PlainRuns):
         )
         return True
 
+    # Changing groups, by id (the marking part does it) ------------------------------------------
+
+    def exclude_ids(self, groups: Iterable[int], reason: str) -> list[int]:
+        """Exclude groups by id, with the whole unit of each; returns those that were included,
+        in order.  ``reason`` is what reports show (``"truncation"``, ``"sliding_window"``...)."""
+        return self._marking.exclude_ids(groups, reason)
+
+    def include_ids(self, groups: Iterable[int]) -> list[int]:
+        """Undo exclusions by id (a failed summarisation restoring what it took), with the whole
+        unit of each; returns those that were excluded, in order."""
+        return self._marking.include_ids(groups)
+
+    def whole_units(self, groups: list[int], keep: set[int] | None = None) -> list[int]:
+        """``groups`` without those in a unit with a group that must stay: when a boundary falls
+        inside a unit, the unit is kept whole (a kept result keeps its call).  What must stay is
+        ``keep``, or by default every included group not in ``groups``."""
+        return self._marking.whole_units(groups, keep)
+
+    def replace_ids(
+        self, originals: Iterable[int], messages: Sequence[Message], reason: str, *, origin: str
+    ) -> list[int]:
+        """Replace each original (included, not a system group, not in a unit with others) by a
+        one-message summary group of its turn that takes its place; returns the new ids.  The
+        messages are counted with the index's tokenizer in one batch."""
+        return self._marking.replace_ids(originals, messages, reason, origin=origin)
+
+    def collapse_ids(
+        self,
+        originals: Iterable[int],
+        texts: Sequence[str],
+        reason: str,
+        *,
+        origin: str,
+        properties: Mapping[str, Any],
+    ) -> list[int]:
+        """:meth:`replace_ids` with one assistant text (with ``properties``) for each original.
+
+        With the character estimate each text is counted from its length and its message is
+        written only when first read: in a pipeline most collapsed groups are excluded again
+        right away, and thousands of messages never built is most of a collapse's cost."""
+        return self._marking.collapse_ids(originals, texts, reason, origin=origin, properties=properties)
+
+    def insert_summary(self, before: int, message: Message, *, replaces: Sequence[int], origin: str) -> int:
+        """Insert a summary group of no turn just before group ``before`` (what summarisation
+        writes for the groups it excluded); returns its id."""
+        return self._marking.insert_summary(before, message, replaces=replaces, origin=origin)
+
+    # Changing groups, by object ---------------------------------------------------------------
+
+    def id_of(self, group: MessageGroup) -> int:
+        """The id of one of this index's groups (what the ``*_ids`` methods take)."""
+        return self._marking.id_of(group)
+
+    def exclude(self, group: MessageGroup, reason: str) -> bool:
+        """Mark a group excluded; returns False if it already was."""
+        return bool(self._marking.exclude_ids([self._marking.id_of(group)], reason))
+
+    def exclude_many(self, groups: Iterable[MessageGroup], reason: str) -> list[MessageGroup]:
+        """Exclude several groups in one pass; returns those that were not already excluded."""
+        marking = self._marking
+        return list(map(self._table.view, marking.exclude_ids(map(marking.id_of, groups), reason)))
+
+    def include(self, group: MessageGroup) -> bool:
+        """Undo an exclusion; returns False if the group was already included."""
+        return bool(self._marking.include_ids([self._marking.id_of(group)]))
+
+    def include_many(self, groups: Sequence[MessageGroup]) -> None:
+        """Undo several exclusions."""
+        self._marking.include_ids(map(self._marking.id_of, groups))
+
+    def make_summary_groups(
+        self,
+        messages: Sequence[Message],
+        *,
+        turns: Sequence[int | None],
+        origin: str,
+        replaces: Sequence[tuple[MessageGroup, ...]],
+    ) -> list[MessageGroup]:
+        """Summary groups for many messages, counted in one tokenizer batch, not yet inserted."""
+        return self._marking.make_summary_groups(messages, turns=turns, origin=origin, replaces=replaces)
+
+    def make_summary_group(
+        self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
+    ) -> MessageGroup:
+        """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
+        return self._marking.make_summary_groups([message], turns=[turn], origin=origin, replaces=[replaces])[0]
+
+    def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
+        """Exclude each original and put its replacement (see :meth:`make_summary_groups`) in its place."""
+        self._marking.replace_many(pairs, reason)
+
+    def insert_before(self, anchor: MessageGroup, group: MessageGroup) -> None:
+        """Insert ``group`` just before ``anchor``.
+
+        Insertions are batched: the order is rebuilt once, the next time it is
+        read, so inserting thousands of groups costs one pass, not one per group.
+        """
+        self._marking.insert_before(anchor, group)
+
     # Reading ----------------------------------------------------------------------------------
 
     @property
     def groups(self) -> list[MessageGroup]:
         """Every group in order, excluded ones included."""
-        self._flush()
-        return list(map(self._table.view, self._order))
+        return list(map(self._table.view, self._marking.order()))
 
     @property
     def source_messages(self) -> list[Message]:
         """The messages that were indexed, as given (summaries written by strategies are not here)."""
-        return self._source
+        return self._grouper.source
 
     @property
     def included_bytes(self) -> int:
-        return sum(map(self._table.byte_count, self._included_ids()))
+        return sum(map(self._table.byte_count, self._marking.live_ids()))
 
     @property
     def total_bytes(self) -> int:
-        self._flush()
-        return sum(map(self._table.byte_count, self._order))
+        return sum(map(self._table.byte_count, self._marking.order()))
 
     def projection(self) -> list[Message]:
         """The included messages, in order: what is sent to the model."""
-        source = self._source
-        if self.included_messages == self.total_messages == len(source):
+        source = self._grouper.source
+        metrics = self._metrics
+        if metrics.included_messages == metrics.total_messages == len(source):
             # Every group included and nothing inserted: the groups hold exactly the indexed
             # messages, in order (a group never has fewer than one message).
             return list(source)
         table = self._table
-        ids = self._included_ids()
+        ids = self._marking.live_ids()
         if table.later:  # deferred summaries that are sent are written now, the others never
             # In conversation order: the new messages then lie in memory in the order they are sent.
             table.write(filter(table.later.__contains__, ids))
@@ -223,19 +402,19 @@ class MessageIndex(PlainRuns):
     @property
     def live(self) -> list[MessageGroup]:
         """The included groups, in order (a snapshot: safe to exclude while iterating)."""
-        return list(map(self._table.view, self._included_ids()))
+        return list(map(self._table.view, self._marking.live_ids()))
 
     def newest_live(self) -> Iterator[MessageGroup]:
         """Included groups from the newest back; stop early to pay only for what you read."""
-        return map(self._table.view, self.newest_ids())
+        return map(self._table.view, self._marking.newest_ids())
 
     def __len__(self) -> int:
-        self._flush()
-        return len(self._order)
+        return len(self._marking.order())
 
     def __repr__(self) -> str:
+        metrics = self._metrics
         return (
-            f"MessageIndex(groups={self.included_groups}/{self.total_groups}, "
-            f"messages={self.included_messages}/{self.total_messages}, "
-            f"tokens={self.included_tokens}/{self.total_tokens} ({self.tokenizer.name}))"
+            f"MessageIndex(groups={metrics.included_groups}/{metrics.total_groups}, "
+            f"messages={metrics.included_messages}/{metrics.total_messages}, "
+            f"tokens={metrics.included_tokens}/{metrics.total_tokens} ({self._tokenizer.name}))"
         )

@@ -3,12 +3,14 @@
 Strategies never delete anything.  They mark groups excluded (with a reason) or put summary
 groups in, and the projection (the included messages, in order) is what gets sent.
 
-Every change is made by group id, through the methods of :class:`Marking` without a leading
-underscore (``exclude_ids``, ``include_ids``, ``replace_ids``, ``collapse_ids``,
-``insert_summary``).  The built-in strategies use exactly these, and so can a strategy of
-your own; the methods that take :class:`MessageGroup` objects (``exclude``, ``replace_many``,
-``insert_before``...) are thin wrappers over them.  Each keeps the unit rule (SPEC §11: a
-group in a unit takes the others with it) and tells the metrics what changed.
+Every change is made by group id, through the index's methods (``exclude_ids``,
+``include_ids``, ``replace_ids``, ``collapse_ids``, ``insert_summary``), which hand it to the
+:class:`Marking` part each :class:`MessageIndex` owns.  The built-in strategies use exactly
+these, and so can a strategy of your own; the methods that take :class:`MessageGroup` objects
+(``exclude``, ``replace_many``, ``insert_before``...) are thin wrappers over them.  Each keeps
+the unit rule (SPEC §11: a group in a unit takes the others with it) and tells the metrics
+what changed.  Marking also keeps the order of the groups and which of them are included:
+grouping hands it each appended batch.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import is_
 from typing import Any, cast
 
 from contextledger.compaction._metrics import Metrics
-from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup, gather
+from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup, _Table, gather
 from contextledger.exceptions import CompactionError
 from contextledger.messages import Message, assistant_text_message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
@@ -29,31 +31,70 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["Marking"]
 
 
-class Marking(Metrics):
-    """Changing which groups are included, by id, with the metrics kept in step."""
+class Marking:
+    """Changing which groups are included, by id, with the metrics kept in step; and the order of
+    the groups, which only grouping (appending) and marking (inserting) change."""
 
-    tokenizer: Tokenizer
-    # The included groups, in conversation order: key -> group id.  A group's key is its own
-    # id, except for a replacement, which holds the key of the group whose place it took.
-    _live: dict[int, int]
-    # Included groups after every one in _live, in order, each its own key: appended groups not
-    # yet put in _live.  A window over a long history excludes most of them again at once, and
-    # cutting a run out of a list costs far less than a dict entry made and removed per group.
-    _tail: list[int]
-    _live_key: dict[int, int]  # replacement id -> the key it holds in _live
-    _order: list[int]  # every group id in conversation order, but for pending insertions
-    # Groups inserted since the order was last read, each just before its anchor, in the order
-    # they were inserted: two flat lists, so inserting thousands of summaries costs two extends.
-    _anchors: list[int]
-    _inserted: list[int]
+    def __init__(self, table: _Table, metrics: Metrics, tokenizer: Tokenizer) -> None:
+        self._table = table
+        self._metrics = metrics
+        self._tokenizer = tokenizer
+        # The included groups, in conversation order: key -> group id.  A group's key is its own
+        # id, except for a replacement, which holds the key of the group whose place it took.
+        self._live: dict[int, int] = {}
+        # Included groups after every one in _live, in order, each its own key: appended groups not
+        # yet put in _live.  A window over a long history excludes most of them again at once, and
+        # cutting a run out of a list costs far less than a dict entry made and removed per group.
+        self._tail: list[int] = []
+        self._live_key: dict[int, int] = {}  # replacement id -> the key it holds in _live
+        self._order: list[int] = []  # every group id in conversation order, but for pending insertions
+        # Groups inserted since the order was last read, each just before its anchor, in the order
+        # they were inserted: two flat lists, so inserting thousands of summaries costs two extends.
+        self._anchors: list[int] = []
+        self._inserted: list[int] = []
 
-    def _reset_marking(self) -> None:
-        self._live = {}
-        self._tail = []
-        self._live_key = {}
-        self._order = []
-        self._anchors = []
-        self._inserted = []
+    # Reading the order -------------------------------------------------------------------------
+
+    def live_ids(self) -> list[int]:
+        """The included groups' ids, in order."""
+        return [*self._live.values(), *self._tail] if self._live else list(self._tail)
+
+    def newest_ids(self) -> Iterator[int]:
+        """The included groups' ids from the newest back."""
+        tail = self._tail
+        return chain(reversed(tail), reversed(self._live.values())) if tail else reversed(self._live.values())
+
+    def order(self) -> list[int]:
+        """Every group's id in conversation order, excluded ones included (the list itself: read only)."""
+        self._flush()
+        return self._order
+
+    # Groups appended by grouping ---------------------------------------------------------------
+
+    def append_included(self, groups: list[int]) -> None:
+        """Put new groups, all included, after every group (the lean grouping loop's batch)."""
+        self._order.extend(groups)
+        self._tail.extend(groups)
+
+    def append(self, fresh: list[int], included: list[int]) -> None:
+        """Put ``fresh`` groups after every group, and count ``included`` (fresh ones, and groups of
+        the last append's open tail already in place) among the included groups."""
+        live = self._settled()
+        self._order.extend(fresh)
+        live.update(zip(self._keys(included), included) if self._live_key else zip(included, included))
+
+    def drop_merged(self, gone: set[int]) -> None:
+        """Take groups merged into a call group (reasoning of the last append's open tail) out of
+        the order and the included groups."""
+        self._flush()
+        self._order = [group for group in self._order if group not in gone]
+        live = self._settled()
+        for group in gone:
+            live.pop(group, None)
+
+    def exclude_with(self, group: int, reason: str) -> None:
+        """Exclude ``group`` (a new result linked to a call excluded for ``reason``) and its unit."""
+        self._exclude([group], reason)
 
     def _settled(self) -> dict[int, int]:
         """The included groups as one ordered dict (the tail put in it), for changes by key."""
@@ -63,15 +104,11 @@ class Marking(Metrics):
             self._tail = []
         return self._live
 
-    def _included_ids(self) -> list[int]:
-        """The included groups' ids, in order."""
-        return [*self._live.values(), *self._tail] if self._live else list(self._tail)
-
     def _keys(self, groups: Iterable[int]) -> Iterator[int]:
         """Each group's key among the included groups (its own id, unless it is a replacement)."""
         return map(self._live_key.get, groups, groups)  # dict.get(id, default=id)
 
-    def _ids(self, groups: Iterable[int], what: str) -> list[int]:
+    def checked_ids(self, groups: Iterable[int], what: str) -> list[int]:
         """Group ids from a caller, checked: a wrong id must fail here, not corrupt the metrics."""
         ids = groups if isinstance(groups, list) else list(groups)
         # Three C-level passes, so checking thousands of ids costs little next to using them.
@@ -136,7 +173,7 @@ class Marking(Metrics):
         table = self._table
         if len(included) == 1:  # the per-step path of strategies with an arbitrary target
             group = included[0]
-            self._count(group, -1)  # while still included, so its contribution is taken out
+            self._metrics.count(group, -1)  # while still included, so its contribution is taken out
             table.reason[group] = reason
             del self._settled()[self._live_key.get(group, group)]
             return included
@@ -150,7 +187,7 @@ class Marking(Metrics):
             table.reason[run] = [reason] * len(included)
         else:
             deque(map(table.reason.__setitem__, included, repeat(reason)), maxlen=0)
-        self._tally(included, -1, totals=False, fresh=True, run=run)
+        self._metrics.tally(included, -1, totals=False, fresh=True, run=run)
         return included
 
     def _cut_from_tail(self, run: list[int]) -> bool:
@@ -168,14 +205,14 @@ class Marking(Metrics):
         """Undo exclusions by id (a failed summarisation restoring what it took), with the whole
         unit of each; returns those that were excluded, in order."""
         table = self._table
-        ids = self._ids(groups, "include_ids")
+        ids = self.checked_ids(groups, "include_ids")
         if table.unit:
             ids = table.with_units(ids)
         restored = []
         for group in ids:
             if table.reason[group] is not None:
                 table.reason[group] = None
-                self._count(group, 1)
+                self._metrics.count(group, 1)
                 restored.append(group)
         if restored:
             self._relive()
@@ -249,22 +286,20 @@ class Marking(Metrics):
         written only when first read: in a pipeline most collapsed groups are excluded again
         right away, and thousands of messages never built is most of a collapse's cost."""
         ids, run = self._replaceable(originals, len(texts), reason)
-        tokenizer = self.tokenizer
+        tokenizer = self._tokenizer
         if type(tokenizer) is not CharacterEstimatorTokenizer:
             messages = [assistant_text_message(t, properties) for t in texts]
             return self._replace(ids, run, messages, reason, origin=origin)
         counts = tokenizer.count_plain_texts(list(map(len, texts)))
         replacements = self._replace(ids, run, [None] * len(ids), reason, origin=origin, counts=counts)
-        table = self._table
-        table.later.update(zip(replacements, texts))
-        table.later_properties = properties
+        self._table.defer(replacements, texts, properties)
         return replacements
 
     def _replaceable(self, originals: Iterable[int], count: int, reason: str) -> tuple[list[int], slice | None]:
         """The originals' ids, checked, and their run (see ``_Table.run``), if they are one."""
         if not isinstance(reason, str) or not reason:
             raise CompactionError(f"a replacement needs a reason (non-empty text), got {reason!r}")
-        ids = self._ids(originals, "replace_ids")
+        ids = self.checked_ids(originals, "replace_ids")
         table = self._table
         if count != len(ids):
             raise CompactionError(f"replace_ids: {len(ids)} groups but {count} replacements; give one each")
@@ -298,14 +333,14 @@ class Marking(Metrics):
         table.first.extend(range(len(table.pool), len(table.pool) + count))
         table.pool.extend(cast(Sequence[Message], messages))
         table.size.extend(repeat(1, count))
-        table.tokens.extend(counts if counts is not None else self.tokenizer.count_messages(messages))  # type: ignore[arg-type]
+        table.tokens.extend(counts if counts is not None else self._tokenizer.count_messages(messages))  # type: ignore[arg-type]
         table.kind.extend(repeat(_SUMMARY, count))
         table.turn.extend(gather(table.turn, originals, run))
         table.reason.extend(repeat(None, count))
         table.origin.extend(repeat(origin, count))
         table.replaces.extend(originals)
         replacements = list(range(start, start + count))
-        self._count_replaced(originals, replacements, run, slice(start, start + count))
+        self._metrics.count_replaced(originals, replacements, run, slice(start, start + count))
         if run is not None:
             table.reason[run] = [reason] * count
         else:
@@ -330,17 +365,11 @@ class Marking(Metrics):
         replaces: Sequence[tuple[MessageGroup, ...]],
     ) -> list[MessageGroup]:
         """Summary groups for many messages, counted in one tokenizer batch, not yet inserted."""
-        counts = self.tokenizer.count_messages(messages)
+        counts = self._tokenizer.count_messages(messages)
         return [
             MessageGroup(_SUMMARY, [message], turn, tokens, origin=origin, replaces=source)
             for message, turn, tokens, source in zip(messages, turns, counts, replaces)
         ]
-
-    def make_summary_group(
-        self, message: Message, *, turn: int | None, origin: str, replaces: tuple[MessageGroup, ...]
-    ) -> MessageGroup:
-        """A summary group for ``message``, counted with this index's tokenizer, not yet inserted."""
-        return self.make_summary_groups([message], turns=[turn], origin=origin, replaces=[replaces])[0]
 
     def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
         """Exclude each original and put its replacement (see :meth:`make_summary_groups`) in its place."""
@@ -360,43 +389,24 @@ class Marking(Metrics):
             and table.size[replacement] == 1
             and table.reason[replacement] is None
         ):
-            self._count_replaced([original], [replacement])
+            self._metrics.count_replaced([original], [replacement])
             table.reason[original] = reason
             return
-        self._count(original, -1)
+        self._metrics.count(original, -1)
         table.reason[original] = reason
-        self._tally([replacement], 1)
+        self._metrics.tally([replacement], 1)
 
     def _adopt(self, group: MessageGroup) -> int:
         """Take a group built outside the index (see :class:`MessageGroup`) into its table."""
-        if group._table is self._table:
-            return group._id
-        own, row = group._table, group._id
-        if len(own.kind) != 1 or own.views:
-            raise CompactionError(f"{group!r} belongs to another index; build a new group for this one")
-        replaced = group._replaced
-        new = self._table.add(
-            own.kind[row],
-            own.messages(row),
-            own.turn[row],
-            own.tokens[row],
-            reason=own.reason[row],
-            origin=own.origin[row],
-            replaces=tuple(map(self.id_of, replaced)),
-        )
-        if row in own.orphan:
-            self._table.orphan.add(new)
-        group._table, group._id = self._table, new
-        self._table.views[new] = group
-        return new
+        return self._table.adopt(group, self.id_of)
 
     # Inserting ---------------------------------------------------------------------------------
 
     def insert_summary(self, before: int, message: Message, *, replaces: Sequence[int], origin: str) -> int:
         """Insert a summary group of no turn just before group ``before`` (what summarisation
         writes for the groups it excluded); returns its id."""
-        self._ids([before, *replaces], "insert_summary")
-        tokens = self.tokenizer.count_messages([message])[0]
+        self.checked_ids([before, *replaces], "insert_summary")
+        tokens = self._tokenizer.count_messages([message])[0]
         group = self._table.add(_SUMMARY, [message], None, tokens, origin=origin, replaces=tuple(replaces))
         self._insert(before, group)
         return group
@@ -412,9 +422,9 @@ class Marking(Metrics):
     def _insert(self, anchor: int, group: int) -> None:
         self._anchors.append(anchor)
         self._inserted.append(group)
-        self._count_total(group)
+        self._metrics.count_total(group)
         if self._table.reason[group] is None:
-            self._count(group, 1)
+            self._metrics.count(group, 1)
             self._relive()
 
     def _flush(self) -> None:

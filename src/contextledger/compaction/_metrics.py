@@ -16,13 +16,12 @@ many that moved, and a strategy that never reads turns never pays for them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import compress, repeat
 from operator import add, is_
 from typing import cast
 
 from contextledger.compaction._table import _SYSTEM, _TOOL_CALL, _Table, gather
-from contextledger.messages import Message
 
 __all__ = ["Metrics"]
 
@@ -31,51 +30,36 @@ class Metrics:
     """Totals over every group, and the same counts over the included groups only.
 
     A turn counts as included while any of its groups is (turn 0, what came before the first
-    user message, is never counted as a turn).  :class:`MessageIndex` inherits these counters,
-    so ``index.included_tokens`` is a plain attribute read.
+    user message, is never counted as a turn).  :class:`MessageIndex` reads its counters from
+    here; grouping and marking report every change through the methods below.
     """
 
-    _table: _Table
-    total_groups: int
-    total_messages: int
-    total_tokens: int
-    total_turns: int
-    included_groups: int
-    included_messages: int
-    included_tokens: int
-    included_non_system_groups: int
-    included_non_system_messages: int
-    included_tool_call_groups: int
-    _included_turns: int
-    # Included groups per turn, indexed by turn (slot 0 is turn 0); None while they are to be
-    # counted again from the included groups (see the module docstring).
-    _turn_groups: list[int] | None
-    _source: list[Message]  # the indexed messages (kept by the index)
-
-    def _reset_metrics(self) -> None:
+    def __init__(self, table: _Table) -> None:
+        self._table = table
         self.total_groups = self.total_messages = self.total_tokens = self.total_turns = 0
         self.included_groups = self.included_messages = self.included_tokens = 0
         self.included_non_system_groups = self.included_non_system_messages = 0
-        self.included_tool_call_groups = self._included_turns = 0
-        self._turn_groups = [0]
+        self.included_tool_call_groups = 0
+        self._included_turns = 0
+        # Included groups per turn, indexed by turn (slot 0 is turn 0); None while they are to be
+        # counted again from the included groups (see the module docstring).
+        self._turn_groups: list[int] | None = [0]
 
-    def _included_ids(self) -> list[int]:
-        raise NotImplementedError  # the included groups, in order: marking keeps them
-
-    @property
-    def included_turns(self) -> int:
-        """User turns with at least one included group (turn 0 is not a turn)."""
+    def included_turns(self, live_ids: Callable[[], list[int]], indexed: int) -> int:
+        """User turns with at least one included group (turn 0 is not a turn); ``live_ids`` gives
+        the included groups if they must be counted again, ``indexed`` is how many messages were
+        indexed."""
         if self._turn_groups is None:
-            if self.included_groups == self.total_groups and self.total_messages == len(self._source):
+            if self.included_groups == self.total_groups and self.total_messages == indexed:
                 # Nothing excluded and nothing written by a strategy: every turn's user group is
                 # included, and no other group has a turn of its own making.  No need to count.
                 return self.total_turns
-            self._recount_turns()
+            self._recount_turns(live_ids())
         return self._included_turns
 
-    def _recount_turns(self) -> None:
+    def _recount_turns(self, live: list[int]) -> None:
         """Count the included groups of each turn afresh, from the included groups."""
-        counted = Counter(map(self._table.turn.__getitem__, self._included_ids()))
+        counted = Counter(map(self._table.turn.__getitem__, live))
         counted.pop(None, None)
         counted.pop(0, None)
         per_turn = cast("Counter[int]", counted)
@@ -96,22 +80,9 @@ class Metrics:
             return False
         return True
 
-    def metrics(self) -> dict[str, int]:
-        """Totals and included counts, for reports."""
-        return {
-            "groups": self.total_groups,
-            "messages": self.total_messages,
-            "tokens": self.total_tokens,
-            "turns": self.total_turns,
-            "included_groups": self.included_groups,
-            "included_messages": self.included_messages,
-            "included_tokens": self.included_tokens,
-            "included_turns": self.included_turns,
-        }
-
     # One group ----------------------------------------------------------------------------------
 
-    def _count(self, group: int, sign: int) -> None:
+    def count(self, group: int, sign: int) -> None:
         """Add (sign=1) or remove (sign=-1) one included group's contribution."""
         table = self._table
         size = sign * table.size[group]
@@ -132,7 +103,7 @@ class Metrics:
             slots[turn] = after
             self._included_turns += (before == 0 and after > 0) - (before > 0 and after == 0)
 
-    def _count_total(self, group: int) -> None:
+    def count_total(self, group: int) -> None:
         """Count a group that joined the index (a summary inserted by a strategy) in the totals."""
         table = self._table
         self.total_groups += 1
@@ -141,7 +112,7 @@ class Metrics:
 
     # Many groups --------------------------------------------------------------------------------
 
-    def _tally(
+    def tally(
         self, groups: Iterable[int], sign: int, *, totals: bool = True, fresh: bool = False, run: slice | None = None
     ) -> list[int]:
         """Add (sign=1) or remove (sign=-1) many groups: in the totals (with ``totals``), and in
@@ -201,14 +172,14 @@ class Metrics:
 
     # Appends ------------------------------------------------------------------------------------
 
-    def _open_turns(self, turn: int) -> None:
-        """Make room for per-turn counts up to ``turn`` (the groups come in through ``_tally``)."""
+    def open_turns(self, turn: int) -> None:
+        """Make room for per-turn counts up to ``turn`` (the groups come in through :meth:`tally`)."""
         slots = self._turn_groups
         if slots is not None:
             slots.extend(repeat(0, turn + 1 - len(slots)))
         self.total_turns = turn
 
-    def _count_appended(
+    def count_appended(
         self,
         groups: int,
         messages: int,
@@ -252,7 +223,7 @@ class Metrics:
 
     # Replacements -------------------------------------------------------------------------------
 
-    def _count_replaced(
+    def count_replaced(
         self, originals: list[int], replacements: list[int], old: slice | None = None, new: slice | None = None
     ) -> None:
         """Count each original out and its replacement in, where every pair is one non-system

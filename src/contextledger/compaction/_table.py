@@ -11,7 +11,7 @@ thousands of groups with whole-column passes in C.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from itertools import repeat
 from operator import add
 from typing import Any, TypeVar, overload
 
+from contextledger.exceptions import CompactionError
 from contextledger.messages import Message, assistant_text_message
 
 __all__ = ["CompactionEvent", "GroupColumns", "GroupKind", "MessageGroup", "gather", "gc_paused"]
@@ -210,6 +211,36 @@ class _Table:
             self.write((group,))
         start = self.first[group]
         return self.pool[start : start + self.size[group]]
+
+    def defer(self, groups: list[int], texts: Sequence[str], properties: Mapping[str, Any]) -> None:
+        """Make ``groups`` (whose pool entries are None) deferred summaries of ``texts``, written
+        with ``properties`` when first read (see ``later``)."""
+        self.later.update(zip(groups, texts))
+        self.later_properties = properties
+
+    def adopt(self, group: MessageGroup, id_of: Callable[[MessageGroup], int]) -> int:
+        """Take a group built outside an index (see :class:`MessageGroup`) into this table (``id_of``
+        finds the ids of what it stands in for); returns its id, and the object is from then on the
+        view of that row."""
+        if group._table is self:
+            return group._id
+        own, row = group._table, group._id
+        if len(own.kind) != 1 or own.views:
+            raise CompactionError(f"{group!r} belongs to another index; build a new group for this one")
+        new = self.add(
+            own.kind[row],
+            own.messages(row),
+            own.turn[row],
+            own.tokens[row],
+            reason=own.reason[row],
+            origin=own.origin[row],
+            replaces=tuple(map(id_of, group._replaced)),
+        )
+        if row in own.orphan:
+            self.orphan.add(new)
+        group._table, group._id = self, new
+        self.views[new] = group
+        return new
 
     def write(self, groups: Iterable[int]) -> None:
         """Write deferred summaries' messages (see ``later``)."""
