@@ -33,11 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import workloads  # noqa: E402
-
-from contextledger import Message, from_openai  # noqa: E402
-from contextledger.agents import ReducedHistoryProvider  # noqa: E402
-from contextledger.compaction import (  # noqa: E402
+import workloads
+from contextledger import Message, from_openai
+from contextledger.agents import ReducedHistoryProvider
+from contextledger.compaction import (
     CompactionStrategy,
     ContextWindowCompactionStrategy,
     SelectiveToolCallCompactionStrategy,
@@ -49,9 +48,9 @@ from contextledger.compaction import (  # noqa: E402
     tokens_below,
     tokens_exceed,
 )
-from contextledger.cost import BlockMemo, CostTotals, PrefixCacheSimulator, request_blocks  # noqa: E402
-from contextledger.history import InMemoryHistoryProvider  # noqa: E402
-from contextledger.tokenizers import CharacterEstimatorTokenizer  # noqa: E402
+from contextledger.cost import BlockMemo, CostTotals, PrefixCacheSimulator, request_blocks
+from contextledger.history import InMemoryHistoryProvider
+from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 PROFILES = ("openai", "anthropic")
 TOKENIZER = CharacterEstimatorTokenizer()
