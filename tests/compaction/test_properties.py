@@ -43,6 +43,7 @@ from contextledger.compaction import (
     apply_compaction_sync,
     compact_with_report,
 )
+from contextledger.compaction._base import threshold_of
 from contextledger.exceptions import SummarizationError
 from contextledger.messages import (
     SUMMARY_PROPERTY,
@@ -359,6 +360,29 @@ Lookup = Callable[[MessageGroup], MessageGroup]
 """Maps a group of the uncompacted index to the same input group in the compacted one."""
 
 
+def stopping_rule(strategy: CompactionStrategy, before: MessageIndex) -> Callable[[MessageIndex], bool]:
+    """What "target met" means for ``strategy`` on the history ``before``.
+
+    The target itself, except for a prefix-stable strategy whose trigger and target are both
+    thresholds on one measure, trigger ``T`` above target ``t`` (SPEC §12): its cut falls on a
+    grid of whole steps of ``T - t`` counted from the oldest group, the fewest steps that bring
+    the measure to ``T`` or below.
+    """
+    turns = isinstance(strategy, SlidingWindowStrategy)  # the only strategy that steps by whole turns
+    trigger = threshold_of(None, strategy.trigger, turns=turns)
+    target = threshold_of(strategy.target, strategy.trigger, turns=turns) if strategy.target is not None else None
+    if not strategy.prefix_stable or trigger is None or target is None or trigger[0] != target[0]:
+        return strategy.target_met
+    metric, high = trigger
+    step = high - target[1]
+    current = getattr(before, metric)
+    if step <= 0 or current <= high:
+        return strategy.target_met
+    steps = -(-(current - high) // step)
+    limit = current - steps * step
+    return lambda index: getattr(index, metric) <= limit
+
+
 def check_oldest_first(
     strategy: CompactionStrategy,
     live: Sequence[MessageGroup],
@@ -366,6 +390,8 @@ def check_oldest_first(
     taken: Sequence[MessageGroup],
     replacements: dict[int, MessageGroup] | None = None,
     keep: set[int] | None = None,
+    *,
+    met: Callable[[MessageIndex], bool] | None = None,
 ) -> None:
     """``taken`` is the oldest prefix of ``candidates``, and it stops exactly where the target says:
     the target was not met before the last step, and it is met after the last one unless every
@@ -386,10 +412,11 @@ def check_oldest_first(
             remaining += [replacements[id(g)] for g in dropped]
         return metrics_of(remaining).as_index()
 
+    target_met = met or strategy.target_met
     if j:
-        assert not strategy.target_met(state(j - 1)), "one step more than the target needed"
+        assert not target_met(state(j - 1)), "one step more than the target needed"
     if j < len(steps):
-        assert strategy.target_met(state(j)), "stopped before the target was met with candidates left"
+        assert target_met(state(j)), "stopped before the target was met with candidates left"
 
 
 def unit_steps(candidates: Sequence[MessageGroup], keep: set[int] | None = None) -> list[list[MessageGroup]]:
@@ -424,12 +451,14 @@ def check_truncation(
             protected.add(id(first_user))
     candidates = [g for g in live if id(g) not in protected and not (g.kind is SYSTEM and strategy.preserve_system)]
     taken = [g for g in live if after(g).excluded]
-    check_oldest_first(strategy, live, candidates, taken)
+    check_oldest_first(strategy, live, candidates, taken, met=stopping_rule(strategy, before))
     if strategy.max_n is not None and strategy.compact_to is not None:
-        # Keyword style, stated directly: at or under compact_to, or only protected groups left.
+        # Keyword style, stated directly: at or under compact_to (under max_n when the cut keeps the
+        # prefix stable, SPEC §12), or only protected groups left.
         metric = result.index.included_tokens if strategy.tokenizer is not None else result.index.included_messages
         takeable = {id(g) for step in unit_steps(candidates) for g in step}
-        assert metric <= strategy.compact_to or {id(g) for g in taken} == takeable
+        bound = strategy.max_n if strategy.prefix_stable else strategy.compact_to
+        assert metric <= bound or {id(g) for g in taken} == takeable
 
 
 def _kept_by_window(group: MessageGroup) -> bool:
@@ -486,13 +515,14 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
         dropped = {id(g) for groups in step_groups[:count] for g in groups}
         return metrics_of(g for g in live if id(g) not in dropped).as_index()
 
+    target_met = stopping_rule(strategy, before)
     for step in range(done):
         now = state(step)
-        assert not strategy.target_met(now)
+        assert not target_met(now)
         assert len(step_groups[step]) < now.included_non_system_groups
     if done < len(steps):
         now = state(done)
-        assert strategy.target_met(now) or len(step_groups[done]) >= now.included_non_system_groups
+        assert target_met(now) or len(step_groups[done]) >= now.included_non_system_groups
 
 
 def keyword_only(strategy: CompactionStrategy) -> bool:
@@ -520,7 +550,7 @@ def check_selective(strategy: SelectiveToolCallCompactionStrategy, before: Messa
     else:
         floor = newest_non_system(live, strategy.minimum_preserved)
     protected = set(floor) | set(newest)
-    check_oldest_first(strategy, live, candidates, taken, keep=protected)
+    check_oldest_first(strategy, live, candidates, taken, keep=protected, met=stopping_rule(strategy, before))
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive.
         # A unit whose results sit apart from its call counts once (SPEC §11).
@@ -559,7 +589,7 @@ def check_tool_results(
             assert message.text.endswith("]"), message.text
             assert len(message.text) <= strategy.max_summary_chars
         replacements[id(original)] = summary
-    check_oldest_first(strategy, live, candidates, taken, replacements)
+    check_oldest_first(strategy, live, candidates, taken, replacements, met=stopping_rule(strategy, before))
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed.
         verbatim = [

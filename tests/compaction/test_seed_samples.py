@@ -14,6 +14,7 @@ The strategies those samples build are the same objects exercised below.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from contextledger import FunctionCallContent, Message, to_openai
 from contextledger.clients import ScriptedChatClient
@@ -151,10 +152,12 @@ def test_csharp_truncation_keeps_ten_groups_even_over_budget() -> None:
 
 
 def test_python_truncation_trims_from_32000_to_16000_tokens() -> None:
-    """``TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=...)``: fires above 32,000
-    tokens and stops at the first point at or under 16,000."""
+    """``TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=..., prefix_stable=False)``:
+    fires above 32,000 tokens and stops at the first point at or under 16,000 (the seed's rule)."""
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 1000)) for i in range(40)]
-    strategy = TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
+    strategy = TruncationStrategy(
+        max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer(), prefix_stable=False
+    )
     result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     dropped = excluded_for(result.index, "truncation")
@@ -162,6 +165,26 @@ def test_python_truncation_trims_from_32000_to_16000_tokens() -> None:
     assert result.after["included_tokens"] <= 16_000
     assert result.after["included_tokens"] + dropped[-1].token_count > 16_000
     assert result.messages == [messages[0], *messages[1 + len(dropped) :]]
+
+
+def test_python_truncation_by_default_cuts_in_whole_steps_of_16000_tokens() -> None:
+    """The seed's sample as written (prefix-stable, SPEC §12): the oldest groups go in whole steps of
+    max_n - compact_to = 16,000 tokens, the fewest that bring the history to 32,000 or under, so the
+    same cut serves every request until the history has grown by another 16,000 tokens."""
+    strategy = TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
+    cuts: list[int] = []
+    for count in range(30, 80):
+        messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 1000)) for i in range(count)]
+        result = asyncio.run(compact_with_report(messages, strategy=strategy))
+        assert result.after["included_tokens"] <= 32_000
+        dropped = excluded_for(result.index, "truncation")
+        assert result.messages == [messages[0], *messages[1 + len(dropped) :]]
+        cuts.append(len(dropped))
+    # 1,003 tokens a message (and 5 for the system message): the cut moves by 16 messages (the fewest
+    # reaching 16,000 tokens) each time 16 more messages have come, and not in between.
+    assert sorted(set(cuts)) == [0, 16, 32, 48]
+    moves = [count for count, (before, after) in enumerate(itertools.pairwise(cuts), 31) if before != after]
+    assert [b - a for a, b in itertools.pairwise(moves)] == [16, 16]
 
 
 def test_python_truncation_leaves_a_history_under_32000_tokens_alone() -> None:
@@ -530,15 +553,26 @@ def test_csharp_ad_hoc_compaction_with_truncation_at_8000_tokens() -> None:
 
 def test_python_ad_hoc_apply_compaction_trims_to_4000_tokens() -> None:
     """``apply_compaction(messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000,
-    tokenizer=tokenizer), tokenizer=tokenizer)``: the result fits 4,000 tokens with the fewest
-    exclusions, and ``messages`` is left as it was."""
+    tokenizer=tokenizer), tokenizer=tokenizer)``: the result fits 8,000 tokens, cut on the grid of
+    4,000-token steps (SPEC §12); with ``prefix_stable=False`` (the seed's one-shot rule) it fits
+    4,000 tokens with the fewest exclusions.  ``messages`` is left as it was."""
     tokenizer = CharacterEstimatorTokenizer()
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 500)) for i in range(20)]
     before = list(messages)
-    compacted = asyncio.run(
+    stable = asyncio.run(
         apply_compaction(
             messages,
             strategy=TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer),
+            tokenizer=tokenizer,
+        )
+    )
+    # 10,084 tokens (4 for the system message, 504 a message): one step of 4,000 takes the 8
+    # oldest messages (4,032 tokens), leaving 12.
+    assert sum(tokenizer.count_messages(stable)) == 4 + 12 * 504
+    compacted = asyncio.run(
+        apply_compaction(
+            messages,
+            strategy=TruncationStrategy(max_n=8_000, compact_to=4_000, tokenizer=tokenizer, prefix_stable=False),
             tokenizer=tokenizer,
         )
     )

@@ -145,7 +145,7 @@ def test_truncation_compact_to_defaults_to_max_n(count: int, expected: int) -> N
 
 def test_truncation_keyword_style_trims_to_compact_to() -> None:
     messages = exchanges(12)
-    changed, index = run(TruncationStrategy(max_n=10, compact_to=5), messages)
+    changed, index = run(TruncationStrategy(max_n=10, compact_to=5, prefix_stable=False), messages)
 
     assert changed is True
     assert index.projection() == [messages[0], *messages[-4:]]
@@ -658,7 +658,9 @@ def test_custom_target_stops_a_strategy_whose_trigger_is_always(
 
 def test_tokens_below_as_target_stops_at_the_first_point_under_it() -> None:
     messages = [Message.system("sys")] + [Message.user("x" * 40) for _ in range(10)]
-    strategy = TruncationStrategy(trigger=tokens_exceed(100), target=tokens_below(60), minimum_preserved=0)
+    strategy = TruncationStrategy(
+        trigger=tokens_exceed(100), target=tokens_below(60), minimum_preserved=0, prefix_stable=False
+    )
     _, index = run(strategy, messages)
 
     assert index.included_tokens < 60

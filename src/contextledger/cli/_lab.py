@@ -66,6 +66,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="how bounded facts are extracted: a structured-output call to the model (default) or parsing rules",
     )
     lab.add_argument(
+        "--price-profile",
+        default="openai",
+        choices=["openai", "anthropic", "none"],
+        help="the provider terms each call is priced under, its prompt cache counted (default openai)",
+    )
+    lab.add_argument(
         "--kit",
         action="store_true",
         help="also run compaction-conformance-kit's checks against each policy (needs the kit extra)",
@@ -138,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         replicates=args.replicates,
         ask_probes=live,
         model_label=args.model.strip(),
+        price_profile=args.price_profile,
     ).checked()
     resolve_client(args.model)  # a misconfigured model fails here, before the first turn
     if args.kit:

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
+from contextledger.compaction._arguments import count
 from contextledger.compaction._arguments import trigger as check_trigger
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._table import GroupKind, gc_paused
@@ -110,6 +111,27 @@ def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit:
     return candidates[: len(candidates) - kept]
 
 
+def stable_limit(index: MessageIndex, metric: str, target: int, trigger: tuple[str, int] | None) -> int:
+    """The limit to cut down to so that the cut falls on a fixed grid, not wherever the target is.
+
+    A strategy applied afresh to each request of a growing conversation would otherwise move its
+    cut on every request (the target is met just barely, so the next request is over it again),
+    and every move changes the prefix the provider has cached.  Instead, with a trigger ``T`` and
+    a target ``t`` on the same measure, the oldest groups go in whole steps of ``T - t`` counted
+    from the oldest candidate: the cut stays where it is until the conversation has grown by
+    another step, and what remains after a move is at most ``T`` and about ``t``.  With no gap
+    between trigger and target (or a trigger on another measure) the target is met exactly.
+    """
+    if trigger is None or trigger[0] != metric:
+        return target
+    step = trigger[1] - target
+    current: int = getattr(index, metric)
+    if step <= 0 or current <= trigger[1]:
+        return target
+    steps = -(-(current - trigger[1]) // step)
+    return current - steps * step
+
+
 class CompactionStrategy(ABC):
     """Base of every strategy: trigger, target, and the rules every strategy keeps.
 
@@ -119,9 +141,28 @@ class CompactionStrategy(ABC):
 
     name: ClassVar[str] = "strategy"
 
-    def __init__(self, trigger: Trigger, target: Trigger | None = None) -> None:
+    def __init__(
+        self,
+        trigger: Trigger,
+        target: Trigger | None = None,
+        *,
+        prefix_stable: bool = True,
+        stable_step: int | None = None,
+    ) -> None:
         self.trigger = check_trigger(trigger, f"{type(self).__name__} trigger")
         self.target = None if target is None else check_trigger(target, f"{type(self).__name__} target")
+        self.prefix_stable = bool(prefix_stable)
+        self.stable_step = None if stable_step is None else count(stable_step, "stable_step", minimum=1)
+
+    def block(self) -> int:
+        """How many groups a keyword-style strategy (a floor, no target) takes at once.
+
+        Taking every group the floor allows, as soon as it may, changes the start of the request on
+        every call; taking them ``stable_step`` at a time, on a grid counted from the oldest,
+        changes it once every ``stable_step`` groups (SPEC §12).  A floor is a promise about what
+        stays ("keep the last tool group"), so this is asked for, never assumed: one by default.
+        """
+        return self.stable_step if self.prefix_stable and self.stable_step is not None else 1
 
     @property
     def tokenizers(self) -> Iterator[Tokenizer]:
@@ -153,7 +194,7 @@ class CompactionStrategy(ABC):
     async def _run(self, index: MessageIndex) -> bool: ...
 
     def _exclude_oldest(
-        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None
+        self, index: MessageIndex, candidates: list[int], reason: str, keep: set[int] | None = None, *, block: int = 1
     ) -> bool:
         """Exclude ``candidates`` oldest first, one at a time, until the target is met.
 
@@ -167,11 +208,20 @@ class CompactionStrategy(ABC):
         candidates = index.whole_units(candidates, keep)
         threshold = threshold_of(self.target, self.trigger)
         doomed: list[int] = []
+        if threshold is not None and self.prefix_stable and self.target is not None:
+            metric, limit = threshold
+            threshold = (metric, stable_limit(index, metric, limit, threshold_of(None, self.trigger)))
         if stops_never(self.target, self.trigger):
-            doomed = index.exclude_ids(candidates, reason)
+            doomed = index.exclude_ids(candidates[: len(candidates) // block * block], reason)
         elif threshold is not None and (not index.columns.unit or index.columns.unit.keys().isdisjoint(candidates)):
             metric, limit = threshold
             doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)
+        elif threshold is not None:
+            metric, limit = threshold
+            for group in candidates:
+                if getattr(index, metric) <= limit:
+                    break
+                doomed.extend(index.exclude_ids([group], reason))
         else:
             for group in candidates:
                 if self.target_met(index):

@@ -153,6 +153,7 @@ class ContextWindowCompactionStrategy(PipelineStrategy):
         tool_eviction_threshold: float = DEFAULT_TOOL_EVICTION_THRESHOLD,
         truncation_threshold: float = DEFAULT_TRUNCATION_THRESHOLD,
         keep_last_tool_call_groups: int = 4,
+        prefix_stable: bool = True,
     ) -> None:
         window = count(max_context_window_tokens, "max_context_window_tokens", minimum=1)
         output = count(max_output_tokens, "max_output_tokens", minimum=0)
@@ -183,12 +184,19 @@ class ContextWindowCompactionStrategy(PipelineStrategy):
             TokenBudgetComposedStrategy(
                 token_budget=eviction_tokens,
                 tokenizer=counter,
-                strategies=[ToolResultCompactionStrategy(keep_last_tool_call_groups=keep)],
+                strategies=[ToolResultCompactionStrategy(keep_last_tool_call_groups=keep, prefix_stable=prefix_stable)],
             ),
             TokenBudgetComposedStrategy(
                 token_budget=truncation_tokens,
                 tokenizer=counter,
-                strategies=[TruncationStrategy(max_n=truncation_tokens, compact_to=eviction_tokens, tokenizer=counter)],
+                strategies=[
+                    TruncationStrategy(
+                        max_n=truncation_tokens,
+                        compact_to=eviction_tokens,
+                        tokenizer=counter,
+                        prefix_stable=prefix_stable,
+                    )
+                ],
             ),
         )
 

@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
 
 from contextledger.compaction._arguments import count, tool_style
-from contextledger.compaction._base import CompactionStrategy, newest, newest_non_system, stops_never, threshold_of
+from contextledger.compaction._base import (
+    CompactionStrategy,
+    newest,
+    newest_non_system,
+    stable_limit,
+    stops_never,
+    threshold_of,
+)
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._triggers import Trigger
 from contextledger.exceptions import ConfigurationError
@@ -117,11 +124,13 @@ class _ToolGroupStrategy(CompactionStrategy):
         *,
         target: Trigger | None = None,
         keep_last_tool_call_groups: int | None = None,
+        prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         trigger, target, self.keep_last_tool_call_groups, self.minimum_preserved = tool_style(
             type(self).__name__, trigger, target, minimum_preserved, keep_last_tool_call_groups
         )
-        super().__init__(trigger, target)
+        super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
 
     def _protected(self, index: MessageIndex, tools: list[int]) -> set[int]:
         """The newest groups the floor keeps out of reach (``tools``: the included tool groups)."""
@@ -159,9 +168,16 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         formatter: ToolResultFormatter | None = None,
         max_result_chars: int = 80,
         max_summary_chars: int = 400,
+        prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         super().__init__(
-            trigger, minimum_preserved, target=target, keep_last_tool_call_groups=keep_last_tool_call_groups
+            trigger,
+            minimum_preserved,
+            target=target,
+            keep_last_tool_call_groups=keep_last_tool_call_groups,
+            prefix_stable=prefix_stable,
+            stable_step=stable_step,
         )
         self.max_result_chars = count(max_result_chars, "max_result_chars", minimum=8)
         self.max_summary_chars = count(max_summary_chars, "max_summary_chars", minimum=32)
@@ -201,6 +217,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         originals: list[int] = []
         replacements: list[int] = []
         if stops_never(self.target, self.trigger):
+            block = self.block()
+            candidates = candidates[: len(candidates) // block * block]
             originals = candidates
             texts = self._summary_texts(index, candidates)
             replacements = index.collapse_ids(
@@ -209,6 +227,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         elif threshold is not None:
             # Collapse just enough groups, found with local arithmetic.
             metric, limit = threshold
+            if self.prefix_stable and self.target is not None:
+                limit = stable_limit(index, metric, limit, threshold_of(None, self.trigger))
             remaining = getattr(index, metric)
             summaries: list[Message] = []
             for group in candidates:
@@ -252,4 +272,4 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
         # A tool group goes with its whole unit (an approval's user answer too), unless the unit
         # holds a protected group.
         keep = protected if last is None else {*protected, last}
-        return self._exclude_oldest(index, candidates, "tool_call_removed", keep)
+        return self._exclude_oldest(index, candidates, "tool_call_removed", keep, block=self.block())

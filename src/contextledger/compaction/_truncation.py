@@ -37,11 +37,12 @@ class TruncationStrategy(CompactionStrategy):
         tokenizer: Tokenizer | None = None,
         preserve_system: bool = True,
         preserve_first_user_group: bool = False,
+        prefix_stable: bool = True,
     ) -> None:
         trigger, target, floor, self.max_n, self.compact_to = truncation_style(
             trigger, target, minimum_preserved, max_n, compact_to, tokenizer
         )
-        super().__init__(trigger, target)
+        super().__init__(trigger, target, prefix_stable=prefix_stable)
         self.tokenizer = tokenizer
         self.minimum_preserved = floor
         self.preserve_system = bool(preserve_system)

@@ -7,7 +7,7 @@ from itertools import accumulate, compress, groupby
 from operator import itemgetter, ne
 
 from contextledger.compaction._arguments import window_style
-from contextledger.compaction._base import CompactionStrategy, newest_non_system, threshold_of
+from contextledger.compaction._base import CompactionStrategy, newest_non_system, stable_limit, threshold_of
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._triggers import Trigger
 
@@ -72,11 +72,13 @@ class SlidingWindowStrategy(CompactionStrategy):
         keep_last_groups: int | None = None,
         minimum_preserved_turns: int | None = None,
         preserve_system: bool = True,
+        prefix_stable: bool = True,
+        stable_step: int | None = None,
     ) -> None:
         trigger, target, self.keep_last_groups, self.minimum_preserved = window_style(
             trigger, target, minimum_preserved, minimum_preserved_turns, keep_last_groups, preserve_system
         )
-        super().__init__(trigger, target)
+        super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
         self.preserve_system = True
 
     async def _run(self, index: MessageIndex) -> bool:
@@ -90,6 +92,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         live, turn_of = index.live_ids(), index.columns.turn
         eligible = list(compress(live, map(turn_of.__getitem__, live)))
         doomed = eligible[:-keep] if keep else eligible
+        # With a stable step the oldest groups go that many at a time, on a grid from the oldest.
+        block = self.block()
+        doomed = doomed[: len(doomed) // block * block]
         newest = newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
@@ -117,6 +122,8 @@ class SlidingWindowStrategy(CompactionStrategy):
         # turn), so dropping it takes exactly its turns off the count.  Steps go oldest first while
         # the metric is above the limit and something besides system messages would be left.
         metric, limit = threshold
+        if self.prefix_stable and self.target is not None:
+            limit = stable_limit(index, metric, limit, threshold_of(None, self.trigger, turns=True))
         if metric in {"included_tokens", "included_messages"}:
             column = index.columns.tokens if metric == "included_tokens" else index.columns.size
             reached = list(accumulate(map(column.__getitem__, flat), initial=0))

@@ -21,6 +21,8 @@ COLUMNS = (
     ("tokens", "tokens sent, estimate (chars/4)"),
     ("extra_tokens", "of which extra calls"),
     ("exact", "tokens sent, exact"),
+    ("cached", "read from the provider's cache / uncached (estimate)"),
+    ("cost", "cost, in uncached input tokens (estimate, price profile below)"),
     ("reported", "usage reported by the provider"),
     ("current", "current values present"),
     ("superseded", "superseded values present"),
@@ -100,6 +102,8 @@ def summary_rows(timeline: Mapping[str, Any], *, compact: bool = False) -> list[
                 "tokens": _count(totals["input_estimate"]),
                 "extra_tokens": _count(totals["extra"]["input_estimate"]),
                 "exact": _count(totals["input_exact"]),
+                "cached": f"{_count(totals.get('cache_read', 0))} / {_count(totals.get('uncached', 0))}",
+                "cost": f"{totals.get('cost', 0):,.0f}",
                 "reported": _reported(totals, compact),
                 "current": _ratio(probes["current_present"], probes["current_expected"], compact),
                 "superseded": superseded,
@@ -167,8 +171,10 @@ def overview_rows(data: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[
         for policy in timeline["policies"]:
             probes = policy["totals"]["probes"]
             stale = sum(probes.get(f"{kind}_present", 0) for kind in ("superseded", "forgotten", "evicted", "rejected"))
+            totals = policy["totals"]
             cell = (
-                f"{_count(policy['totals']['input_estimate'])} tokens\n"
+                f"{_count(totals['input_estimate'])} tokens\n"
+                f"cost {totals.get('cost', 0):,.0f} ({_count(totals.get('cache_read', 0))} cached)\n"
                 f"current {probes['current_present']}/{probes['current_expected']}\n"
                 f"stale {stale}\nanswers {_answers(policy)}"
             )

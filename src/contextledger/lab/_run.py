@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contextledger.clients import ChatClient, Usage
+from contextledger.cost import PrefixCacheSimulator, price_profile, request_blocks
 from contextledger.exceptions import ConfigurationError, LabError
 from contextledger.lab._calls import MODEL, CallLog, CallRecord, RecordingClient, ToolBox
 from contextledger.lab._contract import PROHIBITION_KEY, expectations, final_state
@@ -41,7 +42,9 @@ class LabSettings:
     ``replicates`` times, and scores each answer: the current value given, no
     superseded, forgotten, evicted or rejected value given, the prohibition
     kept.  It is meant for live and local models; the scores are reported
-    beside the text checks, never merged into them.
+    beside the text checks, never merged into them.  ``price_profile`` names the
+    provider terms (``openai``, ``anthropic``, ``none``) each call is priced under,
+    with the provider's prefix cache estimated over the policy's calls in order.
     """
 
     policies: tuple[str, ...] = ()
@@ -51,6 +54,7 @@ class LabSettings:
     replicates: int = 1
     ask_probes: bool = False
     model_label: str = "offline"
+    price_profile: str = "openai"
 
     def checked(self) -> LabSettings:
         names = self.policies or policy_names()
@@ -63,6 +67,7 @@ class LabSettings:
         for value, what in ((self.summary_every, "summary_every"), (self.replicates, "replicates")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{what} must be an integer of at least 1, got {value!r}")
+        price_profile(self.price_profile)
         return LabSettings(
             tuple(names),
             self.tokenizer,
@@ -71,6 +76,7 @@ class LabSettings:
             self.replicates,
             self.ask_probes,
             self.model_label,
+            self.price_profile,
         )
 
 
@@ -155,6 +161,9 @@ _TOKEN_FIELDS = (
     "output_exact",
     "reported_input",
     "reported_output",
+    "cache_read",
+    "cache_written",
+    "uncached",
 )
 
 
@@ -168,6 +177,10 @@ def _zero_tokens(exact: bool) -> dict[str, Any]:
         "reported_input": 0,
         "reported_output": 0,
         "reported_is_estimate": False,
+        "cache_read": 0,
+        "cache_written": 0,
+        "uncached": 0,
+        "cost": 0.0,
     }
 
 
@@ -175,6 +188,7 @@ def _accumulate(total: dict[str, Any], call: Mapping[str, Any]) -> None:
     for name in _TOKEN_FIELDS:
         total[name] = _add(total[name], call[name])
     total["reported_is_estimate"] = bool(total["reported_is_estimate"] or call["reported_is_estimate"])
+    total["cost"] = round(total["cost"] + call["cost"], 4)
 
 
 class _PolicyRun:
@@ -200,11 +214,15 @@ class _PolicyRun:
             summary_every=settings.summary_every,
         )
         self.policy = get_policy(name).factory(setup)
+        # One provider cache per policy run: its calls (writer and summariser too) in the order sent.
+        self.cache = PrefixCacheSimulator(settings.price_profile)
 
     def measure_call(self, record: CallRecord) -> dict[str, Any]:
         input_estimate, input_exact = self.counter.count(record.request, record.tools)
         output_estimate, output_exact = self.counter.count(record.reply)
         reported = _reported(record.usage)
+        blocks = request_blocks(record.request, tokenizer=self.counter.estimate, tools=record.tools)
+        priced = self.cache.send(blocks, output_tokens=output_estimate)
         return {
             "kind": record.kind,
             "messages": self.table.positions(record.request),
@@ -217,6 +235,10 @@ class _PolicyRun:
             "reported_input": reported["input"],
             "reported_output": reported["output"],
             "reported_is_estimate": reported["estimate"],
+            "cache_read": priced.cache_read,
+            "cache_written": priced.cache_write,
+            "uncached": priced.uncached,
+            "cost": round(priced.cost, 4),
         }
 
     async def run(self, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -435,10 +457,27 @@ async def run_lab(
             "summary_every": chosen.summary_every,
             "answer_probes": chosen.ask_probes,
             "replicates": chosen.replicates,
+            "price_profile": _profile_json(chosen.price_profile),
         },
         "timelines": results,
     }
     return LabReport(data)
+
+
+def _profile_json(name: str) -> dict[str, Any]:
+    profile = price_profile(name)
+    return {
+        "name": profile.name,
+        "input_price": profile.input_price,
+        "output_price": profile.output_price,
+        "cache_read_multiplier": profile.cache_read_multiplier,
+        "cache_write_multiplier": profile.cache_write_multiplier,
+        "cache_mode": profile.cache_mode,
+        "min_cacheable_tokens": profile.min_cacheable_tokens,
+        "step_tokens": profile.step_tokens,
+        "note": "cost estimated with contextledger.cost's prefix-cache model, from the character estimate; "
+        "in units of one uncached input token",
+    }
 
 
 def run_lab_sync(

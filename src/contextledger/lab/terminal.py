@@ -27,6 +27,7 @@ _HEADINGS = (
     ("tokens", "tokens\nestimate"),
     ("extra_tokens", "extra\ncalls"),
     ("exact", "tokens\nexact"),
+    ("cost", "cost\nest."),
     ("reported", "provider\nin / out"),
     ("current", "current\npresent"),
     ("superseded", "superseded\npresent"),
@@ -138,7 +139,19 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
         "tokens: everything sent to the model, tool definitions and extra calls (facts writer, summariser) "
         "included; 'calls +extra' counts model calls + extra calls.",
         "present: (turn, value) checks of the text sent that found the value, out of those made; - : nothing to check.",
+        _price_line(settings),
         "Policies are listed in the order they ran; the figures are measurements, not a verdict.",
     ]
     for line in lines:
         console.print(line, style="dim", highlight=False)
+
+
+def _price_line(settings: Mapping[str, Any]) -> str:
+    profile = settings.get("price_profile")
+    if not profile:
+        return "cost: not estimated in this report."
+    return (
+        f"cost: price profile {profile['name']!r} (cached input x{profile['cache_read_multiplier']:g}, cache writes "
+        f"x{profile['cache_write_multiplier']:g}, output x{profile['output_price']:g}), the provider's prefix cache "
+        "estimated over each policy's calls in order; in uncached input tokens."
+    )

@@ -1,0 +1,203 @@
+"""What each context policy costs once the provider's prompt cache is counted (SPEC §12).
+
+Replays conversations request by request, as an agent sends them (the request that asks for a tool
+call, then the one carrying its result), through every built-in compaction policy, and prices each
+request with :class:`contextledger.cost.PrefixCacheSimulator` under the ``openai`` and ``anthropic``
+profiles.  Each policy runs two ways:
+
+- stateless: the whole history compacted afresh for every request, as ``contextledger serve`` does
+  without a session and as a LangChain runnable does;
+- retained: the history kept compacted between turns (session mode), each request the retained
+  history plus the turn so far.
+
+Reported per policy: tokens sent and cost as a share of sending the full history, and the share of
+input read from the cache.  Costs are estimates of the providers' rules (see the cost module); the
+Anthropic client marks a cache breakpoint after its tools and system prompt and one at the end of
+each request.  Everything is deterministic, so one run is the figure.  The bounds of SPEC §12 are
+checked at the end: no policy above the full history's cost, and truncation at trigger = 2 x target
+at most 0.6 of its cost and 0.5 of its tokens on the tool session.
+
+    python benchmarks/cache.py                  # the three workloads, both profiles
+    python benchmarks/cache.py --turns 400      # a longer tool session
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workloads
+from contextledger import Message, from_openai
+from contextledger.agents import ReducedHistoryProvider
+from contextledger.compaction import (
+    CompactionStrategy,
+    ContextWindowCompactionStrategy,
+    SelectiveToolCallCompactionStrategy,
+    SlidingWindowStrategy,
+    TokenBudgetComposedStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    apply_compaction_sync,
+    tokens_below,
+    tokens_exceed,
+)
+from contextledger.cost import BlockMemo, CostTotals, PrefixCacheSimulator, request_blocks
+from contextledger.history import InMemoryHistoryProvider
+from contextledger.tokenizers import CharacterEstimatorTokenizer
+
+PROFILES = ("openai", "anthropic")
+TOKENIZER = CharacterEstimatorTokenizer()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A conversation as the turns an agent sends, and the tools its requests carry."""
+
+    name: str
+    system: list[Message]
+    turns: list[list[Message]]  # user, call, result, answer
+    tools: list[dict[str, Any]]
+
+
+def tool_session(turns: int) -> Workload:
+    messages = from_openai(workloads.messages(1 + 4 * turns))
+    return Workload(
+        f"tool session, {turns} turns",
+        messages[:1],
+        [messages[1 + 4 * n : 5 + 4 * n] for n in range(turns)],
+        [],
+    )
+
+
+def big_prompt(turns: int) -> Workload:
+    """A 10,000-token system prompt and tool list in front of the same kind of session."""
+    base = tool_session(turns)
+    rules = "\n".join(
+        f"Rule {n}: " + "answer precisely, cite the tool you used, never guess prices. " * 6 for n in range(100)
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{name}: " + "looks the item up in the shop's catalogue and returns rows. " * 20,
+                "parameters": {"type": "object", "properties": {"item": {"type": "integer"}}},
+            },
+        }
+        for name in workloads.TOOLS
+    ]
+    return Workload(f"10k-token prompt and tools, {turns} turns", [Message.system(rules)], base.turns, tools)
+
+
+Policy = Callable[[], CompactionStrategy | None]
+
+POLICIES: dict[str, Policy] = {
+    "full history": lambda: None,
+    "truncation 20k->10k": lambda: TruncationStrategy(trigger=tokens_exceed(20_000), target=tokens_below(10_000)),
+    "truncation 20k->10k, exact": lambda: TruncationStrategy(
+        trigger=tokens_exceed(20_000), target=tokens_below(10_000), prefix_stable=False
+    ),
+    "sliding window 20 groups": lambda: SlidingWindowStrategy(keep_last_groups=20),
+    "sliding window 20 groups, step 20": lambda: SlidingWindowStrategy(keep_last_groups=20, stable_step=20),
+    "tool-result collapse, keep 2": lambda: ToolResultCompactionStrategy(keep_last_tool_call_groups=2),
+    "tool-result collapse, keep 2, step 8": lambda: ToolResultCompactionStrategy(
+        keep_last_tool_call_groups=2, stable_step=8
+    ),
+    "selective removal, keep 2": lambda: SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=2),
+    "selective removal, keep 2, step 8": lambda: SelectiveToolCallCompactionStrategy(
+        keep_last_tool_call_groups=2, stable_step=8
+    ),
+    "token budget 20k (collapse, window)": lambda: TokenBudgetComposedStrategy(
+        token_budget=20_000,
+        tokenizer=TOKENIZER,
+        strategies=[
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=2),
+            SlidingWindowStrategy(keep_last_groups=20),
+        ],
+    ),
+    "context window 40k": lambda: ContextWindowCompactionStrategy(40_000, 4_000, tokenizer=TOKENIZER),
+}
+
+
+def replay(workload: Workload, make: Policy, retained: bool) -> dict[str, CostTotals]:
+    caches = {profile: PrefixCacheSimulator(profile) for profile in PROFILES}
+    memo: BlockMemo = {}
+    strategy = make()
+    kept: list[Message] = list(workload.system)
+    reducer = (
+        ReducedHistoryProvider(InMemoryHistoryProvider(), strategy, tokenizer=TOKENIZER)
+        if retained and strategy is not None
+        else None
+    )
+
+    def send(request: Sequence[Message], output: Message) -> None:
+        sent = request if strategy is None or retained else apply_compaction_sync(request, strategy=strategy)
+        blocks = request_blocks(sent, tokenizer=TOKENIZER, tools=workload.tools, memo=memo)
+        produced = TOKENIZER.count_message(output)
+        # An Anthropic client marks the end of its tools and system prompt and the end of the
+        # request (what the provider's documentation advises); OpenAI caches every prefix itself.
+        static = (1 if workload.tools else 0) + len(workload.system)
+        marks = sorted({static, len(blocks)})
+        for profile, cache in caches.items():
+            cache.send(blocks, output_tokens=produced, breakpoints=marks if profile == "anthropic" else None)
+
+    for user, call, result, answer in workload.turns:
+        send([*kept, user], call)  # the model asks for the tool
+        send([*kept, user, call, result], answer)  # and answers with its result
+        kept = [*kept, user, call, result, answer]
+        if reducer is not None:
+            # The retained history as a session keeps it: reduced after the turn, never left
+            # starting in the middle of one.
+            kept = asyncio.run(reducer.reduce(kept))
+    return {profile: cache.totals() for profile, cache in caches.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=200, help="turns of the tool session (default 200)")
+    args = parser.parse_args(argv)
+    failures: list[str] = []
+    for workload in (tool_session(args.turns), big_prompt(args.turns // 2)):
+        print(f"\n## {workload.name}\n")
+        print("| policy | mode | sent | cost, openai | cost, anthropic | cached, openai | cached, anthropic |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        baseline = replay(workload, POLICIES["full history"], retained=False)
+        for name, make in POLICIES.items():
+            for retained in (False, True) if name != "full history" else (False,):
+                totals = replay(workload, make, retained)
+                sent = totals["openai"].sent / baseline["openai"].sent
+                costs = {p: totals[p].cost / baseline[p].cost for p in PROFILES}
+                mode = "retained" if retained else "stateless"
+                print(
+                    f"| {name} | {mode} | {sent:.2f} | {costs['openai']:.2f} | {costs['anthropic']:.2f} | "
+                    f"{totals['openai'].hit_rate:.0%} | {totals['anthropic'].hit_rate:.0%} |"
+                )
+                for profile, ratio in costs.items():
+                    if ratio > 1.0:
+                        failures.append(
+                            f"{workload.name}: {name} ({mode}) costs {ratio:.2f}x the full history ({profile})"
+                        )
+                if name == "truncation 20k->10k" and not workload.tools:
+                    for profile, ratio in costs.items():
+                        if ratio > 0.6 or sent > 0.5:
+                            failures.append(
+                                f"{workload.name}: truncation at trigger = 2 x target ({mode}, {profile}) costs "
+                                f"{ratio:.2f} and sends {sent:.2f} of the full history (bounds: 0.6 and 0.5)"
+                            )
+    print("\nCosts are shares of sending the full history, with the cache counted (estimates, SPEC §12).")
+    if failures:
+        print("\nOver the bounds:")
+        for failure in failures:
+            print(f"- {failure}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Cost as users pay it: price profiles and an estimate of the provider's prefix cache.
+
+>>> from contextledger.cost import PrefixCacheSimulator, request_blocks
+
+Where things live (every name is imported from here, ``contextledger.cost``):
+
+- ``_profiles.py``: :class:`PriceProfile` (prices, cache-read and cache-write multipliers, the
+  least cacheable prefix, the step in which hits are counted, the cache lifetime, where the cache
+  can hold a prefix) and the built-in profiles :data:`OPENAI`, :data:`ANTHROPIC` and
+  :data:`NO_CACHE`, found by name with :func:`price_profile`;
+- ``_simulator.py``: :class:`PrefixCacheSimulator` replays requests in order and prices each
+  one (:class:`CallCost`, summed by :class:`CostTotals`); a request is a sequence of
+  :class:`Block` (built from messages by :func:`request_blocks`, once per message with a
+  :data:`BlockMemo`).
+
+Every figure it gives is an estimate of the provider's behaviour; the module docstring of
+``_simulator.py`` lists the assumptions.
+"""
+
+from contextledger.cost._profiles import ANTHROPIC, NO_CACHE, OPENAI, PriceProfile, price_profile
+from contextledger.cost._simulator import (
+    Block,
+    BlockMemo,
+    CallCost,
+    CostTotals,
+    PrefixCacheSimulator,
+    request_blocks,
+)
+
+__all__ = [
+    "ANTHROPIC",
+    "NO_CACHE",
+    "OPENAI",
+    "Block",
+    "BlockMemo",
+    "CallCost",
+    "CostTotals",
+    "PrefixCacheSimulator",
+    "PriceProfile",
+    "price_profile",
+    "request_blocks",
+]
