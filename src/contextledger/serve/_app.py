@@ -41,7 +41,6 @@ from contextledger.exceptions import (  # noqa: E402
     ProxyError,
 )
 from contextledger.facts import (  # noqa: E402
-    ALLOWED_KEYS,
     FactMemory,
     FactsHost,
     Ticket,
@@ -114,6 +113,7 @@ class Proxy:
             namespace=config.namespace,
             lock_timeout=config.lock_timeout,
             upstream_timeout=config.upstream_timeout,
+            schema=config.fact_schema(),
         )
         self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
@@ -232,9 +232,10 @@ class Proxy:
         async def forget(tenant: str) -> Response:
             body = await self._read_body(request)
             name = json_object(body, 'a JSON object such as {"key": "module"}, or {} to forget all').get("key")
-            if name is not None and (not isinstance(name, str) or name.strip().lower() not in ALLOWED_KEYS):
+            allowed = self.sessions.schema.keys
+            if name is not None and (not isinstance(name, str) or name.strip().lower() not in allowed):
                 raise bad_request(
-                    f"cannot forget {name!r}: use one of {', '.join(sorted(ALLOWED_KEYS))}, or no "
+                    f"cannot forget {name!r}: use one of {', '.join(sorted(allowed))}, or no "
                     "key to forget every fact; nothing was changed",
                     "invalid_fact_key",
                 )

@@ -58,6 +58,11 @@ def add_serve_command(commands: Any) -> None:
         help="controlled facts in session mode (default: on)",
     )
     serve.add_argument(
+        "--facts-schema",
+        metavar="FILE",
+        help='the facts\' keys and bounds as JSON: {"keys": [...], "max_facts": 5} (default: the seed\'s)',
+    )
+    serve.add_argument(
         "--trust-tenant-header",
         action="store_true",
         default=None,
@@ -86,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "port": args.port,
         "store": args.store,
         "facts": args.facts,
+        "facts_schema": args.facts_schema,
         "trust_tenant_header": args.trust_tenant_header,
         "max_body_bytes": args.max_body_bytes,
         "upstream_timeout": args.upstream_timeout,

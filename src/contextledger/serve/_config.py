@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
+from contextledger.facts import DEFAULT_SCHEMA, FactSchema
 
 __all__ = ["UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
 
@@ -54,6 +55,8 @@ class ServeConfig:
     session mode); ``retain`` compacts what a session keeps after each turn.  ``store`` is
     ``sqlite:PATH`` or a ``redis://`` URL.  ``upstream_key``, when set, replaces the client's
     ``Authorization`` towards the upstream (the client's key still names its tenant).
+    ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
+    --schema`` takes it); the seed's when unset.
     """
 
     upstream: str
@@ -63,6 +66,7 @@ class ServeConfig:
     strategy: StrategySpec = field(default_factory=StrategySpec)
     retain: StrategySpec = field(default_factory=StrategySpec)
     facts: bool = True
+    facts_schema: str | None = None
     trust_tenant_header: bool = False
     upstream_key: str | None = field(default=None, repr=False)
     max_body_bytes: int = 4 * 1024 * 1024
@@ -89,6 +93,11 @@ class ServeConfig:
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
+        self.fact_schema()  # and so does a schema file that cannot be read
+
+    def fact_schema(self) -> FactSchema:
+        """The schema every session's facts follow: the file's, or the seed's."""
+        return DEFAULT_SCHEMA if self.facts_schema is None else FactSchema.from_file(self.facts_schema)
 
     @property
     def upstream_base(self) -> str:

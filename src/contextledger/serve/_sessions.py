@@ -30,7 +30,7 @@ from contextledger._keys import storage_key
 from contextledger._redis import RedisFailures, open_redis
 from contextledger._sqlite import SQLiteFailures, open_wal
 from contextledger.exceptions import HistoryCorruptError, HistoryError, HistoryUnavailableError, ProxyError
-from contextledger.facts import FactMemory, FactStore, RedisFactStore
+from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, FactStore, RedisFactStore
 from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 
 __all__ = ["RedisSessions", "SQLiteSessions", "Sessions", "open_sessions", "session_key"]
@@ -84,6 +84,7 @@ class Sessions(Protocol):
     """What session mode needs from a backend (see the module docstring)."""
 
     history: HistoryProvider
+    schema: FactSchema  # the keys and bounds of every session's facts
 
     async def create(self, key: str) -> bool:
         """Register the session; ``False`` when it already exists."""
@@ -116,7 +117,8 @@ _REGISTRY_SCHEMA = (
 class SQLiteSessions:
     """Registry and histories in one SQLite file; facts and locks in this process."""
 
-    def __init__(self, path: str, *, lock_timeout: float) -> None:
+    def __init__(self, path: str, *, lock_timeout: float, schema: FactSchema = DEFAULT_SCHEMA) -> None:
+        self.schema = schema
         self.path = path
         self.history: HistoryProvider = SQLiteHistoryProvider(path, source_id="serve", busy_timeout=_BUSY_TIMEOUT)
         self._lock_timeout = lock_timeout
@@ -179,7 +181,7 @@ class SQLiteSessions:
     def facts(self, key: str) -> FactMemory:
         store = self._facts.get(key)
         if store is None:
-            store = self._facts[key] = FactStore()
+            store = self._facts[key] = FactStore(schema=self.schema)
         return store
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
@@ -205,7 +207,16 @@ class RedisSessions:
     process, requests to a session queue on a local lock first, so only one of them polls Redis.
     """
 
-    def __init__(self, url: str, *, namespace: str, lock_timeout: float, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str,
+        lock_timeout: float,
+        lease_seconds: float,
+        schema: FactSchema = DEFAULT_SCHEMA,
+    ) -> None:
+        self.schema = schema
         feature = "contextledger serve with a redis:// store"
         # Two clients that never retry a command, like every store's (see contextledger._redis):
         # the histories and the registry use the asyncio one, the fact stores the synchronous one.
@@ -275,7 +286,7 @@ class RedisSessions:
             return bool(await self._client.set(lock_key, token, nx=True, px=self._lease_ms))
 
     def facts(self, key: str) -> FactMemory:
-        return RedisFactStore(self._redis_sync.client, owner=key, namespace=self.namespace)
+        return RedisFactStore(self._redis_sync.client, owner=key, namespace=self.namespace, schema=self.schema)
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return await asyncio.to_thread(operation)
@@ -286,8 +297,18 @@ class RedisSessions:
         self._redis_sync.close()
 
 
-def open_sessions(store: str, *, namespace: str, lock_timeout: float, upstream_timeout: float) -> Sessions:
-    """The backend ``store`` names: ``sqlite:PATH`` or a ``redis://`` URL."""
+def open_sessions(
+    store: str,
+    *,
+    namespace: str,
+    lock_timeout: float,
+    upstream_timeout: float,
+    schema: FactSchema = DEFAULT_SCHEMA,
+) -> Sessions:
+    """The backend ``store`` names: ``sqlite:PATH`` or a ``redis://`` URL; ``schema``, the facts' keys
+    and bounds in every session."""
     if store.startswith("sqlite:"):
-        return SQLiteSessions(store.removeprefix("sqlite:"), lock_timeout=lock_timeout)
-    return RedisSessions(store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=upstream_timeout + 60)
+        return SQLiteSessions(store.removeprefix("sqlite:"), lock_timeout=lock_timeout, schema=schema)
+    return RedisSessions(
+        store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=upstream_timeout + 60, schema=schema
+    )
