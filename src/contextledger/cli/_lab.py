@@ -92,7 +92,7 @@ def _policy_names(given: list[str] | None) -> tuple[str, ...]:
 
 def _timelines(paths: list[str]) -> list[Timeline]:
     """Every timeline named, validated before anything runs; ``-`` is read from standard input."""
-    from contextledger.lab import load_timeline, load_timelines, parse_timeline  # noqa: PLC0415
+    from contextledger.lab import load_timeline, load_timelines, parse_timeline, unique_timelines  # noqa: PLC0415
 
     if STANDARD_STREAM not in paths:
         return load_timelines(paths)
@@ -108,16 +108,7 @@ def _timelines(paths: list[str]) -> list[Timeline]:
         except json.JSONDecodeError as error:
             raise TimelineError(f"is not JSON: {error.msg} at line {error.lineno}", path="<stdin>") from None
         timelines.append(parse_timeline(data, source="<stdin>"))
-    seen: dict[str, str] = {}
-    for timeline in timelines:
-        if timeline.name in seen:
-            raise TimelineError(
-                f"timeline name {timeline.name!r} is already used by {seen[timeline.name]}; names must be unique",
-                path=timeline.source,
-                entry="name",
-            )
-        seen[timeline.name] = timeline.source
-    return timelines
+    return unique_timelines(timelines)
 
 
 def run(args: argparse.Namespace) -> int:

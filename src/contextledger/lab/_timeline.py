@@ -435,6 +435,11 @@ def load_timelines(paths: Sequence[str | Path] = ()) -> list[Timeline]:
         timelines = [load_timeline(path) for path in paths]
     else:
         timelines = [load_timeline(path, source=label) for label, path in shipped_timeline_paths()]
+    return unique_timelines(timelines)
+
+
+def unique_timelines(timelines: list[Timeline]) -> list[Timeline]:
+    """``timelines``, once no two share a name (reports are keyed by name); else a :class:`TimelineError`."""
     seen: dict[str, str] = {}
     for timeline in timelines:
         if timeline.name in seen:
