@@ -192,7 +192,7 @@ def test_plain_runs_group_and_count_as_the_general_loop_does(
 
 def test_a_reused_call_id_answered_in_a_later_plain_run_leaves_the_unanswered_call_as_it_was() -> None:
     """A call that never got its result, then (in a later append the lean loop takes) a new call
-    with the same id, answered at once: the id is ambiguous from then on, so a result for it that
+    with the same id, answered at once: the new call takes the id over, so a result for it that
     comes later still is an orphan, and the first call stays unanswered and in no unit."""
     call = FunctionCallContent("c1", "lookup", "{}")
     messages = [

@@ -210,11 +210,8 @@ def check_units(messages: Sequence[Message], projection: Sequence[Message], inde
     opened: dict[str, int] = {}
     for position, message in enumerate(messages):
         for call_id in message.opened_ids:
-            if call_id in opened:
-                # A reused id, in another message or the same one: pairing is ambiguous (an answer
-                # that does not directly follow is paired with neither call, as Agent Framework
-                # does), and validate() covers such input.
-                return
+            if call_id in opened and opened[call_id] != position:
+                return  # a reused id: pairing is ambiguous, validate() covers such input
             opened[call_id] = position
     answers = [call_id for message in messages for call_id in message.answered_ids]
     if len(answers) != len(set(answers)):

@@ -31,7 +31,6 @@ from contextledger.compaction import (
     ToolResultCompactionStrategy,
     apply_compaction_sync,
 )
-from contextledger.compaction._grouping import Grouper
 
 
 def test_a_result_after_an_approval_note_keeps_its_call() -> None:
@@ -208,107 +207,10 @@ def test_a_collapsed_hosted_call_shows_its_name_and_output() -> None:
     assert sent[3:] == messages[3:]
 
 
-# A call id reused while an earlier call with that id still waits -------------------------------
-
-
-def duplicate_call() -> Message:
-    return Message.assistant(calls=[FunctionCallContent("duplicate", "tool", '{"value": "x"}')])
-
-
-def ambiguous_layout() -> list[Message]:
-    """Two calls with one id, neither answered, then a result for that id after a note: which
-    call it answers cannot be told."""
-    return [
-        Message.user("go"),
-        duplicate_call(),
-        Message.assistant("between declarations"),
-        duplicate_call(),
-        Message.assistant("before result"),
-        Message.tool("duplicate", "result"),
-    ]
-
-
-def assert_left_unpaired(index: MessageIndex) -> None:
-    first, second, result = (index.groups[position] for position in (1, 3, 5))
-    assert (first.unit, second.unit, result.unit) == ((first,), (second,), (result,))
-    assert (first.is_complete, second.is_complete, result.orphan) == (False, False, True)
-
-
-@pytest.mark.parametrize("cuts", [[], [2, 3], [2, 3, 6]], ids=["at once", "in pieces", "one by one"])
-def test_a_result_for_an_id_two_waiting_calls_share_pairs_with_neither(cuts: list[int]) -> None:
-    """As Agent Framework decides (its tests ``..._do_not_pair_ambiguous_duplicate_call_ids`` and
-    ``..._keeps_ambiguous_reused_call_id_unpaired``): neither call is guessed; the result is an
-    orphan group of its own.  Was: it was made one unit with the second call."""
-    messages = ambiguous_layout()
-    index = MessageIndex(messages[: cuts[0]] if cuts else messages)
-    for start, end in zip(cuts, [*cuts[1:], len(messages)]):
-        index.append(messages[start:end])
-    assert_left_unpaired(index)
-
-
-def test_an_id_stays_ambiguous_for_later_results_and_the_lean_loop_agrees() -> None:
-    """A third call with the id, answered at once, takes its own result; a later result apart
-    from it still pairs with no call, whichever loop groups it."""
-    tail = [
-        Message.user("again"),
-        duplicate_call(),
-        Message.tool("duplicate", "at once"),
-        Message.user("later"),
-        Message.tool("duplicate", "late"),
-    ]
-    for plain in (True, False):
-        Grouper._plain_batches = plain
-        try:
-            index = MessageIndex(ambiguous_layout())
-            index.append(tail)
-        finally:
-            Grouper._plain_batches = True
-        assert_left_unpaired(index)
-        third, late = index.groups[7], index.groups[-1]
-        assert (third.message_count, third.is_complete, third.unit) == (2, True, (third,))
-        assert (late.orphan, late.unit) == (True, (late,))
-
-
-def test_a_result_right_after_a_reused_call_joins_that_call() -> None:
-    """Agent Framework's ``..._preserves_adjacent_duplicate_call_pair``: adjacency is not ambiguous."""
-    messages = [duplicate_call(), Message.assistant("between declarations"), duplicate_call()]
-    index = MessageIndex(messages)
-    index.append([Message.tool("duplicate", "result")])
-    first, second = index.groups[0], index.groups[2]
-    assert (second.message_count, second.is_complete, first.is_complete) == (2, True, False)
-
-
-def test_a_reused_id_whose_first_call_was_answered_pairs_its_late_result() -> None:
-    """Agent Framework's ``..._pair_completed_reused_call_id_occurrences``: the first call got its
-    result, so the late one can only answer the second."""
-    messages = [
-        Message.assistant(calls=[FunctionCallContent("reused", "tool", "{}")]),
-        Message.tool("reused", "first"),
-        Message.assistant(calls=[FunctionCallContent("reused", "tool", "{}")]),
-        Message.assistant("approval completed"),
-        Message.tool("reused", "second"),
-    ]
-    index = MessageIndex(messages)
-    first, second, note, late = index.groups
-    assert second.unit == late.unit == (second, late)
-    assert (first.message_count, note.unit, late.orphan) == (2, (note,), False)
-
-
-def test_compacting_an_ambiguous_layout_flags_nothing_the_input_did_not() -> None:
-    """Whatever a strategy keeps of such a layout, ``validate`` reports no message it did not
-    report on the input (all three messages of the id are reported there)."""
-    messages = ambiguous_layout()
-    flagged = {id(messages[problem.index]) for problem in validate(messages)}
-    assert flagged == {id(messages[position]) for position in (1, 3, 5)}
-    for keep in range(1, 6):
-        sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=keep))
-        assert {id(sent[problem.index]) for problem in validate(sent)} <= flagged
-
-
 def test_an_approval_request_sharing_its_calls_id_is_answered_not_ambiguous() -> None:
     """A Responses ``mcp_approval_request`` is read as an approval holding a call under the same id:
-    that is one id, not one opened twice, so the request and the user's response stay one unit
-    (a window that kept the response alone sent an answer to nothing)."""
+    that is one id, opened once, so the request and the user's response stay one unit and a window
+    never sends the response alone (an answer to nothing)."""
     request = Message(
         "assistant",
         (

@@ -12,9 +12,6 @@ The rules, in one place:
 - a reasoning-only message joins the reply or call it directly precedes;
 - a result nobody asked for is flagged orphan (inside the open call's group while that call
   still waits, so the call is never split from its own results).
-- a call id opened again while a call with it still waits is ambiguous from then on: a result
-  for it that does not directly follow its call answers neither call (an orphan), as Agent
-  Framework decides.
 
 :meth:`Grouper._group_any` applies every rule.  Most histories are long plain runs, which a
 lean loop (``_plain``) groups first, handing over to this one at the first message it does not
@@ -52,14 +49,6 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["Grouper"]
 
 
-# What ``Grouper._waiting`` holds for an id that a call opened while another call with that id
-# still waited (two calls of one message included).  A result for it that does not directly
-# follow its call cannot be told apart, so from then on it answers no call: it is an orphan
-# group of its own, and the calls stay incomplete (as Agent Framework decides; guessing would
-# make a unit the input does not have).  A result directly after its call still joins it.
-_AMBIGUOUS = -1
-
-
 def _asked(call_id: str, asked: str | frozenset[str]) -> bool:
     """Whether a call group's call ids (one id, or a set of them) include ``call_id``."""
     return call_id == asked if isinstance(asked, str) else call_id in asked
@@ -88,8 +77,7 @@ class Grouper:
         self._turn = 0  # the turn the last appended message belongs to
         self._open_tool: int | None = None  # a tool-call group results may still join
         self._provisional: list[int] = []  # trailing reasoning-only groups that may still join a call
-        # Call id -> the group whose call still waits for it, or _AMBIGUOUS.
-        self._waiting: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}  # call id -> the group whose call still waits for it
         self._linked: list[int] = []  # earlier groups the last append linked a new result to
 
     def append(self, messages: Iterable[Message]) -> None:
@@ -202,11 +190,10 @@ class Grouper:
         table, waiting = self._table, self._waiting
         matched = True
         for call_id in ids:
-            call_group = waiting.get(call_id)
-            if call_group is None or call_group in (group, _AMBIGUOUS):
+            call_group = waiting.pop(call_id, None)
+            if call_group is None or call_group == group:
                 matched = matched and call_group == group
                 continue
-            del waiting[call_id]
             table.answer(call_group, (call_id,))
             table.link(call_group, group)
             self._linked.append(call_group)
@@ -312,11 +299,7 @@ class Grouper:
                     left = [call_id for call_id in opened if call_id not in answers] if answers else opened
                     if left:
                         unanswered[group] = left[0] if len(left) == 1 else frozenset(left)
-                        if waiting.keys().isdisjoint(left) and len(set(left)) == len(left):
-                            waiting.update(dict.fromkeys(left, group))
-                        else:  # an id a call still waits for (see _AMBIGUOUS)
-                            for call_id in left:
-                                waiting[call_id] = _AMBIGUOUS if call_id in waiting else group
+                        waiting.update(dict.fromkeys(left, group))
                     earlier = [call_id for call_id in answers if call_id not in asked]
                     if earlier and not self._link_answers(group, earlier):
                         orphans.add(group)
