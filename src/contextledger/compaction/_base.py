@@ -200,8 +200,10 @@ class CompactionStrategy(ABC):
 
         When the target is a plain threshold on tokens, messages or groups (the
         usual case) the stopping point is found with local arithmetic and the
-        groups are excluded in one batch; any other target is re-evaluated on
-        the index after every step.
+        groups are excluded in one batch, at the point :func:`stable_limit` sets for
+        a prefix-stable strategy; any other target is re-evaluated on the index
+        after every step.  With no target (only a floor stops it) the candidates go
+        ``block`` at a time (see :meth:`block`).
         """
         # A unit with a member that must stay (by default: any included group that is not a
         # candidate, such as a protected newest result) is kept whole; the others go whole.
