@@ -214,7 +214,9 @@ class CompactionStrategy(ABC):
             metric, limit = threshold
             threshold = (metric, stable_limit(index, metric, limit, threshold_of(None, self.trigger)))
         if stops_never(self.target, self.trigger):
-            doomed = index.exclude_ids(candidates[: len(candidates) // block * block], reason)
+            doomed = index.exclude_ids(
+                candidates if block == 1 else candidates[: len(candidates) // block * block], reason
+            )
         elif threshold is not None and (not index.columns.unit or index.columns.unit.keys().isdisjoint(candidates)):
             metric, limit = threshold
             doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)

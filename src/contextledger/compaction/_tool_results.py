@@ -218,7 +218,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         replacements: list[int] = []
         if stops_never(self.target, self.trigger):
             block = self.block()
-            candidates = candidates[: len(candidates) // block * block]
+            if block > 1:
+                candidates = candidates[: len(candidates) // block * block]
             originals = candidates
             texts = self._summary_texts(index, candidates)
             replacements = index.collapse_ids(

@@ -94,7 +94,8 @@ class SlidingWindowStrategy(CompactionStrategy):
         doomed = eligible[:-keep] if keep else eligible
         # With a stable step the oldest groups go that many at a time, on a grid from the oldest.
         block = self.block()
-        doomed = doomed[: len(doomed) // block * block]
+        if block > 1:
+            doomed = doomed[: len(doomed) // block * block]
         newest = newest_non_system(index)
         if doomed and doomed[-1] == newest:
             doomed.pop()
