@@ -326,11 +326,12 @@ class Proxy:
     # Stateless mode ---------------------------------------------------------------------------
 
     async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
-        # With no strategy the body goes as it came: reading every message would cost time for nothing.
+        # Every message is read, strategy or not, so a malformed one is refused here and not upstream
+        # (the reader remembers what it has read: a repeated history costs little).  With no strategy
+        # the body then goes as it came.
+        incoming = self.reader.read(payload["messages"])
         if self.strategy is not None:
-            result = await compact_with_report(
-                self.reader.read(payload["messages"]), strategy=self.strategy, tokenizer=self.tokenizer
-            )
+            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:

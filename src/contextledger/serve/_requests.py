@@ -1,8 +1,12 @@
 """Reading what a client sent: JSON bodies, chat-completions payloads, messages, header values.
 
 Every refusal is a :class:`ProxyError` with status 400 and a code, so it reaches the client in
-OpenAI's error shape.  A stateless client sends its whole history on every call, and nearly all
-of it was in its previous call too; :class:`MessageReader` therefore remembers the messages it
+OpenAI's error shape, and every one is decided before anything goes upstream.  A body is read
+by :func:`~contextledger._json.strict_loads`: strict JSON that the proxy can write again as it
+read it (no ``NaN``, no overflowing number, no lone surrogate, no nesting past 128 levels).
+
+A stateless client sends its whole history on every call, and nearly all of it was in its
+previous call too; :class:`MessageReader` therefore remembers the messages it
 has converted, keyed by their exact JSON values, and converts only what it has not seen.  A
 remembered message is the same immutable object as before, so its token count (memoised on it)
 is not computed again either (on a 201-message history this halves the proxy's reading and
@@ -13,11 +17,11 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from contextledger._json import UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.messages import Message, message_from_openai
 
@@ -47,7 +51,9 @@ def json_object(body: bytes, what: str) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        data = json.loads(body)
+        data = strict_loads(body)
+    except UnwritableJSONError as error:
+        raise bad_request(f"the request body is not strict JSON: {error}; send {what}", "invalid_json") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise bad_request(f"the request body is not valid JSON ({error}); send {what}", "invalid_json") from None
     if not isinstance(data, dict):
