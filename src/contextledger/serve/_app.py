@@ -29,9 +29,9 @@ require_extra("httpx", extra="serve", feature="contextledger serve")
 import httpx  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # noqa: E402
-from starlette.middleware import Middleware  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
