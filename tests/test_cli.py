@@ -473,3 +473,35 @@ def test_revoke_errors_speak_of_revoking(tmp_path: Path) -> None:
     assert "or --all to revoke every fact" in bad.stderr
     assert "forget" not in bad.stderr
     assert "module" in console("facts", "list", "--store", str(store)).stdout  # nothing was changed
+
+
+HOSTILE_TRANSCRIPTS = {
+    "deep nesting": '[{"role": "user", "content": "hi", "x": ' + "[" * 5000 + "]" * 5000 + "}]",
+    "a role that is a list": '[{"role": ["user"], "content": "hi"}]',
+    "a role that is an object": '{"role": {"name": "user"}, "content": "hi"}\n',
+    "a lone surrogate": '[{"role": "user", "content": "a\\ud800"}]',
+    "NaN": '{"role": "user", "content": "hi", "score": NaN}\n',
+    "an overflowing number": '[{"role": "user", "content": "hi", "score": 1e400}]',
+    "a lone surrogate in JSONL": '{"role": "user", "content": "ok"}\n{"role": "user", "content": "\\udfff"}\n',
+}
+
+
+@pytest.mark.parametrize("command", ["validate", "compact"])
+@pytest.mark.parametrize("case", sorted(HOSTILE_TRANSCRIPTS))
+def test_hostile_transcripts_get_one_clear_line_not_a_traceback(tmp_path: Path, command: str, case: str) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(HOSTILE_TRANSCRIPTS[case])
+    argv = [str(source)] + (["--budget", "2000", "-o", str(tmp_path / "out.jsonl")] if command == "compact" else [])
+    completed = subprocess.run(
+        [sys.executable, "-m", "contextledger.cli", command, *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert "Traceback" not in completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"contextledger: error: {source}"), lines
+    assert not (tmp_path / "out.jsonl").exists()

@@ -144,22 +144,32 @@ class Proxy:
 StartProxy = Callable[..., AbstractContextManager[Proxy]]
 
 
-@pytest.fixture
-def start_proxy(fake_upstream: FakeUpstream, tmp_path: Path) -> StartProxy:
-    """Start ``contextledger serve ARGS`` in front of the fake upstream (SQLite in tmp_path by default)."""
+def _starter(fake_upstream: FakeUpstream, directory: Path) -> StartProxy:
     counter = iter(range(1000))
 
     @contextmanager
     def start(*args: str, env: dict[str, str] | None = None, upstream: str | None = None) -> Iterator[Proxy]:
         port = free_port()
-        log = tmp_path / f"proxy-{next(counter)}.log"
+        log = directory / f"proxy-{next(counter)}.log"
         command = [sys.executable, "-m", "contextledger.cli", "serve", "--port", str(port)]
         command += ["--upstream", upstream or fake_upstream.base_url]
         if "--store" not in args:
-            command += ["--store", f"sqlite:{tmp_path / 'sessions.db'}"]
+            command += ["--store", f"sqlite:{directory / 'sessions.db'}"]
         command += list(args)
         root = f"http://127.0.0.1:{port}"
         with _process(command, root + "/healthz", log, env):
             yield Proxy(root + "/v1", root, log)
 
     return start
+
+
+@pytest.fixture
+def start_proxy(fake_upstream: FakeUpstream, tmp_path: Path) -> StartProxy:
+    """Start ``contextledger serve ARGS`` in front of the fake upstream (SQLite in tmp_path by default)."""
+    return _starter(fake_upstream, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def start_proxy_module(fake_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> StartProxy:
+    """:func:`start_proxy` for proxies a whole test module shares (SQLite in a directory of its own)."""
+    return _starter(fake_upstream, tmp_path_factory.mktemp("proxy"))

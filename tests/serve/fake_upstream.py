@@ -8,9 +8,15 @@ it behaves, so tests need no shared switch:
 - ``fake-tool``: a reply calling the tool ``lookup`` (two streamed argument deltas);
 - ``fake-500``: HTTP 500 in OpenAI's error shape;  ``fake-slow``: answers after 5 seconds;
 - ``fake-broken``: a stream that stops half-way (the connection is dropped, no ``[DONE]``);
-- ``fake-garbage``: HTTP 200 whose body is not JSON.
+- ``fake-garbage``: HTTP 200 whose body is not JSON;  ``fake-hollow``: HTTP 200 JSON with no choices;
+- ``fake-429`` / ``fake-503``: that status in OpenAI's error shape, with ``Retry-After``,
+  ``x-ratelimit-*`` and ``x-request-id`` headers as OpenAI sends them (every answer carries a
+  request id and rate-limit headers);
+- ``fake-bulk``: an ordinary reply, but only the body's size is recorded (for tests that send
+  gigabytes).
 
-``GET /_received`` returns what it was sent (path, Authorization header, JSON body) in order;
+``GET /_received`` returns what it was sent (path, Authorization header, JSON body, and
+``strict``: why a strict JSON parser would refuse the raw body, or ``None``) in order;
 ``DELETE /_received`` empties the record.
 """
 
@@ -29,6 +35,47 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 RECEIVED: list[dict[str, Any]] = []
+RATE_LIMITS = {
+    "x-ratelimit-limit-requests": "100",
+    "x-ratelimit-remaining-requests": "99",
+    "x-ratelimit-reset-requests": "600ms",
+}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate keys in {names}")
+    return dict(pairs)
+
+
+def _strict_problem(raw: bytes) -> str | None:
+    """Why a strict upstream would refuse ``raw``: not UTF-8, not RFC 8259 JSON (NaN, Infinity,
+    an overflowing number, a duplicate key), or a lone surrogate in a string."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as error:
+        return f"{type(error).__name__}: {error}"[:200]
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and item in (float("inf"), float("-inf")):
+            return "a number out of range"
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a lone surrogate"
+    return None
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -54,18 +101,32 @@ class _Broken(Exception):
 
 
 async def chat(request: Request) -> Response:
-    payload = await request.json()
-    RECEIVED.append(
-        {"path": "/v1/chat/completions", "authorization": request.headers.get("authorization"), "body": payload}
-    )
+    raw = await request.body()
+    payload = json.loads(raw)
     model = str(payload.get("model", "fake"))
+    record: dict[str, Any] = {"path": "/v1/chat/completions", "authorization": request.headers.get("authorization")}
+    if model == "fake-bulk":
+        record["bytes"] = len(raw)
+    else:
+        record.update(body=payload, strict=_strict_problem(raw))
+    RECEIVED.append(record)
+    request_id = f"req_{len(RECEIVED)}"
+    headers = {**RATE_LIMITS, "x-request-id": request_id}
     if model == "fake-500":
         error = {"error": {"message": "the fake model fell over", "type": "server_error", "param": None, "code": None}}
-        return JSONResponse(error, status_code=500)
+        return JSONResponse(error, status_code=500, headers=headers)
+    if model in ("fake-429", "fake-503"):
+        status = int(model[-3:])
+        reason = "rate limit reached" if status == 429 else "the fake model is overloaded"
+        error = {"error": {"message": reason, "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+        limited = {**headers, "retry-after": "7", "x-ratelimit-remaining-requests": "0", "retry-after-ms": "7000"}
+        return JSONResponse(error, status_code=status, headers=limited)
     if model == "fake-slow":
         await asyncio.sleep(5)
     if model == "fake-garbage":
         return Response(b"<html>not json</html>", media_type="application/json")
+    if model == "fake-hollow":
+        return JSONResponse({"id": "chatcmpl-hollow", "object": "chat.completion", "choices": []}, headers=headers)
     text = "echo: " + _last_user_text(payload.get("messages", []))
     tool = model == "fake-tool"
     if payload.get("stream"):
@@ -87,7 +148,7 @@ async def chat(request: Request) -> Response:
                 yield _chunk(model, {}, "stop")
             yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool:
         call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
@@ -100,7 +161,8 @@ async def chat(request: Request) -> Response:
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
+        },
+        headers=headers,
     )
 
 

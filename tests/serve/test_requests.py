@@ -71,3 +71,15 @@ def test_a_malformed_message_is_a_400_naming_its_position() -> None:
         MessageReader().read([{"role": "user", "content": "hi"}, {"role": "tool", "content": "no call id"}])
     assert caught.value.status == 400
     assert caught.value.code == "invalid_messages"
+
+
+def test_the_reader_remembers_within_its_byte_limit_the_most_recently_used_first() -> None:
+    reader = MessageReader(limit=200_000)
+    kept = {"role": "user", "content": "the system prompt, sent with every request"}
+    first = reader.read([kept])[0]
+    for number in range(300):
+        reader.read([kept, {"role": "user", "content": f"{number:04d}" + "x" * 10_000}])
+        assert reader.held_bytes <= 200_000
+    assert reader.read([kept])[0] is first  # used on every call: never the one to go
+    assert reader.read([{"role": "user", "content": "y" * 300_000}])  # larger than the limit: read, not kept
+    assert reader.held_bytes <= 200_000

@@ -7,9 +7,9 @@ instead, and never quote more than a short excerpt of the input.
 
 from __future__ import annotations
 
-import json
 import sys
 
+from contextledger._json import UnwritableJSONError, strict_loads
 from contextledger.cli._common import STANDARD_STREAM
 from contextledger.exceptions import ContextLedgerError, TranscriptError
 from contextledger.messages import Message, from_openai, load_jsonl
@@ -42,7 +42,9 @@ def read_transcript(path: str) -> list[Message]:
     start = text.lstrip()[:1]
     if start in ("[", "{"):
         try:
-            data = json.loads(text)
+            data = strict_loads(text)
+        except UnwritableJSONError as error:
+            raise TranscriptError(f"not JSON that can be written back: {error}", path=label) from None
         except ValueError:
             data = None  # not one JSON document: read it as JSONL, which names the bad line
         if isinstance(data, dict) and "messages" in data:

@@ -182,9 +182,11 @@ class PrefixCacheSimulator:
             marks = _checked_breakpoints(breakpoints, len(blocks), profile.max_breakpoints)
             read, written = self._breakpoints(cumulative, chain, marks, now)
         uncached = sent - read
-        cost = profile.input_price * (
-            (uncached - written) + written * profile.cache_write_multiplier + read * profile.cache_read_multiplier
-        ) + profile.output_price * output_tokens
+        cost = (
+            profile.input_price
+            * ((uncached - written) + written * profile.cache_write_multiplier + read * profile.cache_read_multiplier)
+            + profile.output_price * output_tokens
+        )
         call = CallCost(sent, read, written, uncached, output_tokens, cost, now)
         self.calls.append(call)
         self._prune(now)
@@ -200,9 +202,7 @@ class PrefixCacheSimulator:
         at: float | None = None,
     ) -> CallCost:
         """:meth:`send` for a chat request given as messages (see :func:`request_blocks`)."""
-        return self.send(
-            request_blocks(messages, tokenizer=tokenizer, tools=tools), output_tokens=output_tokens, at=at
-        )
+        return self.send(request_blocks(messages, tokenizer=tokenizer, tools=tools), output_tokens=output_tokens, at=at)
 
     def totals(self) -> CostTotals:
         return CostTotals.of(self.calls)
@@ -235,9 +235,7 @@ class PrefixCacheSimulator:
                 entries[chain[position]] = expires
         return read, max(0, cacheable - read)
 
-    def _breakpoints(
-        self, cumulative: list[int], chain: list[bytes], marks: list[int], now: float
-    ) -> tuple[int, int]:
+    def _breakpoints(self, cumulative: list[int], chain: list[bytes], marks: list[int], now: float) -> tuple[int, int]:
         profile = self.profile
         least, lookback = profile.min_cacheable_tokens, profile.lookback_blocks
         hit = 0

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from contextledger._json import UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, TranscriptError
 from contextledger.messages._message import Message
 from contextledger.messages._openai import message_from_openai, message_to_openai
@@ -24,11 +25,13 @@ def load_jsonl(lines: Iterable[str], *, path: str | None = None) -> list[Message
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = strict_loads(line)
         except json.JSONDecodeError as error:
             raise TranscriptError(
                 f"not valid JSON ({error.msg} at column {error.colno})", path=path, line=number
             ) from None
+        except UnwritableJSONError as error:
+            raise TranscriptError(f"not JSON that can be written back: {error}", path=path, line=number) from None
         try:
             messages.append(message_from_openai(data))
         except InvalidMessageError as error:

@@ -63,7 +63,7 @@ class Message:
     _token_memo: tuple[object, int] | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
+        if not isinstance(self.role, str) or self.role not in ROLES:
             raise UnknownRoleError(f"unknown role {self.role!r}; use one of 'system', 'user', 'assistant', 'tool'")
         contents = self.contents
         if isinstance(contents, str):

@@ -34,6 +34,8 @@ from contextledger.messages._message import ROLES, Message
 # The key under which to_openai(..., metadata=True) keeps what OpenAI has no field for.
 _METADATA_KEY = "_contextledger"
 
+_ROLE_NAMES = tuple(sorted(ROLES))
+
 _KNOWN_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"})
 
 
@@ -184,7 +186,7 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
     if role == "developer":
         extra["role"] = "developer"
         role = "system"
-    if role not in ROLES:
+    if role not in _ROLE_NAMES:  # a tuple, not the frozenset: a list or object role is refused, not unhashable
         raise UnknownRoleError(
             f"{where}: unknown role {role!r}; OpenAI messages use 'system', 'developer', 'user', 'assistant' or 'tool'"
         )

@@ -28,6 +28,8 @@ require_extra("httpx", extra="serve", feature="contextledger serve")
 
 import httpx  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
+from starlette.exceptions import HTTPException  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -49,6 +51,7 @@ from contextledger.facts import (  # noqa: E402
 )
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
+from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._replies import reply_message  # noqa: E402
@@ -326,11 +329,12 @@ class Proxy:
     # Stateless mode ---------------------------------------------------------------------------
 
     async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
-        # With no strategy the body goes as it came: reading every message would cost time for nothing.
+        # Every message is read, strategy or not, so a malformed one is refused here and not upstream
+        # (the reader remembers what it has read: a repeated history costs little).  With no strategy
+        # the body then goes as it came.
+        incoming = self.reader.read(payload["messages"])
         if self.strategy is not None:
-            result = await compact_with_report(
-                self.reader.read(payload["messages"]), strategy=self.strategy, tokenizer=self.tokenizer
-            )
+            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
@@ -555,17 +559,9 @@ def create_app(config: ServeConfig) -> Starlette:
 
     sessions = "/v1/contextledger/sessions"
 
-    async def internal_error(request: Request, error: Exception) -> Response:
-        # Logged by the server with its traceback; the client gets OpenAI's shape, not a text page.
-        body = error_body(
-            "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
-            "Idempotency-Key is stored at most once",
-            "server_error",
-        )
-        return JSONResponse(body, status_code=500)
-
     app = Starlette(
-        exception_handlers={Exception: internal_error},
+        middleware=[Middleware(UnexpectedErrors)],
+        exception_handlers={HTTPException: http_error},
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),

@@ -1,0 +1,72 @@
+"""Answers the proxy gives when no handler could: unexpected failures, unknown paths, wrong methods.
+
+Every one is in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), as
+SDK clients parse it, never a text page.  An unexpected failure is logged with its traceback and
+answered 500 without raising it further: raised, it would make the server close the connection
+after the answer, and a client reusing that keep-alive connection for its next request would get
+a reset instead of an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from contextledger.serve._upstream import error_body
+
+__all__ = ["UnexpectedErrors", "http_error"]
+
+_log = logging.getLogger("uvicorn.error")  # the server's own error log, where tracebacks always went
+
+
+class UnexpectedErrors:
+    """ASGI middleware: an exception before the response started is logged and answered 500 in
+    OpenAI's shape, leaving the connection usable; one after it started (a stream under way) is
+    raised, since only closing the connection can tell the client its answer is cut."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            if started:
+                raise
+            _log.exception("the proxy failed answering %s %s", scope.get("method"), scope.get("path"))
+            body = error_body(
+                "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
+                "Idempotency-Key is stored at most once",
+                "server_error",
+            )
+            await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
+async def http_error(request: Request, error: Exception) -> Response:
+    """Starlette's own refusals (an unknown path, a method the path does not take) in OpenAI's shape."""
+    assert isinstance(error, HTTPException)
+    if error.status_code == 404:
+        message = f"no such endpoint: {request.method} {request.url.path}; the proxy serves /v1/chat/completions"
+        code = "unknown_url"
+    elif error.status_code == 405:
+        allowed = (error.headers or {}).get("Allow", "")
+        message = f"{request.method} is not allowed on {request.url.path}; use {allowed or 'another method'}"
+        code = "method_not_allowed"
+    else:
+        message, code = str(error.detail), None
+    body = error_body(message, "invalid_request_error", code)
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
