@@ -41,6 +41,8 @@ partial state behind.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "AgentError",
     "CompactionError",
@@ -258,9 +260,18 @@ class ProxyError(ContextLedgerError):
     """
 
     def __init__(
-        self, message: str, *, status: int, error_type: str = "invalid_request_error", code: str | None = None
+        self,
+        message: str,
+        *,
+        status: int,
+        error_type: str = "invalid_request_error",
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type
         self.code = code
+        # What the answer carries besides the body: an upstream's Retry-After and rate-limit
+        # headers, by which SDK clients time their retries, or Connection: close.
+        self.headers = dict(headers or {})

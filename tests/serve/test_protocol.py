@@ -127,8 +127,49 @@ def test_unknown_paths_and_wrong_methods_answer_json_errors(
         answer_status, headers, body = connection.call(method, path, b"{}" if method != "GET" else None)
         assert answer_status == status
         error = assert_openai_error(body)
-        assert path in error["message"]
+        assert path in str(error["message"])
         if status == 405:
             assert "allow" in headers
         assert_next_request_served(connection, headers)
+        connection.close()
+
+
+def post_chat(
+    connection: Connection, model: str, extra: dict[str, str], stream: bool = False
+) -> tuple[int, dict[str, str], Any]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}).encode()
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json", **extra}
+    connection.http.request("POST", "/v1/chat/completions", body, headers)
+    reply = connection.http.getresponse()
+    raw = reply.read()
+    try:
+        decoded: Any = json.loads(raw)
+    except ValueError:
+        decoded = raw.decode()
+    return reply.status, {k.lower(): v for k, v in reply.getheaders()}, decoded
+
+
+@pytest.mark.parametrize("session", [False, True])
+def test_the_upstreams_retry_and_rate_limit_headers_reach_the_client(start_proxy: StartProxy, session: bool) -> None:
+    with start_proxy() as proxy:
+        connection = Connection(proxy.root)
+        extra: dict[str, str] = {}
+        if session:
+            proxy.create_session("limited", KEY)
+            extra = {"X-Contextledger-Session": "limited"}
+        for model, status in (("fake-429", 429), ("fake-503", 503)):
+            for stream in (False, True):
+                got, headers, body = post_chat(connection, model, extra, stream)
+                assert got == status, body
+                assert_openai_error(body, "rate_limit_exceeded")
+                assert headers["retry-after"] == "7"
+                assert headers["retry-after-ms"] == "7000"
+                assert headers["x-ratelimit-remaining-requests"] == "0"
+                assert headers["x-request-id"].startswith("req_")
+                assert_next_request_served(connection, headers)
+        for stream in (False, True):  # an answer carries the upstream's request id and limits too
+            got, headers, body = post_chat(connection, "fake", extra, stream)
+            assert got == 200, body
+            assert headers["x-request-id"].startswith("req_")
+            assert headers["x-ratelimit-limit-requests"] == "100"
         connection.close()

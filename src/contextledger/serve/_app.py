@@ -18,7 +18,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from contextledger._extras import require_extra
@@ -59,15 +59,24 @@ from contextledger.serve._requests import (  # noqa: E402
     MessageReader,
     bad_request,
     json_object,
+    open_block,
     parse_payload,
+    refuse_invalid,
     turn_id_of,
     user_text,
+    without_metadata,
 )
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._turns import SessionTurn, SessionTurns  # noqa: E402
-from contextledger.serve._upstream import Upstream, error_body, timeout_error, upstream_failure  # noqa: E402
+from contextledger.serve._upstream import (  # noqa: E402
+    Upstream,
+    error_body,
+    passed_back,
+    timeout_error,
+    upstream_error,
+)
 
 __all__ = ["Proxy", "create_app"]
 
@@ -81,15 +90,17 @@ def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONRespon
         error = ProxyError(
             f"the session store failed: {error}", status=503, error_type="server_error", code="store_unavailable"
         )
-    return JSONResponse(error_body(str(error), error.error_type, error.code), status_code=error.status)
+    return JSONResponse(
+        error_body(str(error), error.error_type, error.code), status_code=error.status, headers=error.headers
+    )
 
 
 class _CleanupStream(StreamingResponse):
     """A streaming response that runs ``cleanup`` when the response ends, however it ends
     (finished, failed, or the client went away before or during the stream)."""
 
-    def __init__(self, content: Any, cleanup: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    def __init__(self, content: Any, cleanup: Callable[[], Awaitable[None]], headers: Mapping[str, str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
         self._cleanup = cleanup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -150,14 +161,13 @@ class Proxy:
             )
             self.metrics.observe(self.metrics.upstream_seconds, time.perf_counter() - started, "models", "answered")
             if upstream.status_code >= 400:
-                status, failure = upstream_failure(upstream.status_code, upstream.content)
-                response: Response = JSONResponse(failure, status_code=status)
-            else:
-                response = Response(
-                    upstream.content,
-                    status_code=upstream.status_code,
-                    media_type=upstream.headers.get("content-type", "application/json"),
-                )
+                raise upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            response: Response = Response(
+                upstream.content,
+                status_code=upstream.status_code,
+                media_type=upstream.headers.get("content-type", "application/json"),
+                headers=passed_back(upstream.headers),
+            )
         except ProxyError as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "models", "stateless", str(response.status_code))
@@ -333,6 +343,11 @@ class Proxy:
         # (the reader remembers what it has read: a repeated history costs little).  With no strategy
         # the body then goes as it came.
         incoming = self.reader.read(payload["messages"])
+        refuse_invalid(incoming)
+        plain = without_metadata(payload["messages"])
+        if plain is not None:
+            payload = {**payload, "messages": plain}
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
@@ -344,10 +359,12 @@ class Proxy:
         if payload.get("stream") is True:
             return await self._stream(headers, body, finish=None, release=None)
         upstream = await self._call(headers, body)
+        _completion(upstream)  # one rule in both modes: a 200 that is not a completion is the upstream's fault
         return Response(
             upstream.content,
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type", "application/json"),
+            headers=passed_back(upstream.headers),
         )
 
     # Session mode -----------------------------------------------------------------------------
@@ -377,6 +394,7 @@ class Proxy:
                 if done is not None:
                     return self.turns.replay(done, new_turn, streaming)
             kept = await self.kept.history(key)
+            refuse_invalid(new_turn, before=open_block(kept.messages))
             view = await self.kept.request_view(key, kept.messages, new_turn)
             before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
             after = before if self.strategy is None else sum(self.tokenizer.count_messages(list(view)))
@@ -402,17 +420,7 @@ class Proxy:
                 stack = None  # the stream releases the lock when it ends
                 return await self._stream(headers, body, finish=finish, release=lock.aclose)
             upstream = await self._call(headers, body)
-            try:
-                reply = upstream.json()
-                message = reply["choices"][0]["message"]
-                assert isinstance(message, dict)
-            except (ValueError, KeyError, IndexError, TypeError, AssertionError):
-                raise ProxyError(
-                    "the upstream's reply is not a chat completion with a message; nothing was stored",
-                    status=502,
-                    error_type="upstream_error",
-                    code="upstream_invalid_response",
-                ) from None
+            reply, message = _completion(upstream)
             meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
             meta["finish_reason"] = reply["choices"][0].get("finish_reason")
             if not await finish(message, meta):
@@ -421,7 +429,10 @@ class Proxy:
                 if done is not None:
                     return self.turns.replay(done, new_turn, streaming=False)
             return Response(
-                upstream.content, status_code=200, media_type=upstream.headers.get("content-type", "application/json")
+                upstream.content,
+                status_code=200,
+                media_type=upstream.headers.get("content-type", "application/json"),
+                headers=passed_back(upstream.headers),
             )
         finally:
             if stack is not None:
@@ -447,13 +458,7 @@ class Proxy:
             "answered" if upstream.status_code < 400 else "error",
         )
         if upstream.status_code >= 400:
-            status, failure = upstream_failure(upstream.status_code, upstream.content)
-            raise ProxyError(
-                failure["error"].get("message") or "upstream error",
-                status=status,
-                error_type=failure["error"].get("type") or "upstream_error",
-                code=failure["error"].get("code"),
-            )
+            raise upstream_error(upstream.status_code, upstream.content, upstream.headers)
         return upstream
 
     async def _stream(
@@ -471,13 +476,7 @@ class Proxy:
             if upstream.status_code >= 400:
                 content = await upstream.aread()
                 await upstream.aclose()
-                status, failure = upstream_failure(upstream.status_code, content)
-                raise ProxyError(
-                    failure["error"].get("message") or "upstream error",
-                    status=status,
-                    error_type=failure["error"].get("type") or "upstream_error",
-                    code=failure["error"].get("code"),
-                )
+                raise upstream_error(upstream.status_code, content, upstream.headers)
         except BaseException:
             if release is not None:
                 await release()
@@ -534,7 +533,26 @@ class Proxy:
             if release is not None:
                 await release()
 
-        return _CleanupStream(events(), cleanup)
+        return _CleanupStream(events(), cleanup, passed_back(upstream.headers))
+
+
+def _completion(upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The upstream's chat completion and its first choice's message, or 502: a client must never
+    take a malformed answer for a completion, nor a session store it."""
+    try:
+        reply = upstream.json()
+        message = reply["choices"][0]["message"]
+        if not isinstance(message, dict):
+            raise TypeError
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ProxyError(
+            "the upstream's reply is not a chat completion with a message; nothing was stored",
+            status=502,
+            error_type="upstream_error",
+            code="upstream_invalid_response",
+            headers=passed_back(upstream.headers),
+        ) from None
+    return reply, message
 
 
 def _broken(reason: str) -> ProxyError:

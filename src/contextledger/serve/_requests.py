@@ -23,21 +23,26 @@ from typing import Any
 
 from contextledger._json import UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, ProxyError
-from contextledger.messages import Message, message_from_openai
+from contextledger.messages import Message, message_from_openai, validate
 
 __all__ = [
     "REMEMBERED_BYTES",
     "MessageReader",
     "bad_request",
     "json_object",
+    "open_block",
     "parse_payload",
+    "refuse_invalid",
     "turn_id_of",
     "user_text",
+    "without_metadata",
 ]
 
 REMEMBERED_BYTES = 32 * 1024 * 1024
 """The most memory the messages a :class:`MessageReader` remembers may hold (their strings and
 containers, as ``sys.getsizeof`` counts them); a single message larger than that is not remembered."""
+
+_METADATA_KEY = "_contextledger"  # where ``to_openai(..., metadata=True)`` keeps the library's own fields
 
 _NODE_BYTES = 64  # a container, number or key tuple: roughly what the key and the message add for it
 
@@ -66,9 +71,54 @@ def parse_payload(body: bytes) -> dict[str, Any]:
     payload = json_object(body, "a chat-completions JSON object")
     if not isinstance(payload.get("messages"), list) or not payload["messages"]:
         raise bad_request("'messages' must be a non-empty list of chat messages", "invalid_messages")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request(
+            f"'model' must name the model as a non-empty string, got {model!r}"
+            if "model" in payload
+            else "'model' is missing: name the model to call, as the upstream expects",
+            "invalid_model",
+        )
     if "stream" in payload and not isinstance(payload["stream"], bool):
         raise bad_request(f"'stream' must be true or false, got {payload['stream']!r}", "invalid_stream")
     return payload
+
+
+def refuse_invalid(messages: Sequence[Message], *, before: Sequence[Message] = ()) -> None:
+    """400 with :func:`~contextledger.messages.validate`'s first reason if ``messages`` (after
+    ``before``, the stored messages they continue) is not a conversation a model takes: a tool
+    result without its call, a call without its results, a call id used twice.  Refused here, it is
+    neither sent upstream nor stored, where it would break every later turn of the session."""
+    problems = validate([*before, *messages])
+    if problems:
+        # A problem of the new messages first: the stored history was valid until they came.
+        first = next((problem for problem in problems if problem.index >= len(before)), problems[0])
+        where = first.index - len(before)
+        place = f"message {where}" if where >= 0 else "the stored history"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise bad_request(f"'messages' is not a valid conversation: {place}: {first.detail}{more}", "invalid_messages")
+
+
+def open_block(stored: Sequence[Message]) -> Sequence[Message]:
+    """The stored messages a new turn's first messages may answer: the last call and whatever
+    results and reasoning follow it (the only block :func:`refuse_invalid` needs to look back at)."""
+    for index in range(len(stored) - 1, -1, -1):
+        message = stored[index]
+        if message.role != "tool" and not message.is_reasoning_only:
+            return stored[index:]
+    return stored
+
+
+def without_metadata(items: list[Any]) -> list[Any] | None:
+    """The messages without the library's private key (``_contextledger``, kept by
+    ``to_openai(..., metadata=True)``), or ``None`` when none has it: it is the library's, never
+    the upstream's."""
+    if not any(isinstance(item, dict) and _METADATA_KEY in item for item in items):
+        return None
+    return [
+        {name: value for name, value in item.items() if name != _METADATA_KEY} if isinstance(item, dict) else item
+        for item in items
+    ]
 
 
 def turn_id_of(value: str | None) -> str | None:

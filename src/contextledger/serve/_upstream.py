@@ -17,9 +17,36 @@ import httpx
 
 from contextledger.exceptions import ProxyError
 
-__all__ = ["Upstream", "error_body", "upstream_failure"]
+__all__ = ["Upstream", "error_body", "passed_back", "upstream_error", "upstream_failure"]
 
 _FORWARDED_PREFIXES = ("openai-",)
+
+# What a client needs from the upstream's answer headers: when to retry and how much it may still
+# send (SDK clients back off by them), and the request id that support asks for.
+_PASSED_BACK = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+_PASSED_BACK_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "openai-")
+
+
+def passed_back(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream's answer headers that reach the client (see ``_PASSED_BACK``)."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if name.lower() in _PASSED_BACK or name.lower().startswith(_PASSED_BACK_PREFIXES)
+    }
+
+
+def upstream_error(status: int, content: bytes, headers: Mapping[str, str]) -> ProxyError:
+    """The error to answer with when the upstream answered ``status`` (400 or more), its
+    retry and rate-limit headers with it."""
+    status, failure = upstream_failure(status, content)
+    return ProxyError(
+        failure["error"].get("message") or "upstream error",
+        status=status,
+        error_type=failure["error"].get("type") or "upstream_error",
+        code=failure["error"].get("code"),
+        headers=passed_back(headers),
+    )
 
 
 def error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
