@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,3 +175,80 @@ def test_the_upstreams_retry_and_rate_limit_headers_reach_the_client(start_proxy
             assert headers["x-request-id"].startswith("req_")
             assert headers["x-ratelimit-limit-requests"] == "100"
         connection.close()
+
+
+def raw_connection(proxy: Proxy) -> socket.socket:
+    host, port = proxy.root.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)), timeout=10)
+    return connection
+
+
+def read_answer(connection: socket.socket) -> tuple[int, dict[str, str], Any]:
+    """The whole answer on a connection the server closes after it (empty status 0 if it said nothing)."""
+    raw = b""
+    while chunk := connection.recv(65536):
+        raw += chunk
+    if not raw:
+        return 0, {}, None
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, json.loads(body)
+
+
+def test_a_client_trickling_its_headers_gets_408_and_is_disconnected(start_proxy: StartProxy) -> None:
+    with start_proxy("--read-timeout", "1.5") as proxy:
+        connection = raw_connection(proxy)
+        started = time.monotonic()
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nx-slow: "
+        for byte in request:
+            try:
+                connection.send(bytes([byte]))
+            except OSError:
+                break  # the server closed it: what the test wants
+            time.sleep(0.05)
+        status, headers, body = read_answer(connection)
+        waited = time.monotonic() - started
+        assert status == 408, body
+        assert_openai_error(body, "request_timeout")
+        assert headers["connection"] == "close"
+        assert 1.4 < waited < 5, waited
+        connection.close()
+        silent = raw_connection(proxy)  # one that connects and says nothing is closed too
+        assert read_answer(silent)[0] == 408
+        silent.close()
+        assert Connection(proxy.root).call("GET", "/healthz")[0] == 200  # and the proxy serves on
+
+
+def test_a_body_that_never_finishes_gets_408(start_proxy: StartProxy) -> None:
+    with start_proxy("--read-timeout", "1.5") as proxy:
+        connection = raw_connection(proxy)
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {KEY}\r\ncontent-length: 1000\r\n\r\n"
+        )
+        connection.sendall(head.encode() + b'{"model": "fake", "mess')
+        started = time.monotonic()
+        status, headers, body = read_answer(connection)
+        assert status == 408, body
+        assert_openai_error(body, "request_timeout")
+        assert headers["connection"] == "close"
+        assert time.monotonic() - started < 5
+        connection.close()
+
+
+def test_connections_past_the_limit_are_refused_and_the_others_served(start_proxy: StartProxy) -> None:
+    with start_proxy("--max-connections", "4", "--read-timeout", "20") as proxy:
+        held = [Connection(proxy.root) for _ in range(4)]
+        extra = raw_connection(proxy)
+        status, _, body = read_answer(extra)
+        assert status == 503, body
+        assert_openai_error(body, "too_many_connections")
+        extra.close()
+        for connection in held:  # the connections already open are served as before
+            assert connection.call("GET", "/healthz")[0] == 200
+        held.pop().close()
+        time.sleep(0.2)
+        assert Connection(proxy.root).call("GET", "/healthz")[0] == 200  # a place freed is taken
+        for connection in held:
+            connection.close()

@@ -14,6 +14,7 @@ OpenAI clients do) does not pile up copies of it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -328,12 +329,24 @@ class Proxy:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_big
         chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
+
+        async def read() -> None:
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_big
+                chunks.append(chunk)
+
+        try:
+            await asyncio.wait_for(read(), self.config.read_timeout)
+        except asyncio.TimeoutError:
+            raise ProxyError(
+                f"the request body did not arrive within {self.config.read_timeout:g} seconds; send it at once",
+                status=408,
+                code="request_timeout",
+                headers={"connection": "close"},  # the rest of the body may still come: not another request
+            ) from None
         return b"".join(chunks)
 
     # Stateless mode ---------------------------------------------------------------------------

@@ -76,6 +76,18 @@ def add_serve_command(commands: Any) -> None:
         metavar="SECONDS",
         help="how long a turn waits for the one before it in its session before 409 (default 30)",
     )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="longest a client may take to send a request's headers, and again its body, before 408 (default 30)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="connections open at once; past it a new one is answered 503 and closed (default 512)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -96,6 +108,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "max_body_bytes": args.max_body_bytes,
         "upstream_timeout": args.upstream_timeout,
         "lock_timeout": args.lock_timeout,
+        "read_timeout": args.read_timeout,
+        "max_connections": args.max_connections,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }
@@ -109,6 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     uvicorn = require_extra("uvicorn", extra="serve", feature="contextledger serve")
     from contextledger.serve._app import create_app  # noqa: PLC0415
+    from contextledger.serve._connections import guarded_protocol  # noqa: PLC0415
 
     app = create_app(config)
     print(
@@ -118,5 +133,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
     # Not uvicorn.run, which swallows the Ctrl-C that stops the server: the command line reports
     # it (status 130) as it does for every command.
-    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="info")).run()
+    protocol = guarded_protocol(config.read_timeout, config.max_connections)
+    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="info", http=protocol)).run()
     return 0

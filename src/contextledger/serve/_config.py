@@ -55,6 +55,8 @@ class ServeConfig:
     session mode); ``retain`` compacts what a session keeps after each turn.  ``store`` is
     ``sqlite:PATH`` or a ``redis://`` URL.  ``upstream_key``, when set, replaces the client's
     ``Authorization`` towards the upstream (the client's key still names its tenant).
+    ``read_timeout`` bounds the time a client takes to send a request's headers, and again its
+    body; ``max_connections`` the connections open at once (see ``serve._connections``).
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
     --schema`` takes it); the seed's when unset.
     """
@@ -72,6 +74,8 @@ class ServeConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     upstream_timeout: float = 300.0
     lock_timeout: float = 30.0
+    read_timeout: float = 30.0
+    max_connections: int = 512
     namespace: str = "contextledger-serve"
 
     def __post_init__(self) -> None:
@@ -83,11 +87,11 @@ class ServeConfig:
             )
         if not self.store.startswith(("sqlite:", "redis://", "rediss://", "unix://")) or self.store == "sqlite:":
             raise ConfigurationError(f"store must be sqlite:PATH or a redis:// URL, got {self.store!r}")
-        for name in ("max_body_bytes", "port"):
+        for name in ("max_body_bytes", "port", "max_connections"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
                 raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
-        for name in ("upstream_timeout", "lock_timeout"):
+        for name in ("upstream_timeout", "lock_timeout", "read_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
