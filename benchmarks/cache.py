@@ -45,11 +45,13 @@ from contextledger.compaction import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
     apply_compaction_sync,
+    strategy_from_spec,
     tokens_below,
     tokens_exceed,
 )
 from contextledger.cost import BlockMemo, CostTotals, PrefixCacheSimulator, request_blocks
 from contextledger.history import InMemoryHistoryProvider
+from contextledger.serve import DEFAULT_STRATEGY
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 PROFILES = ("openai", "anthropic")
@@ -123,6 +125,10 @@ POLICIES: dict[str, Policy] = {
         ],
     ),
     "context window 40k": lambda: ContextWindowCompactionStrategy(40_000, 4_000, tokenizer=TOKENIZER),
+    # What `contextledger serve` compacts with when given no strategy, counted with this benchmark's tokenizer.
+    "serve's default (truncation 32k->16k)": lambda: strategy_from_spec(
+        DEFAULT_STRATEGY.name, DEFAULT_STRATEGY.params, tokenizer=TOKENIZER
+    ),
 }
 
 

@@ -132,3 +132,30 @@ def test_a_200_that_is_not_a_completion_is_a_502_in_every_mode(running: tuple[Pr
     assert_openai_error(answer, "upstream_invalid_response")
     if mode == "session":
         assert proxy.messages(headers["X-Contextledger-Session"], KEY) == []
+
+
+def long_conversation(turns: int, words: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You answer questions about orders."}]
+    for turn in range(turns):
+        messages += [user(f"question {turn}: " + "detail " * words), {"role": "assistant", "content": f"answer {turn}"}]
+    return [*messages, user("and the last one?")]
+
+
+@pytest.mark.parametrize(("flags", "compacts"), [((), True), (("--strategy", "none"), False)])
+def test_the_default_compacts_and_says_so(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, flags: tuple[str, ...], compacts: bool
+) -> None:
+    messages = long_conversation(98, 400)  # about 70,000 tokens as the proxy estimates them
+    with start_proxy(*flags) as proxy:
+        status, answer = proxy.call("POST", "/v1/chat/completions", {"model": "fake", "messages": messages}, KEY)
+        assert status == 200, answer
+        sent = fake_upstream.last_body()["messages"]
+        started = proxy.log.read_text()
+    if compacts:
+        assert len(sent) < len(messages)
+        assert sent[0] == messages[0] and sent[-1] == messages[-1]  # instructions and the question kept
+        assert sum(len(m["content"]) for m in sent) < 32_000 * 4  # within the default's trigger
+        assert "compacted by: truncation max_n=32000 compact_to=16000" in started
+    else:
+        assert sent == messages
+        assert "compacted by: nothing" in started

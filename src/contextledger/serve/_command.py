@@ -44,7 +44,12 @@ def add_serve_command(commands: Any) -> None:
         metavar="sqlite:PATH|redis://…",
         help="where sessions live (default sqlite:contextledger-serve.db); Redis to share them",
     )
-    serve.add_argument("--strategy", metavar="NAME", help="compacts what is sent, as for `contextledger compact`")
+    serve.add_argument(
+        "--strategy",
+        metavar="NAME",
+        help="compacts what is sent, as for `contextledger compact` (default: truncation max_n=32000 "
+        "compact_to=16000, tokens; none sends messages as they come)",
+    )
     serve.add_argument("--param", action="append", metavar="KEY=VALUE", help="a --strategy argument")
     serve.add_argument("--budget", type=int, metavar="N", help="fit what is sent in N tokens")
     serve.add_argument("--tokenizer", choices=_TOKENIZERS, help="how tokens are counted (default: estimate)")
@@ -126,11 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
     from contextledger.serve._connections import guarded_protocol  # noqa: PLC0415
 
     app = create_app(config)
-    print(
-        f"contextledger serve: http://{config.host}:{config.port}/v1 -> {config.upstream_base} "
-        f"(store {config.store.split('@')[-1] if config.uses_redis else config.store})",
-        file=sys.stderr,
-    )
+    print(config.describe(), file=sys.stderr)
     # Not uvicorn.run, which swallows the Ctrl-C that stops the server: the command line reports
     # it (status 130) as it does for every command.
     protocol = guarded_protocol(config.read_timeout, config.max_connections)

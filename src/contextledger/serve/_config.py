@@ -21,7 +21,7 @@ from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema
 
-__all__ = ["UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
+__all__ = ["DEFAULT_STRATEGY", "UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
 
 UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
 """The environment variable holding a configured upstream key: never a flag, which ``ps`` would show."""
@@ -40,11 +40,36 @@ class StrategySpec:
     def empty(self) -> bool:
         return self.name is None and self.budget is None and not self.params
 
+    @property
+    def off(self) -> bool:
+        """``none``: asked not to compact (the name ``--strategy none`` gives)."""
+        return self.name == "none"
+
     def build(self) -> CompactionStrategy | None:
-        """The strategy, or ``None`` when nothing was configured (messages are then sent as they are)."""
-        if self.empty:
+        """The strategy, or ``None`` when nothing was configured or ``none`` was (messages are then
+        sent as they are)."""
+        if self.empty or self.off:
+            if self.off and (self.params or self.budget is not None):
+                raise ConfigurationError("strategy 'none' takes no parameters and no budget; drop them or name one")
             return None
         return strategy_from_spec(self.name, self.params, budget=self.budget, tokenizer=self.tokenizer)
+
+    def describe(self) -> str:
+        """One line a person reads: what the strategy does, or that nothing is compacted."""
+        if self.empty or self.off:
+            return "nothing"
+        parts = [self.name or "collapse, then drop the oldest"]
+        parts += list(self.params)
+        if self.budget is not None:
+            parts.append(f"within {self.budget} tokens")
+        return " ".join(parts) + f" (tokens counted by {self.tokenizer})"
+
+
+DEFAULT_STRATEGY = StrategySpec("truncation", ("max_n=32000", "compact_to=16000"))
+"""What the proxy compacts with unless told otherwise (``--strategy none`` turns it off): at
+32,000 tokens the oldest groups go, 16,000 tokens at a time, so a request holds at most 32,000
+and the start of what is sent stays the same between cuts (the provider's prompt cache keeps
+paying; a cut that moved on every request would cost more than sending everything, README)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +90,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     store: str = "sqlite:contextledger-serve.db"
-    strategy: StrategySpec = field(default_factory=StrategySpec)
+    strategy: StrategySpec = DEFAULT_STRATEGY
     retain: StrategySpec = field(default_factory=StrategySpec)
     facts: bool = True
     facts_schema: str | None = None
@@ -95,9 +120,26 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
+        if self.strategy.empty and self.strategy.tokenizer != DEFAULT_STRATEGY.tokenizer:
+            # Only --tokenizer was given: the default strategy, counting with it.
+            object.__setattr__(self, "strategy", replace(DEFAULT_STRATEGY, tokenizer=self.strategy.tokenizer))
+        elif self.strategy.empty:
+            object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
         self.fact_schema()  # and so does a schema file that cannot be read
+
+    def describe(self) -> str:
+        """What the proxy will do, in the lines it prints when it starts."""
+        store = self.store.split("@")[-1] if self.uses_redis else self.store
+        retain = "everything" if self.retain.empty or self.retain.off else self.retain.describe()
+        return "\n".join(
+            [
+                f"contextledger serve: http://{self.host}:{self.port}/v1 -> {self.upstream_base} (store {store})",
+                f"  what is sent is compacted by: {self.strategy.describe()}",
+                f"  a session keeps: {retain}; facts {'on' if self.facts else 'off'}",
+            ]
+        )
 
     def fact_schema(self) -> FactSchema:
         """The schema every session's facts follow: the file's, or the seed's."""
