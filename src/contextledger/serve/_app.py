@@ -115,7 +115,7 @@ class Proxy:
             config.store,
             namespace=config.namespace,
             lock_timeout=config.lock_timeout,
-            upstream_timeout=config.upstream_timeout,
+            lock_lease=config.lock_lease,
             schema=config.fact_schema(),
         )
         self.reader = MessageReader()

@@ -76,6 +76,13 @@ def add_serve_command(commands: Any) -> None:
         metavar="SECONDS",
         help="how long a turn waits for the one before it in its session before 409 (default 30)",
     )
+    serve.add_argument(
+        "--lock-lease",
+        type=float,
+        metavar="SECONDS",
+        help="lease of a session's Redis lock, renewed while its turn runs: how long a proxy that died "
+        "holding a session blocks it (default 10)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -96,6 +103,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "max_body_bytes": args.max_body_bytes,
         "upstream_timeout": args.upstream_timeout,
         "lock_timeout": args.lock_timeout,
+        "lock_lease": args.lock_lease,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }

@@ -56,7 +56,9 @@ class ServeConfig:
     ``sqlite:PATH`` or a ``redis://`` URL.  ``upstream_key``, when set, replaces the client's
     ``Authorization`` towards the upstream (the client's key still names its tenant).
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
-    --schema`` takes it); the seed's when unset.
+    --schema`` takes it); the seed's when unset.  ``lock_lease`` is the lease of a session's Redis
+    lock, renewed every third of it while the request holds it: how long a proxy that died holding
+    a session keeps it from the others.
     """
 
     upstream: str
@@ -72,6 +74,7 @@ class ServeConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     upstream_timeout: float = 300.0
     lock_timeout: float = 30.0
+    lock_lease: float = 10.0
     namespace: str = "contextledger-serve"
 
     def __post_init__(self) -> None:
@@ -87,7 +90,7 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
                 raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
-        for name in ("upstream_timeout", "lock_timeout"):
+        for name in ("upstream_timeout", "lock_timeout", "lock_lease"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
