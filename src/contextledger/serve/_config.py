@@ -21,10 +21,12 @@ from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema
 
-__all__ = ["UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
+__all__ = ["METRICS_TOKEN_VARIABLE", "UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
 
 UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
 """The environment variable holding a configured upstream key: never a flag, which ``ps`` would show."""
+METRICS_TOKEN_VARIABLE = "CONTEXTLEDGER_METRICS_TOKEN"
+"""The environment variable holding the bearer token ``/metrics`` asks for, when set (never a flag either)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,8 @@ class ServeConfig:
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
     --schema`` takes it); the seed's when unset.  ``lock_lease`` is the lease of a session's Redis
     lock, renewed every third of it while the request holds it: how long a proxy that died holding
-    a session keeps it from the others.
+    a session keeps it from the others.  ``ready_checks_upstream`` makes ``/readyz`` ask the
+    upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
     """
 
     upstream: str
@@ -76,6 +79,8 @@ class ServeConfig:
     lock_timeout: float = 30.0
     lock_lease: float = 10.0
     namespace: str = "contextledger-serve"
+    ready_checks_upstream: bool = False
+    metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -111,9 +116,9 @@ class ServeConfig:
         return not self.store.startswith("sqlite:")
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> ServeConfig:
-        """This configuration with the upstream key from the environment, if one is set there."""
-        key = environ.get(UPSTREAM_KEY_VARIABLE)
-        return replace(self, upstream_key=key) if key else self
+        """This configuration with the upstream key and the metrics token from the environment, where set."""
+        key, token = environ.get(UPSTREAM_KEY_VARIABLE), environ.get(METRICS_TOKEN_VARIABLE)
+        return replace(self, upstream_key=key or self.upstream_key, metrics_token=token or self.metrics_token)
 
 
 _STRATEGY_KEYS = {"strategy": "name", "param": "params", "budget": "budget", "tokenizer": "tokenizer"}
@@ -164,7 +169,7 @@ def load_config_file(path: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{path} must hold a table of settings, got {type(data).__name__}")
-    simple = {f.name for f in fields(ServeConfig)} - {"strategy", "retain", "upstream_key"}
+    simple = {f.name for f in fields(ServeConfig)} - {"strategy", "retain", "upstream_key", "metrics_token"}
     known = simple | set(_STRATEGY_KEYS) | {"retain_" + key for key in _STRATEGY_KEYS}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
@@ -64,6 +66,11 @@ class Sessions(Protocol):
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         """Run a fact-store operation without holding up the event loop when it does I/O."""
+        ...
+
+    async def ready(self) -> None:
+        """Ask the store itself whether it answers (no cached connection trusted); a
+        ``HistoryError`` saying what is wrong when it does not."""
         ...
 
     async def close(self) -> None: ...
@@ -148,6 +155,29 @@ class SQLiteSessions:
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return operation()  # an in-memory store answers at once
+
+    async def ready(self) -> None:
+        await asyncio.to_thread(self._read_file)
+
+    def _read_file(self) -> None:
+        """Read the file's schema through a connection of its own: the one kept open would go on
+        writing to a file removed from under it, as if nothing were wrong."""
+        if not os.path.exists(self.path):
+            directory = os.path.dirname(os.path.abspath(self.path))
+            if self._connection is None and os.access(directory, os.W_OK):
+                return  # not made yet: the first session makes it
+            raise HistoryUnavailableError(
+                f"the SQLite file {self.path} is missing"
+                + (" (it was open, so it was removed)" if self._connection is not None else "")
+                + "; check that the file and its directory exist and are writable"
+            )
+        uri = "file:" + urllib.request.pathname2url(os.path.abspath(self.path)) + "?mode=rw"
+        with self._failures.mapped("read the file"):
+            connection = sqlite3.connect(uri, uri=True, timeout=1.0)
+            try:
+                connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                connection.close()
 
     async def close(self) -> None:
         await self.history.close()
@@ -236,6 +266,10 @@ class RedisSessions:
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return await asyncio.to_thread(operation)
+
+    async def ready(self) -> None:
+        with self._failures.mapped("answer PING", self.namespace):
+            await self._client.ping()
 
     async def close(self) -> None:
         await self.history.close()
