@@ -23,7 +23,8 @@ partial state behind.
     │   └── ModelConnectionError     the endpoint could not be reached
     ├── HistoryError                 a history store could not do what it was asked; nothing was half-written
     │   ├── HistoryUnavailableError  the store cannot be reached or opened (a server down, a locked file)
-    │   └── HistoryCorruptError      what the store holds cannot be read back as messages
+    │   ├── HistoryCorruptError      what the store holds cannot be read back as messages
+    │   └── LeaseLostError           a fenced turn write whose writer no longer holds the session's lock
     ├── TurnOutcomeUnknownError      a turn's write was sent, never confirmed: stored once or not at all (names it)
     ├── AgentError                   an agent run could not complete; the session and history are as before the turn
     │   ├── ToolError                a function tool was described or called wrongly (bad signature, bad arguments)
@@ -55,6 +56,7 @@ __all__ = [
     "HistoryUnavailableError",
     "InvalidMessageError",
     "LabError",
+    "LeaseLostError",
     "MissingExtraError",
     "ModelConnectionError",
     "ModelError",
@@ -151,6 +153,12 @@ class HistoryUnavailableError(HistoryError):
 
 class HistoryCorruptError(HistoryError):
     """Stored data cannot be read back as messages (it was written by something else, or damaged)."""
+
+
+class LeaseLostError(HistoryError):
+    """A turn write fenced by a lock on its session found the lock held by another token: the
+    writer's lease ran out (a pause, a lost connection) and another writer may be running the
+    session's next turn.  Nothing was written; run the turn again under the lock."""
 
 
 class TurnOutcomeUnknownError(ContextLedgerError):

@@ -13,7 +13,9 @@ it behaves, so tests need no shared switch:
   ``x-ratelimit-*`` and ``x-request-id`` headers as OpenAI sends them (every answer carries a
   request id and rate-limit headers);
 - ``fake-bulk``: an ordinary reply, but only the body's size is recorded (for tests that send
-  gigabytes).
+  gigabytes);
+- ``fake-drip-SECONDS``: the ordinary streamed reply, drawn out over SECONDS seconds by an empty
+  content chunk every quarter second between its two halves (a stream that outlives a lock's lease).
 
 ``GET /_received`` returns what it was sent (path, Authorization header, JSON body, and
 ``strict``: why a strict JSON parser would refuse the raw body, or ``None``) in order;
@@ -144,6 +146,11 @@ async def chat(request: Request) -> Response:
                 yield _chunk(model, {"content": text[:middle]})
                 if model == "fake-broken":
                     raise _Broken("the fake upstream drops the connection")
+                if model.startswith("fake-drip-"):
+                    until = time.monotonic() + float(model.removeprefix("fake-drip-"))
+                    while time.monotonic() < until:
+                        await asyncio.sleep(0.25)
+                        yield _chunk(model, {"content": ""})
                 yield _chunk(model, {"content": text[middle:]})
                 yield _chunk(model, {}, "stop")
             yield b"data: [DONE]\n\n"

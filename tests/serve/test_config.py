@@ -90,6 +90,7 @@ def test_the_upstream_key_comes_from_the_environment_and_is_never_shown(monkeypa
         ),
         (["--upstream", UPSTREAM, "--strategy", "telepathy"], "unknown strategy 'telepathy'"),
         (["--upstream", UPSTREAM, "--lock-timeout", "0"], "lock_timeout"),
+        (["--upstream", UPSTREAM, "--lock-lease", "-1"], "lock_lease"),
         (["--upstream", UPSTREAM, "--facts-schema", "no-such-schema.json"], "'no-such-schema.json' does not exist"),
         ([], "needs --upstream"),
     ],

@@ -6,7 +6,7 @@ imported, so the core keeps working without the ``redis`` extra installed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from contextledger._keys import storage_key
@@ -14,6 +14,7 @@ from contextledger._redis import RedisFailures, open_redis
 from contextledger.exceptions import (
     HistoryCorruptError,
     HistoryUnavailableError,
+    LeaseLostError,
     TurnOutcomeUnknownError,
 )
 from contextledger.history._encoding import (
@@ -37,14 +38,24 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisHistoryProvider"]
 
+# Each turn script below runs after one of these two headers, which sets ``last``, the index of
+# the turn's last argument.  The fenced one is for a writer that holds a lock on the session (see
+# ``fence`` in RedisHistoryProvider): the lock's key comes after the script's own keys and the
+# holder's token after its arguments, and the script writes nothing and answers -1 unless the
+# lock still holds that token, so a writer whose lease ran out and passed to another holder can
+# never store a turn beside the new holder's.
+_UNFENCED = "local last = #ARGV\n"
+_FENCED = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then return -1 end\nlocal last = #ARGV - 1\n"
+_LOCK_LOST = -1
+
 # KEYS: the session's message list, its hash of turn records.  ARGV: turn id, record, bodies.
 # The check and both writes run as one script, which Redis executes atomically.  The reads come
 # first, so a key holding another type fails before anything is written.
 _APPEND_TURN = """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
 redis.call('LLEN', KEYS[1])
-for first = 3, #ARGV, 500 do
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
+for first = 3, last, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, last)))
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
@@ -69,8 +80,8 @@ if rewrite then
   end
   generation = redis.call('INCR', KEYS[3])
 end
-for first = 7 + count, #ARGV, 500 do
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, #ARGV)))
+for first = 7 + count, last, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, last)))
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if rewrite then return {1, generation, redis.call('LLEN', KEYS[1])} end
@@ -143,6 +154,12 @@ class RedisHistoryProvider:
     :class:`TurnOutcomeUnknownError` says so and a retry with the same turn id settles it.  A ``client`` passed in
     takes the place of ``url`` and the timeouts: it is used as configured (check its retry policy
     for the same reason) and is not closed by :meth:`close`.
+
+    ``fence``, for writers that serialise a session's turns with a lock kept in the same Redis
+    (as ``contextledger serve`` does): given a session id, the lock's key and the token this
+    writer holds it with, or ``None`` when it holds none.  A turn is then stored only if the lock
+    still holds that token, checked by the same script that writes it; otherwise nothing is
+    written and :class:`~contextledger.exceptions.LeaseLostError` is raised.
     """
 
     def __init__(
@@ -154,8 +171,10 @@ class RedisHistoryProvider:
         *,
         socket_timeout: float | None = 5.0,
         socket_connect_timeout: float | None = 5.0,
+        fence: Callable[[str], tuple[str, str] | None] | None = None,
     ) -> None:
         self.source_id: str = check_name(source_id, "source_id")
+        self._fence = fence
         # A rewrite writes again messages this history has just stored: encoded once, not twice.
         self._encoded = RecentEncodings()
         self.namespace: str = check_name(namespace, "namespace")
@@ -230,7 +249,7 @@ class RedisHistoryProvider:
         """
         checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         key, turns = self.key(checked), self.turns_key(checked)
-        stored = await self._turn_script(checked, turn, key, _APPEND_TURN, 2, key, turns, turn, record, *bodies)
+        stored = await self._turn_script(checked, turn, _APPEND_TURN, (key, turns), (turn, record, *bodies))
         return bool(stored)
 
     async def rewrite_and_append_turn(
@@ -251,15 +270,24 @@ class RedisHistoryProvider:
         keys = (key, self.turns_key(checked), self.generation_key(checked))
         counts = (expected.generation, expected.length, start, len(suffix))
         result = await self._turn_script(
-            checked, turn, key, _REWRITE_AND_APPEND_TURN, 3, *keys, turn, record, *counts, *suffix, *bodies
+            checked, turn, _REWRITE_AND_APPEND_TURN, keys, (turn, record, *counts, *suffix, *bodies)
         )
         if not result:
             return TurnWrite(False, None)
         return TurnWrite(True, HistoryVersion(int(result[1]), int(result[2])) if len(result) == 3 else None)
 
-    async def _turn_script(self, session_id: str, turn: str, key: str, script: str, *arguments: Any) -> Any:
-        """Run a script that records ``turn``: a failure before it reached the server is a
-        ``HistoryError`` (nothing stored), any later one a ``TurnOutcomeUnknownError``."""
+    async def _turn_script(
+        self, session_id: str, turn: str, script: str, keys: tuple[str, ...], arguments: tuple[Any, ...]
+    ) -> Any:
+        """Run a script that records ``turn``, fenced by the writer's lock when there is one: a
+        failure before it reached the server is a ``HistoryError`` (nothing stored), any later one
+        a ``TurnOutcomeUnknownError``; a lock held by another is a ``LeaseLostError``."""
+        held = None if self._fence is None else self._fence(session_id)
+        if held is None:
+            script, fence_key = _UNFENCED + script, None
+        else:
+            fence_key, token = held
+            script, keys, arguments = _FENCED + script, (*keys, fence_key), (*arguments, token)
 
         def outcome_unknown(error: Exception) -> TurnOutcomeUnknownError:
             return TurnOutcomeUnknownError(
@@ -271,8 +299,15 @@ class RedisHistoryProvider:
             )
 
         action = f"append turn {turn!r} to session {session_id!r} (nothing was stored)"
-        with self._failures.mapped(action, key, outcome_unknown=outcome_unknown):
-            return await self._client.eval(script, *arguments)
+        with self._failures.mapped(action, keys[0], outcome_unknown=outcome_unknown):
+            result = await self._client.eval(script, len(keys), *keys, *arguments)
+        if result == _LOCK_LOST:
+            raise LeaseLostError(
+                f"turn {turn!r} of session {session_id!r} was not stored: the lock {fence_key!r} no longer holds "
+                "this writer's token (its lease ran out and another writer may have taken it); nothing was "
+                "written, so run the turn again under the lock"
+            )
+        return result
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         turns, turn = self.turns_key(session_id), check_turn_id(turn_id)

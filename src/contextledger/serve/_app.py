@@ -53,6 +53,7 @@ from contextledger.facts import (  # noqa: E402
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E402
+from contextledger.serve._health import Readiness, metrics_refusal  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._replies import reply_message  # noqa: E402
@@ -127,12 +128,13 @@ class Proxy:
             config.store,
             namespace=config.namespace,
             lock_timeout=config.lock_timeout,
-            upstream_timeout=config.upstream_timeout,
+            lock_lease=config.lock_lease,
             schema=config.fact_schema(),
         )
         self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
         self.turns = SessionTurns(self.sessions, self.kept, self.metrics)
+        self.readiness = Readiness(self.sessions, self.upstream, check_upstream=config.ready_checks_upstream)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -177,7 +179,13 @@ class Proxy:
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def readyz(self, request: Request) -> Response:
+        return await self.readiness.answer()
+
     async def metrics_text(self, request: Request) -> Response:
+        refusal = metrics_refusal(request.headers, self.config.metrics_token)
+        if refusal is not None:
+            return refusal
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # Session resources ------------------------------------------------------------------------
@@ -597,6 +605,7 @@ def create_app(config: ServeConfig) -> Starlette:
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.metrics_text, methods=["GET"]),
             Route(sessions, proxy.create_session, methods=["POST"]),
             Route(sessions + "/{session_id}", proxy.session_info, methods=["GET"]),

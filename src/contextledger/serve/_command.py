@@ -12,6 +12,7 @@ from typing import Any
 
 from contextledger._extras import require_extra
 from contextledger.serve._config import (
+    METRICS_TOKEN_VARIABLE,
     UPSTREAM_KEY_VARIABLE,
     ServeConfig,
     load_config_file,
@@ -33,7 +34,8 @@ def add_serve_command(commands: Any) -> None:
             "Serve OpenAI's chat-completions API in front of any compatible upstream. Without a session header the "
             "whole history a client sends is compacted and forwarded, and nothing is stored. With "
             "X-Contextledger-Session the proxy keeps the history and the controlled facts. The upstream key is "
-            f"the client's own Authorization, or ${UPSTREAM_KEY_VARIABLE} when set."
+            f"the client's own Authorization, or ${UPSTREAM_KEY_VARIABLE} when set. With ${METRICS_TOKEN_VARIABLE} "
+            "set, GET /metrics asks for it as a bearer token."
         ),
     )
     serve.add_argument("--upstream", metavar="URL", help="base URL of the upstream API, e.g. http://127.0.0.1:8000/v1")
@@ -93,6 +95,19 @@ def add_serve_command(commands: Any) -> None:
         metavar="N",
         help="connections open at once; past it a new one is answered 503 and closed (default 512)",
     )
+    serve.add_argument(
+        "--lock-lease",
+        type=float,
+        metavar="SECONDS",
+        help="lease of a session's Redis lock, renewed while its turn runs: how long a proxy that died "
+        "holding a session blocks it (default 10)",
+    )
+    serve.add_argument(
+        "--ready-checks-upstream",
+        action="store_true",
+        default=None,
+        help="GET /readyz also asks the upstream's /models (default: the session store only)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -115,6 +130,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "lock_timeout": args.lock_timeout,
         "read_timeout": args.read_timeout,
         "max_connections": args.max_connections,
+        "lock_lease": args.lock_lease,
+        "ready_checks_upstream": args.ready_checks_upstream,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }

@@ -21,10 +21,19 @@ from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema
 
-__all__ = ["DEFAULT_STRATEGY", "UPSTREAM_KEY_VARIABLE", "ServeConfig", "StrategySpec", "load_config_file"]
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "METRICS_TOKEN_VARIABLE",
+    "UPSTREAM_KEY_VARIABLE",
+    "ServeConfig",
+    "StrategySpec",
+    "load_config_file",
+]
 
 UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
 """The environment variable holding a configured upstream key: never a flag, which ``ps`` would show."""
+METRICS_TOKEN_VARIABLE = "CONTEXTLEDGER_METRICS_TOKEN"
+"""The environment variable holding the bearer token ``/metrics`` asks for, when set (never a flag either)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +92,10 @@ class ServeConfig:
     ``read_timeout`` bounds the time a client takes to send a request's headers, and again its
     body; ``max_connections`` the connections open at once (see ``serve._connections``).
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
-    --schema`` takes it); the seed's when unset.
+    --schema`` takes it); the seed's when unset.  ``lock_lease`` is the lease of a session's Redis
+    lock, renewed every third of it while the request holds it: how long a proxy that died holding
+    a session keeps it from the others.  ``ready_checks_upstream`` makes ``/readyz`` ask the
+    upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
     """
 
     upstream: str
@@ -101,7 +113,10 @@ class ServeConfig:
     lock_timeout: float = 30.0
     read_timeout: float = 30.0
     max_connections: int = 512
+    lock_lease: float = 10.0
     namespace: str = "contextledger-serve"
+    ready_checks_upstream: bool = False
+    metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -116,7 +131,7 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
                 raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
-        for name in ("upstream_timeout", "lock_timeout", "read_timeout"):
+        for name in ("upstream_timeout", "lock_timeout", "read_timeout", "lock_lease"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
@@ -154,9 +169,9 @@ class ServeConfig:
         return not self.store.startswith("sqlite:")
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> ServeConfig:
-        """This configuration with the upstream key from the environment, if one is set there."""
-        key = environ.get(UPSTREAM_KEY_VARIABLE)
-        return replace(self, upstream_key=key) if key else self
+        """This configuration with the upstream key and the metrics token from the environment, where set."""
+        key, token = environ.get(UPSTREAM_KEY_VARIABLE), environ.get(METRICS_TOKEN_VARIABLE)
+        return replace(self, upstream_key=key or self.upstream_key, metrics_token=token or self.metrics_token)
 
 
 _STRATEGY_KEYS = {"strategy": "name", "param": "params", "budget": "budget", "tokenizer": "tokenizer"}
@@ -207,7 +222,7 @@ def load_config_file(path: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{path} must hold a table of settings, got {type(data).__name__}")
-    simple = {f.name for f in fields(ServeConfig)} - {"strategy", "retain", "upstream_key"}
+    simple = {f.name for f in fields(ServeConfig)} - {"strategy", "retain", "upstream_key", "metrics_token"}
     known = simple | set(_STRATEGY_KEYS) | {"retain_" + key for key in _STRATEGY_KEYS}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
-import time
-import uuid
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
@@ -29,9 +29,10 @@ from typing import Any, Protocol, TypeVar
 from contextledger._keys import storage_key
 from contextledger._redis import RedisFailures, open_redis
 from contextledger._sqlite import SQLiteFailures, open_wal
-from contextledger.exceptions import HistoryCorruptError, HistoryError, HistoryUnavailableError, ProxyError
+from contextledger.exceptions import HistoryCorruptError, HistoryError, HistoryUnavailableError
 from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, FactStore, RedisFactStore
 from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.serve._locks import LocalLocks, RedisLeases
 
 __all__ = ["RedisSessions", "SQLiteSessions", "Sessions", "open_sessions", "session_key"]
 
@@ -41,43 +42,6 @@ _T = TypeVar("_T")
 def session_key(tenant: str, session_id: str) -> str:
     """The one id a session has in every store: its tenant and its id, escaped and joined."""
     return storage_key(tenant, session_id)
-
-
-def busy(waited: float) -> ProxyError:
-    return ProxyError(
-        f"another request to this session has been running for more than the lock timeout ({waited:g}s); "
-        "nothing was stored, retry later (with the same Idempotency-Key, so the turn is stored at most once)",
-        status=409,
-        error_type="conflict_error",
-        code="session_busy",
-    )
-
-
-class _LocalLocks:
-    """One asyncio lock per session key in this process, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str, timeout: float) -> AsyncIterator[float]:
-        """Hold the key's lock; yields the seconds left of ``timeout`` once it is held."""
-        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        started = time.monotonic()
-        try:
-            try:
-                await asyncio.wait_for(lock.acquire(), timeout)
-            except asyncio.TimeoutError:
-                raise busy(timeout) from None
-            try:
-                yield max(0.0, timeout - (time.monotonic() - started))
-            finally:
-                lock.release()
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                self._locks.pop(key, None)
 
 
 class Sessions(Protocol):
@@ -104,6 +68,11 @@ class Sessions(Protocol):
         """Run a fact-store operation without holding up the event loop when it does I/O."""
         ...
 
+    async def ready(self) -> None:
+        """Ask the store itself whether it answers (no cached connection trusted); a
+        ``HistoryError`` saying what is wrong when it does not."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -122,7 +91,7 @@ class SQLiteSessions:
         self.path = path
         self.history: HistoryProvider = SQLiteHistoryProvider(path, source_id="serve", busy_timeout=_BUSY_TIMEOUT)
         self._lock_timeout = lock_timeout
-        self._locks = _LocalLocks()
+        self._locks = LocalLocks()
         self._facts: dict[str, FactStore] = {}
         # This process is the file's only proxy, so the sessions it has seen exist until it deletes them.
         self._known: set[str] = set()
@@ -187,6 +156,29 @@ class SQLiteSessions:
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return operation()  # an in-memory store answers at once
 
+    async def ready(self) -> None:
+        await asyncio.to_thread(self._read_file)
+
+    def _read_file(self) -> None:
+        """Read the file's schema through a connection of its own: the one kept open would go on
+        writing to a file removed from under it, as if nothing were wrong."""
+        if not os.path.exists(self.path):
+            directory = os.path.dirname(os.path.abspath(self.path))
+            if self._connection is None and os.access(directory, os.W_OK):
+                return  # not made yet: the first session makes it
+            raise HistoryUnavailableError(
+                f"the SQLite file {self.path} is missing"
+                + (" (it was open, so it was removed)" if self._connection is not None else "")
+                + "; check that the file and its directory exist and are writable"
+            )
+        uri = "file:" + urllib.request.pathname2url(os.path.abspath(self.path)) + "?mode=rw"
+        with self._failures.mapped("read the file"):
+            connection = sqlite3.connect(uri, uri=True, timeout=1.0)
+            try:
+                connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                connection.close()
+
     async def close(self) -> None:
         await self.history.close()
         with self._db_lock:
@@ -195,16 +187,13 @@ class SQLiteSessions:
             connection.close()
 
 
-# Deletes the lock only if this holder still owns it (its lease may have run out and been taken).
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-
 class RedisSessions:
     """Registry, histories, facts and locks in Redis, shared by every proxy process using it.
 
-    The lock is a key set with ``NX`` and a lease (the upstream timeout plus a minute), so a
-    proxy that dies holding it blocks the session only until the lease runs out.  Within one
-    process, requests to a session queue on a local lock first, so only one of them polls Redis.
+    The lock is a key set with ``NX`` and a short lease renewed while its request runs
+    (:mod:`contextledger.serve._locks`), so a proxy that dies holding it blocks the session only
+    until the lease runs out, and the turn's write is fenced by it.  Within one process, requests
+    to a session queue on a local lock first, so only one of them polls Redis.
     """
 
     def __init__(
@@ -230,13 +219,13 @@ class RedisSessions:
             holds="a session of contextledger serve",
             remedy="choose another namespace",
         )
+        self._leases = RedisLeases(self._client, self._failures, lease_seconds=lease_seconds)
         self.history: HistoryProvider = RedisHistoryProvider(
-            namespace=namespace, source_id="serve", client=self._client
+            namespace=namespace, source_id="serve", client=self._client, fence=self._leases.fence
         )
         self.namespace = namespace
         self._lock_timeout = lock_timeout
-        self._lease_ms = int(lease_seconds * 1000)
-        self._locks = _LocalLocks()
+        self._locks = LocalLocks()
 
     def _key(self, kind: str, key: str) -> str:
         return storage_key(self.namespace, kind, key)
@@ -265,31 +254,22 @@ class RedisSessions:
 
     @contextlib.asynccontextmanager
     async def _hold(self, key: str) -> AsyncIterator[None]:
-        async with self._locks.hold(key, self._lock_timeout) as remaining:
-            lock_key, token = self._key("lock", key), uuid.uuid4().hex
-            deadline = time.monotonic() + remaining
-            delay = 0.002
-            while not await self._take(lock_key, token):
-                if time.monotonic() >= deadline:
-                    raise busy(self._lock_timeout)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.05)
-            try:
-                yield
-            finally:
-                # A lock left behind runs out with its lease; the request's own outcome matters more.
-                with contextlib.suppress(HistoryError), self._failures.mapped(f"release {lock_key!r}", lock_key):
-                    await self._client.eval(_RELEASE, 1, lock_key, token)
-
-    async def _take(self, lock_key: str, token: str) -> bool:
-        with self._failures.mapped(f"take the lock {lock_key!r}", lock_key):
-            return bool(await self._client.set(lock_key, token, nx=True, px=self._lease_ms))
+        lock_key = self._key("lock", key)
+        async with (
+            self._locks.hold(key, self._lock_timeout) as remaining,
+            self._leases.hold(key, lock_key, remaining, self._lock_timeout),
+        ):
+            yield
 
     def facts(self, key: str) -> FactMemory:
         return RedisFactStore(self._redis_sync.client, owner=key, namespace=self.namespace, schema=self.schema)
 
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
         return await asyncio.to_thread(operation)
+
+    async def ready(self) -> None:
+        with self._failures.mapped("answer PING", self.namespace):
+            await self._client.ping()
 
     async def close(self) -> None:
         await self.history.close()
@@ -302,13 +282,11 @@ def open_sessions(
     *,
     namespace: str,
     lock_timeout: float,
-    upstream_timeout: float,
+    lock_lease: float,
     schema: FactSchema = DEFAULT_SCHEMA,
 ) -> Sessions:
     """The backend ``store`` names: ``sqlite:PATH`` or a ``redis://`` URL; ``schema``, the facts' keys
-    and bounds in every session."""
+    and bounds in every session; ``lock_lease``, the Redis lock's lease in seconds."""
     if store.startswith("sqlite:"):
         return SQLiteSessions(store.removeprefix("sqlite:"), lock_timeout=lock_timeout, schema=schema)
-    return RedisSessions(
-        store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=upstream_timeout + 60, schema=schema
-    )
+    return RedisSessions(store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=lock_lease, schema=schema)

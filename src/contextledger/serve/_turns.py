@@ -19,7 +19,7 @@ require_extra("starlette", extra="serve", feature="contextledger serve")
 
 from starlette.responses import JSONResponse, Response  # noqa: E402
 
-from contextledger.exceptions import HistoryError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
+from contextledger.exceptions import HistoryError, LeaseLostError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
 from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
@@ -72,7 +72,8 @@ class SessionTurns:
 
         ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
         failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
-        is unknown and the retry that settles it (the same ``Idempotency-Key``).
+        is unknown and the retry that settles it (the same ``Idempotency-Key``); a lost hold on the
+        session (the store refused the write as fenced), 409 saying nothing was stored.
         """
         try:
             outcome = await self.kept.store_turn(
@@ -86,6 +87,16 @@ class SessionTurns:
                 status=503,
                 error_type="server_error",
                 code="turn_outcome_unknown",
+            ) from None
+        except LeaseLostError:
+            self.metrics.count(self.metrics.turns, "failed")
+            raise ProxyError(
+                "the turn ran longer than this proxy could keep its hold on the session (its lock's lease ran out "
+                "and another request may have run meanwhile), so it was not stored and no fact was admitted; "
+                f"retry with the header Idempotency-Key: {turn.turn_id}",
+                status=409,
+                error_type="conflict_error",
+                code="session_lock_lost",
             ) from None
         except HistoryError as error:
             self.metrics.count(self.metrics.turns, "failed")
