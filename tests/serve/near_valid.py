@@ -145,7 +145,8 @@ def _mutate(rng: random.Random, body: dict[str, Any]) -> Any:
             return replacement
         _at(body, path[:-2])[path[-2]] = replacement
     elif kind == 5:  # a role nobody has
-        message = rng.choice(body["messages"]) if isinstance(body.get("messages"), list) else None
+        messages = body.get("messages")
+        message = rng.choice(messages) if isinstance(messages, list) and messages else None
         if isinstance(message, dict):
             message["role"] = rng.choice([["user"], {"r": "user"}, "wizard", "tool", 7, None, "developer"])
     elif kind == 6 and isinstance(body.get("messages"), list):  # a tool result without its call

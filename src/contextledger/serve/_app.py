@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contextledger._extras import require_extra
@@ -27,18 +27,15 @@ from contextledger._extras import require_extra
 require_extra("starlette", extra="serve", feature="contextledger serve")
 require_extra("httpx", extra="serve", feature="contextledger serve")
 
-import httpx  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 from starlette.requests import Request  # noqa: E402
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
-from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from contextledger.compaction import compact_with_report, resolve_tokenizer  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
-    ContextLedgerError,
     FactsError,
     HistoryError,
     ProxyError,
@@ -56,6 +53,7 @@ from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E4
 from contextledger.serve._health import Readiness, metrics_refusal  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
+from contextledger.serve._relay import Relay, completion  # noqa: E402
 from contextledger.serve._replies import reply_message  # noqa: E402
 from contextledger.serve._requests import (  # noqa: E402
     MessageReader,
@@ -69,21 +67,18 @@ from contextledger.serve._requests import (  # noqa: E402
     without_metadata,
 )
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
-from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._turns import SessionTurn, SessionTurns  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
     Upstream,
     error_body,
     passed_back,
-    timeout_error,
     upstream_error,
 )
 
 __all__ = ["Proxy", "create_app"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
-_Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 
 
 def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
@@ -95,21 +90,6 @@ def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONRespon
     return JSONResponse(
         error_body(str(error), error.error_type, error.code), status_code=error.status, headers=error.headers
     )
-
-
-class _CleanupStream(StreamingResponse):
-    """A streaming response that runs ``cleanup`` when the response ends, however it ends
-    (finished, failed, or the client went away before or during the stream)."""
-
-    def __init__(self, content: Any, cleanup: Callable[[], Awaitable[None]], headers: Mapping[str, str]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
-        self._cleanup = cleanup
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._cleanup()
 
 
 class Proxy:
@@ -124,6 +104,7 @@ class Proxy:
         self.upstream = Upstream(
             config.upstream_base, timeout=config.upstream_timeout, upstream_key=config.upstream_key
         )
+        self.relay = Relay(self.upstream, self.metrics)
         self.sessions: Sessions = open_sessions(
             config.store,
             namespace=config.namespace,
@@ -378,9 +359,9 @@ class Proxy:
                 body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
-            return await self._stream(headers, body, finish=None, release=None)
-        upstream = await self._call(headers, body)
-        _completion(upstream)  # one rule in both modes: a 200 that is not a completion is the upstream's fault
+            return await self.relay.stream(headers, body, finish=None, release=None)
+        upstream = await self.relay.call(headers, body)
+        completion(upstream)  # one rule in both modes: a 200 that is not a completion is the upstream's fault
         return Response(
             upstream.content,
             status_code=upstream.status_code,
@@ -439,9 +420,9 @@ class Proxy:
 
             if streaming:
                 stack = None  # the stream releases the lock when it ends
-                return await self._stream(headers, body, finish=finish, release=lock.aclose)
-            upstream = await self._call(headers, body)
-            reply, message = _completion(upstream)
+                return await self.relay.stream(headers, body, finish=finish, release=lock.aclose)
+            upstream = await self.relay.call(headers, body)
+            reply, message = completion(upstream)
             meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
             meta["finish_reason"] = reply["choices"][0].get("finish_reason")
             if not await finish(message, meta):
@@ -466,123 +447,6 @@ class Proxy:
         if begun is not None and begun.rejection is not None:
             self.metrics.count(self.metrics.facts, "rejected")
         return None if begun is None else begun.ticket
-
-    # Talking to the upstream ------------------------------------------------------------------
-
-    async def _call(self, headers: dict[str, str], body: bytes) -> httpx.Response:
-        started = time.perf_counter()
-        upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=False)
-        self.metrics.observe(
-            self.metrics.upstream_seconds,
-            time.perf_counter() - started,
-            "chat_completions",
-            "answered" if upstream.status_code < 400 else "error",
-        )
-        if upstream.status_code >= 400:
-            raise upstream_error(upstream.status_code, upstream.content, upstream.headers)
-        return upstream
-
-    async def _stream(
-        self,
-        headers: dict[str, str],
-        body: bytes,
-        *,
-        finish: _Finish | None,
-        release: Callable[[], Awaitable[None]] | None,
-    ) -> Response:
-        """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent."""
-        started = time.perf_counter()
-        try:
-            upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=True)
-            if upstream.status_code >= 400:
-                content = await upstream.aread()
-                await upstream.aclose()
-                raise upstream_error(upstream.status_code, content, upstream.headers)
-        except BaseException:
-            if release is not None:
-                await release()
-            raise
-
-        async def events() -> Any:
-            assembler = StreamAssembler()
-            failure: ProxyError | None = None
-            try:
-                async for data in upstream.aiter_bytes():
-                    for event in assembler.feed(data):
-                        yield event
-            except httpx.TimeoutException:
-                failure = timeout_error()
-            except httpx.HTTPError as error:
-                failure = _broken(f"the upstream's stream broke ({type(error).__name__})")
-            outcome = "answered"
-            if failure is None and assembler.error is not None:
-                outcome = "error"  # the upstream's own error event has been passed on as it came
-            elif failure is None and not assembler.complete:
-                failure = _broken("the upstream's stream ended before it said it was done")
-            if failure is None and outcome == "answered" and finish is not None:
-                meta = {
-                    "finish_reason": assembler.finish_reason,
-                    "id": assembler.response_id,
-                    "model": assembler.model,
-                    "created": assembler.created,
-                    "usage": assembler.usage,
-                }
-                try:
-                    await finish(assembler.message(), meta)
-                except ProxyError as error:
-                    failure = error
-                except ContextLedgerError as error:
-                    failure = ProxyError(
-                        f"the turn could not be stored: {error}",
-                        status=503,
-                        error_type="server_error",
-                        code="store_unavailable",
-                    )
-            if failure is not None:
-                outcome = "broken"
-                if finish is not None:
-                    self.metrics.count(self.metrics.turns, "failed")
-                yield sse_event(error_body(str(failure), failure.error_type, failure.code))
-            elif outcome == "answered":
-                yield DONE_EVENT
-            self.metrics.observe(
-                self.metrics.upstream_seconds, time.perf_counter() - started, "chat_completions", outcome
-            )
-
-        async def cleanup() -> None:
-            await upstream.aclose()
-            if release is not None:
-                await release()
-
-        return _CleanupStream(events(), cleanup, passed_back(upstream.headers))
-
-
-def _completion(upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The upstream's chat completion and its first choice's message, or 502: a client must never
-    take a malformed answer for a completion, nor a session store it."""
-    try:
-        reply = upstream.json()
-        message = reply["choices"][0]["message"]
-        if not isinstance(message, dict):
-            raise TypeError
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ProxyError(
-            "the upstream's reply is not a chat completion with a message; nothing was stored",
-            status=502,
-            error_type="upstream_error",
-            code="upstream_invalid_response",
-            headers=passed_back(upstream.headers),
-        ) from None
-    return reply, message
-
-
-def _broken(reason: str) -> ProxyError:
-    return ProxyError(
-        f"{reason}; nothing was stored and no fact was admitted",
-        status=502,
-        error_type="upstream_error",
-        code="upstream_stream_broken",
-    )
 
 
 def create_app(config: ServeConfig) -> Starlette:

@@ -1,0 +1,105 @@
+"""Thousands of near-valid bodies through a real proxy, on SQLite and on Redis, in every mode.
+
+Whatever a client sends, the proxy answers in the protocol: never a 500, never a traceback (in
+the answer or in its log), never a keep-alive connection it breaks without saying so, and never a
+body upstream that a strict upstream would refuse (not strict JSON, no model, a conversation
+``validate()`` rejects, the library's private key).  The bodies are seeded
+(``tests/serve/near_valid.py``), so a failure names one that can be sent again.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.history.support import RedisServer
+from tests.serve.conftest import FakeUpstream, StartProxy
+from tests.serve.near_valid import near_valid_bodies, strict_refusal
+
+KEY = "sk-fuzz-tenant-8"
+BODIES = 2_000
+WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
+
+
+class Client:
+    """One keep-alive connection; ``broken`` counts the answers after which it was unusable."""
+
+    def __init__(self, root: str, headers: dict[str, str]) -> None:
+        host, port = root.removeprefix("http://").split(":")
+        self.address = (host, int(port))
+        self.headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json", **headers}
+        self.http = self._open()
+        self.broken = 0
+
+    def _open(self) -> http.client.HTTPConnection:
+        connection = http.client.HTTPConnection(*self.address, timeout=60)
+        connection.auto_open = False
+        connection.connect()
+        return connection
+
+    def post(self, body: bytes) -> tuple[int, bytes]:
+        """The status and the body; a connection the server closed saying so is opened again."""
+        try:
+            self.http.request("POST", "/v1/chat/completions", body, self.headers)
+            reply = self.http.getresponse()
+            raw = reply.read()
+        except (http.client.HTTPException, OSError):
+            self.broken += 1  # the previous answer left the connection unusable without saying so
+            self.http.close()
+            self.http = self._open()
+            return self.post(body)
+        if (reply.getheader("connection") or "").lower() == "close":
+            self.http.close()
+            self.http = self._open()
+        return reply.status, raw
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_near_valid_bodies_never_get_a_500_a_traceback_or_a_broken_connection(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path, store: str
+) -> None:
+    def where(name: str) -> tuple[str, ...]:
+        if store == "redis":
+            return ("--store", f"redis://127.0.0.1:{redis_server.port}/11")
+        return ("--store", f"sqlite:{tmp_path / name}")
+
+    fake_upstream.clear()
+    statuses: Counter[tuple[str, int]] = Counter()
+    leaks: list[str] = []
+    with (
+        start_proxy(*WINDOW, *where("window.db")) as compacting,
+        start_proxy("--strategy", "none", *where("plain.db")) as plain,
+    ):
+        compacting.create_session(f"fuzzed-{store}", KEY)
+        clients = {
+            "stateless": Client(plain.root, {}),
+            "stateless with a strategy": Client(compacting.root, {}),
+            "session": Client(compacting.root, {"X-Contextledger-Session": f"fuzzed-{store}"}),
+        }
+        modes = list(clients)
+        for number, body in enumerate(near_valid_bodies(BODIES, seed=1000 + len(store))):
+            mode = modes[number % len(modes)]
+            status, raw = clients[mode].post(body)
+            statuses[(mode, status)] += 1
+            text = raw.decode("utf-8", "replace")
+            if status >= 500 or "Traceback" in text:
+                leaks.append(f"body {number} ({mode}): {status} {text[:200]}")
+            elif status >= 400:
+                error: Any = json.loads(raw)
+                assert set(error) == {"error"}, (number, text[:200])
+        logs = compacting.log.read_text(errors="replace") + plain.log.read_text(errors="replace")
+    received = [item for item in fake_upstream.received() if item["path"] == "/v1/chat/completions"]
+    refused = [why for item in received if (why := strict_refusal(item)) is not None]
+    summary = dict(sorted(statuses.items()))
+    print(f"{store}: {summary}; {len(received)} forwarded, {len(refused)} a strict upstream would refuse")
+    assert not leaks, (summary, leaks[:5])
+    assert "Traceback" not in logs, logs[logs.index("Traceback") - 200 :][:2000]
+    assert sum(client.broken for client in clients.values()) == 0, summary
+    assert not refused, (len(refused), refused[:5])
+    assert sum(statuses.values()) == BODIES
+    for mode in modes:  # the valid tenth (and the mutations a model takes) pass, in every mode
+        assert statuses[(mode, 200)] > BODIES // 60, summary
