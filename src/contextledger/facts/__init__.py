@@ -37,7 +37,8 @@ Where things live (every name is imported from here, ``contextledger.facts``):
   :data:`MAX_VALUE_CHARS`, :data:`MAX_EVIDENCE_CHARS`, :data:`MAX_MESSAGE_CHARS`);
 - the stores: ``_store.py`` (:class:`FactMemory`, the rules once, :class:`FactStore`),
   ``_admission.py`` (what a batch must pass), ``_trail.py`` (:class:`ReviewEvent`),
-  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py`` (:data:`EMPTY_BLOCK` when there are none);
+  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py`` (:data:`EMPTY_BLOCK` when there are none,
+  :func:`place_facts_block` puts it in a request where :data:`FactsPlacement` says);
 - writers and the one turn: ``_writers.py`` (the :class:`FactWriter` protocol, :class:`RuleWriter`,
   :class:`ModelWriter` with its :data:`WRITER_INSTRUCTIONS`, the :class:`Proposal` a writer makes,
   :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
@@ -48,7 +49,7 @@ This package imports nothing above it: the agent runtime's provider lives in
 :mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.
 """
 
-from contextledger.facts._block import EMPTY_BLOCK
+from contextledger.facts._block import EMPTY_BLOCK, FactsPlacement, place_facts_block
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
 from contextledger.facts._parse import parse_assertions
@@ -98,6 +99,7 @@ __all__ = [
     "FactStore",
     "FactWriter",
     "FactsHost",
+    "FactsPlacement",
     "FactsTurn",
     "ForgetReport",
     "Forgotten",
@@ -115,5 +117,6 @@ __all__ = [
     "forget_facts",
     "history_target",
     "parse_assertions",
+    "place_facts_block",
     "scrub_history",
 ]

@@ -12,11 +12,26 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from datetime import timezone
+from typing import Literal
 
 from contextledger.facts._records import Fact
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
+from contextledger.messages import Message
 
-__all__ = ["BLOCK_CLOSE", "BLOCK_OPEN", "EMPTY_BLOCK", "describe_facts", "quote", "render_prompt_block"]
+__all__ = [
+    "BLOCK_CLOSE",
+    "BLOCK_OPEN",
+    "EMPTY_BLOCK",
+    "FactsPlacement",
+    "describe_facts",
+    "place_facts_block",
+    "quote",
+    "render_prompt_block",
+]
+
+FactsPlacement = Literal["latest_user", "start"]
+"""Where a request carries the facts block: just before its newest user message (the default), or
+at its start, after the instructions."""
 
 BLOCK_OPEN = "<user_facts>"
 BLOCK_CLOSE = "</user_facts>"
@@ -86,3 +101,29 @@ def describe_facts(facts: Sequence[Fact], schema: FactSchema = DEFAULT_SCHEMA) -
         lines.append(f"    turn {fact.turn}, recorded {recorded}{expires}")
         lines.append(f"    evidence: {quote(fact.evidence)}")
     return "\n".join(lines)
+
+
+def place_facts_block(
+    messages: Sequence[Message], block: Message, placement: FactsPlacement = "latest_user"
+) -> list[Message]:
+    """``messages`` with ``block`` (a system message) placed as ``placement`` says.
+
+    The block changes whenever a fact does, and a provider caches a request only up to its first
+    change (SPEC §12): at the start it makes every message after it new to the cache; just before
+    the newest user message, everything before that message stays cached, and during a tool loop
+    (whose newest user message does not move) the whole request does.  ``start`` puts it after
+    the leading system messages.  A request with no user message gets it there too, as does one
+    whose newest user message is its first message after them.
+    """
+    if placement not in ("latest_user", "start"):
+        raise ValueError(f"placement must be 'latest_user' or 'start', got {placement!r}")
+    lead = 0
+    while lead < len(messages) and messages[lead].role == "system":
+        lead += 1
+    where = lead
+    if placement == "latest_user":
+        for index in range(len(messages) - 1, lead - 1, -1):
+            if messages[index].role == "user":
+                where = index
+                break
+    return [*messages[:where], block, *messages[where:]]

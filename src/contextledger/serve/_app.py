@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 import uuid
@@ -46,6 +47,7 @@ from contextledger.facts import (  # noqa: E402
     Ticket,
     forget_facts,
     history_target,
+    place_facts_block,
 )
 from contextledger.messages import Message, to_openai  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
@@ -350,6 +352,10 @@ class Proxy:
         if plain is not None:
             payload = {**payload, "messages": plain}
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        keyed = self._cache_key(payload, request, None)
+        if keyed is not payload:
+            payload = keyed
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
@@ -368,6 +374,33 @@ class Proxy:
             media_type=upstream.headers.get("content-type", "application/json"),
             headers=passed_back(upstream.headers),
         )
+
+    def _cache_key(self, payload: dict[str, Any], request: Request, session: str | None) -> dict[str, Any]:
+        """``payload`` with a ``prompt_cache_key`` as ``--prompt-cache-key`` asks, unless the client
+        set one: OpenAI routes requests with one key to the same cache, so a session's or a
+        conversation's requests find their prefix (some compatible servers refuse fields they do
+        not know, hence off by default).  ``session``: a hash of the tenant and session; ``prefix``:
+        a hash of the conversation's first messages (its instructions and first user message), the
+        same for every request of one conversation.  Keys are hashes: nothing of the tenant's key
+        or text is sent."""
+        mode = self.config.prompt_cache_key
+        if mode == "off" or "prompt_cache_key" in payload:
+            return payload
+        if mode == "session" and session is not None:
+            seed = "session\0" + session
+        else:
+            messages = [m for m in payload["messages"] if isinstance(m, dict)]
+            lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+            first_user = next((m for m in messages if m.get("role") == "user"), None)
+            try:
+                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+            except ProxyError:  # a keyless stateless client: the conversation alone names the key
+                tenant = ""
+            # The instructions and the first user message: what every request of the conversation
+            # starts with, whatever was cut or placed (a facts block) after them.
+            seed = "prefix\0" + tenant + json.dumps([*messages[:lead], first_user], sort_keys=True)
+        digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return {**payload, "prompt_cache_key": "cl-" + digest}
 
     # Session mode -----------------------------------------------------------------------------
 
@@ -402,16 +435,17 @@ class Proxy:
             after = before if self.strategy is None else sum(self.tokenizer.count_messages(list(view)))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
             ticket: Ticket | None = None
-            head = list(instructions)
+            sent: list[Message] = [*instructions, *view]
             if store is not None:
                 block = await self.sessions.run_facts(store.to_prompt_block)
-                head.append(Message.system(block))
+                sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
                 text = user_text(new_turn)
                 if text is not None:
                     ticket = await self.sessions.run_facts(lambda: self._begin(store, text))
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
             self.metrics.count(self.metrics.tokens_after, "session", amount=after)
-            body = json.dumps({**payload, "messages": to_openai([*head, *view])}, ensure_ascii=False).encode("utf-8")
+            payload = self._cache_key({**payload, "messages": to_openai(sent)}, request, key)
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             headers = self.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:

@@ -108,6 +108,18 @@ def add_serve_command(commands: Any) -> None:
         default=None,
         help="GET /readyz also asks the upstream's /models (default: the session store only)",
     )
+    serve.add_argument(
+        "--facts-placement",
+        choices=["latest_user", "start"],
+        help="where a session request carries the facts block: before the newest user message (the default, "
+        "which keeps the rest of the request cached) or at the start",
+    )
+    serve.add_argument(
+        "--prompt-cache-key",
+        choices=["off", "session", "prefix"],
+        help="send OpenAI's prompt_cache_key when the client sets none: a hash of the session, or of the "
+        "conversation's first messages (default off: some compatible servers refuse unknown fields)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -132,6 +144,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "max_connections": args.max_connections,
         "lock_lease": args.lock_lease,
         "ready_checks_upstream": args.ready_checks_upstream,
+        "facts_placement": args.facts_placement,
+        "prompt_cache_key": args.prompt_cache_key,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }

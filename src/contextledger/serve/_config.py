@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts import DEFAULT_SCHEMA, FactSchema
+from contextledger.facts import DEFAULT_SCHEMA, FactSchema, FactsPlacement
 
 __all__ = [
     "DEFAULT_STRATEGY",
@@ -94,7 +94,10 @@ class ServeConfig:
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
     --schema`` takes it); the seed's when unset.  ``lock_lease`` is the lease of a session's Redis
     lock, renewed every third of it while the request holds it: how long a proxy that died holding
-    a session keeps it from the others.  ``ready_checks_upstream`` makes ``/readyz`` ask the
+    a session keeps it from the others.  ``facts_placement`` puts the facts block just before the
+    newest user message (``latest_user``, so what comes before it stays cached) or at the start;
+    ``prompt_cache_key`` (``off``, ``session``, ``prefix``) adds OpenAI's cache-routing key when the
+    client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
     upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
     """
 
@@ -116,6 +119,8 @@ class ServeConfig:
     lock_lease: float = 10.0
     namespace: str = "contextledger-serve"
     ready_checks_upstream: bool = False
+    facts_placement: FactsPlacement = "latest_user"
+    prompt_cache_key: str = "off"
     metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +145,10 @@ class ServeConfig:
             object.__setattr__(self, "strategy", replace(DEFAULT_STRATEGY, tokenizer=self.strategy.tokenizer))
         elif self.strategy.empty:
             object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
+        if self.facts_placement not in ("latest_user", "start"):
+            raise ConfigurationError(f"facts_placement must be latest_user or start, got {self.facts_placement!r}")
+        if self.prompt_cache_key not in ("off", "session", "prefix"):
+            raise ConfigurationError(f"prompt_cache_key must be off, session or prefix, got {self.prompt_cache_key!r}")
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
         self.fact_schema()  # and so does a schema file that cannot be read
