@@ -5,8 +5,9 @@ the memory itself (:mod:`contextledger.facts`) knows nothing of agents, and each
 through its :class:`~contextledger.facts.FactsHost`, as every other host's does.
 
 provider
-    :class:`FactsProvider` is a context provider: before the call it adds the facts block to the
-    run's instructions (never to a message, so it is never stored in the history), and after a
+    :class:`FactsProvider` is a context provider: each call carries the facts block as a system
+    message just before the newest user message (or, asked, in the run's instructions), never in
+    a stored message, so it is never kept in the history; and after a
     *successful* call it extracts from the run's external user messages only.  Injected context,
     loaded history and generated replies are never read, so nothing the library or the model
     wrote can become a fact.
@@ -27,12 +28,21 @@ is kept on the :class:`FactsTurn` the caller gets back, and on the provider's
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from contextledger.agents._agent import Agent
 from contextledger.agents._context import ContextProvider, RunContext
 from contextledger.agents._session import Session
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import Admission, FactMemory, FactsHost, FactsTurn, FactWriter
+from contextledger.facts import (
+    Admission,
+    FactMemory,
+    FactsHost,
+    FactsPlacement,
+    FactsTurn,
+    FactWriter,
+    place_facts_block,
+)
 from contextledger.messages import Message
 
 __all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "external_user_text", "run_with_facts"]
@@ -53,15 +63,27 @@ def external_user_text(context: RunContext) -> str | None:
 class FactsProvider(ContextProvider):
     """Controlled facts as a context provider (the seed's provider style).
 
-    ``before_run`` adds ``store.to_prompt_block()`` to the instructions and begins the turn from
-    the external user messages; ``after_run`` (called only after a successful run) has
-    ``writer`` propose from that text and applies it with the turn's ticket.  A failed model
+    The block (``store.to_prompt_block()``) goes just before the newest user message of each model
+    call (``placement="latest_user"``, the default: it changes whenever a fact does, and a provider
+    caches a request only up to its first change) or into the instructions (``"start"``);
+    ``before_run`` begins the turn from the external user messages; ``after_run`` (called only
+    after a successful run) has ``writer`` propose from that text and applies it with the turn's ticket.  A failed model
     call therefore admits nothing.  Each run's outcome is kept on ``last_turn``; the same
     provider may serve several agents and concurrent runs, since tickets are kept per run.
     """
 
-    def __init__(self, store: FactMemory, writer: FactWriter | None = None, *, source_id: str = "facts") -> None:
+    def __init__(
+        self,
+        store: FactMemory,
+        writer: FactWriter | None = None,
+        *,
+        source_id: str = "facts",
+        placement: FactsPlacement = "latest_user",
+    ) -> None:
+        if placement not in ("latest_user", "start"):
+            raise ConfigurationError(f"placement must be 'latest_user' or 'start', got {placement!r}")
         self._host = FactsHost(store, writer, host="FactsProvider")
+        self.placement: FactsPlacement = placement
         if not isinstance(source_id, str) or not source_id:
             raise ConfigurationError(f"source_id must be a non-empty string, got {source_id!r}")
         self.store = store
@@ -89,8 +111,14 @@ class FactsProvider(ContextProvider):
         return None if self.last_turn is None else self.last_turn.rejection
 
     async def before_run(self, context: RunContext) -> None:
-        context.add_instructions(self._host.block())
+        if self.placement == "start":
+            context.add_instructions(self._host.block())
         self._host.begin_run(context, external_user_text(context))
+
+    async def prepare_request(self, messages: Sequence[Message], context: RunContext | None) -> Sequence[Message]:
+        if self.placement == "start":
+            return messages
+        return place_facts_block(messages, Message.system(self._host.block()))
 
     async def after_run(self, context: RunContext) -> None:
         await self._host.finish_run(context, context.response)
