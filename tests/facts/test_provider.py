@@ -15,6 +15,7 @@ from contextledger.exceptions import ConfigurationError, FactRejectedError, Mode
 from contextledger.facts import (
     ALLOWED_KEYS,
     EMPTY_BLOCK,
+    FactsPlacement,
     FactStore,
     ModelWriter,
     parse_assertions,
@@ -40,20 +41,32 @@ def values(store: FactStore) -> dict[str, str]:
     return {fact.key: fact.value for fact in store.facts()}
 
 
-def test_the_block_is_in_the_instructions_of_the_request_and_never_stored() -> None:
+@pytest.mark.parametrize("placement", ["latest_user", "start"])
+def test_the_block_goes_where_placed_and_is_never_stored(placement: FactsPlacement) -> None:
     store = FactStore(clock=Clock())
     client = ScriptedChatClient(["Noted."])
     history = InMemoryHistoryProvider()
-    agent = Agent(client, instructions="Be brief.", history=history, context_providers=[FactsProvider(store)])
+    provider = FactsProvider(store, placement=placement)
+    agent = Agent(client, instructions="Be brief.", history=history, context_providers=[provider])
     session = agent.create_session()
     asyncio.run(agent.run("module=Billing", session=session))
     asyncio.run(agent.run("Which module?", session=session))
     first, second = client.requests
-    assert first[0].role == "system"
-    assert first[0].text == f"Be brief.\n\n{EMPTY_BLOCK}"
-    assert second[0].text == f"Be brief.\n\n{store.to_prompt_block()}"
-    assert 'module = "Billing"' in second[0].text
-    assert all(message.role != "system" for message in second[1:])
+    if placement == "start":
+        assert first[0].text == f"Be brief.\n\n{EMPTY_BLOCK}"
+        assert second[0].text == f"Be brief.\n\n{store.to_prompt_block()}"
+        assert all(message.role != "system" for message in second[1:])
+    else:
+        # Just before the newest user message: the start of the request stays what it was.
+        assert [m.text for m in first] == ["Be brief.", EMPTY_BLOCK, "module=Billing"]
+        assert [m.text for m in second] == [
+            "Be brief.",
+            "module=Billing",
+            "Noted.",
+            store.to_prompt_block(),
+            "Which module?",
+        ]
+    assert 'module = "Billing"' in "".join(m.text for m in second)
     stored = asyncio.run(history.load(session.session_id))
     assert [message.text for message in stored] == ["module=Billing", "Noted.", "Which module?", "Noted."]
 

@@ -138,7 +138,8 @@ class FactsDesk:
         chosen = writer if writer is not None else RuleWriter(shared.schema)
 
         def providers() -> list[FactsProvider]:
-            return [FactsProvider(shared, chosen)] if mode == "provider" else []
+            # In the instructions, as the lab's policies measure it (the block and the current message only).
+            return [FactsProvider(shared, chosen, placement="start")] if mode == "provider" else []
 
         main = Agent(client, name="main", instructions=MAIN_INSTRUCTIONS, context_providers=providers())
         logs = Agent(

@@ -277,7 +277,7 @@ class FactsView(FactsProvider):
 
     def __init__(self, setup: PolicySetup, notes: list[str]) -> None:
         writer = ModelWriter(setup.extra_client("writer")) if setup.writer == "model" else RuleWriter()
-        super().__init__(FactStore(), writer)
+        super().__init__(FactStore(), writer, placement="start")  # the instructions: what the policies measure
         self.notes = notes
 
     async def before_run(self, context: RunContext) -> None:
