@@ -66,8 +66,8 @@ def test_the_seed_check_sequence_holds_through_http(start_proxy: StartProxy, fak
         say(client, "Where can I find logs?")
         sent = fake_upstream.last_body()["messages"]
         assert sent[0] == SYSTEM  # the client's instructions first, as sent
-        assert "SQL Server 2022" in sent[1]["content"]
-        assert sent[1]["role"] == "system"
+        assert "SQL Server 2022" in sent[-2]["content"]  # the block, with the newest user message
+        assert sent[-2]["role"] == "system"
         assert sent[-1] == {"role": "user", "content": "Where can I find logs?"}
         assert validate(from_openai(sent)) == []
         assert proxy.facts("desk", KEY_A) == {
