@@ -29,6 +29,7 @@ require_extra("starlette", extra="serve", feature="contextledger serve")
 require_extra("httpx", extra="serve", feature="contextledger serve")
 
 from starlette.applications import Starlette  # noqa: E402
+from starlette.convertors import Convertor, register_url_convertor  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 from starlette.requests import Request  # noqa: E402
@@ -69,7 +70,7 @@ from contextledger.serve._requests import (  # noqa: E402
     without_metadata,
 )
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
-from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
+from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._turns import SessionTurn, SessionTurns  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
     Upstream,
@@ -177,8 +178,7 @@ class Proxy:
         async def create(tenant: str) -> Response:
             body = await self._read_body(request)
             data = json_object(body, 'a JSON object such as {"id": "support-42"}')
-            raw = data.get("id", uuid.uuid4().hex)
-            session_id = session_id_of(raw if isinstance(raw, str) else "")
+            session_id = session_id_of(data.get("id", uuid.uuid4().hex))
             if not await self.sessions.create(session_key(tenant, session_id)):
                 raise ProxyError(
                     f"session {session_id!r} already exists",
@@ -268,8 +268,7 @@ class Proxy:
 
     async def delete_session(self, request: Request) -> Response:
         async def delete(tenant: str) -> Response:
-            session_id = session_id_of(request.path_params["session_id"])
-            key = session_key(tenant, session_id)
+            key, session_id = await self._address(tenant, request.path_params["session_id"])
             async with self.sessions.lock(key):
                 self.kept.rewritten(key)
                 existed = await self.sessions.delete(key)
@@ -291,11 +290,25 @@ class Proxy:
         return response
 
     async def _known(self, request: Request, tenant: str) -> tuple[str, str]:
-        session_id = session_id_of(request.path_params["session_id"])
-        key = session_key(tenant, session_id)
+        key, session_id = await self._address(tenant, request.path_params["session_id"])
         if not await self.sessions.exists(key):
             raise self._unknown(session_id)
         return key, session_id
+
+    async def _address(self, tenant: str, given: str) -> tuple[str, str]:
+        """The session key and id that ``given`` (a header or a URL segment) names.
+
+        An id outside the grammar is refused, unless a session created under it by an earlier
+        version exists: that one stays usable, readable and deletable wherever its id can travel.
+        """
+        try:
+            session_id = session_id_of(given)
+        except ProxyError as refusal:
+            earlier = earlier_session_id(given)
+            if earlier is None or not await self.sessions.exists(session_key(tenant, earlier)):
+                raise refusal from None
+            session_id = earlier
+        return session_key(tenant, session_id), session_id
 
     @staticmethod
     def _unknown(session_id: str) -> ProxyError:
@@ -406,8 +419,7 @@ class Proxy:
 
     async def _session_turn(self, request: Request, payload: dict[str, Any]) -> Response:
         tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
-        session_id = session_id_of(request.headers[SESSION_HEADER])
-        key = session_key(tenant, session_id)
+        key, session_id = await self._address(tenant, request.headers[SESSION_HEADER])
         given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
         turn_id = given_turn_id or uuid.uuid4().hex
         incoming = self.reader.read(payload["messages"])
@@ -483,6 +495,23 @@ class Proxy:
         return None if begun is None else begun.ticket
 
 
+class _AnyText(Convertor[str]):
+    """A URL part that may hold anything, ``/`` and line breaks included (``path`` stops at a line
+    break): whatever a client put where a session id goes reaches the handler, which refuses it in
+    words rather than as "no such endpoint"."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("contextledger_id", _AnyText())
+
+
 def create_app(config: ServeConfig) -> Starlette:
     """The ASGI application for ``config``; its ``state.proxy`` is the :class:`Proxy` behind it."""
     proxy = Proxy(config)
@@ -495,6 +524,7 @@ def create_app(config: ServeConfig) -> Starlette:
             await proxy.close()
 
     sessions = "/v1/contextledger/sessions"
+    session = sessions + "/{session_id:contextledger_id}"
 
     app = Starlette(
         middleware=[Middleware(UnexpectedErrors)],
@@ -506,11 +536,12 @@ def create_app(config: ServeConfig) -> Starlette:
             Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.metrics_text, methods=["GET"]),
             Route(sessions, proxy.create_session, methods=["POST"]),
-            Route(sessions + "/{session_id}", proxy.session_info, methods=["GET"]),
-            Route(sessions + "/{session_id}", proxy.delete_session, methods=["DELETE"]),
-            Route(sessions + "/{session_id}/messages", proxy.session_messages, methods=["GET"]),
-            Route(sessions + "/{session_id}/facts", proxy.session_facts, methods=["GET"]),
-            Route(sessions + "/{session_id}/forget", proxy.session_forget, methods=["POST"]),
+            # Most specific first: an id holding "/messages" must not be read as the messages of another.
+            Route(session + "/messages", proxy.session_messages, methods=["GET"]),
+            Route(session + "/facts", proxy.session_facts, methods=["GET"]),
+            Route(session + "/forget", proxy.session_forget, methods=["POST"]),
+            Route(session, proxy.session_info, methods=["GET"]),
+            Route(session, proxy.delete_session, methods=["DELETE"]),
         ],
         lifespan=lifespan,
     )

@@ -1,4 +1,5 @@
-"""Who is asking: the tenant a request belongs to, and the session it names.
+"""Who is asking: the tenant a request belongs to, and the session it names (one id grammar for
+the body, the header and the URL).
 
 A tenant is a hash of the client's bearer key, so the proxy never keeps the key itself and two
 clients with different keys can never reach each other's sessions, even knowing an id.  A tenant
@@ -9,16 +10,27 @@ caller (``--trust-tenant-header``); otherwise anyone could claim any tenant.
 from __future__ import annotations
 
 import hashlib
+import re
 import unicodedata
 from collections.abc import Mapping
 
 from contextledger.exceptions import ProxyError
 
-__all__ = ["SESSION_HEADER", "TENANT_HEADER", "bearer_key", "session_id_of", "tenant_of"]
+__all__ = [
+    "MAX_SESSION_ID",
+    "SESSION_HEADER",
+    "TENANT_HEADER",
+    "bearer_key",
+    "earlier_session_id",
+    "session_id_of",
+    "tenant_of",
+]
 
 SESSION_HEADER = "x-contextledger-session"
 TENANT_HEADER = "x-contextledger-tenant"
-_MAX_ID = 256
+MAX_SESSION_ID = 128
+_SESSION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_SESSION_ID - 1}}}")
+_EARLIER_MAX_ID = 256
 
 
 def bearer_key(headers: Mapping[str, str]) -> str | None:
@@ -54,13 +66,34 @@ def tenant_of(headers: Mapping[str, str], *, trust_tenant_header: bool) -> str:
     return _digest("k", key)
 
 
-def session_id_of(value: str) -> str:
-    """A session id as given in a header or a URL, checked: printable text of 1 to 256 characters."""
-    session = value.strip()
-    if not session or len(session) > _MAX_ID or any(unicodedata.category(c).startswith("C") for c in session):
+def session_id_of(value: object) -> str:
+    """A session id as given in the body, the header or the URL, checked against the one grammar.
+
+    1 to 128 ASCII letters, digits, ``.``, ``_`` and ``-``, the first a letter or a digit.  Every
+    such id travels unchanged in a JSON body, an HTTP header (read as Latin-1, so nothing beyond
+    ASCII survives it) and one URL path segment (no ``/``, no ``%``, never ``.`` or ``..``), so a
+    session that can be created can also be used, read, forgotten and deleted.  Nothing is
+    trimmed or decoded: the id is compared as it came.
+    """
+    if not isinstance(value, str) or _SESSION_ID.fullmatch(value) is None:
+        shown = repr(value[:80]) + ("..." if len(value) > 80 else "") if isinstance(value, str) else repr(value)
         raise ProxyError(
-            f"session id {value[:80]!r} is not valid: use 1 to {_MAX_ID} printable characters",
+            f"session id {shown} is not valid: use 1 to {MAX_SESSION_ID} characters from A-Z, a-z, 0-9, '.', '_' "
+            "and '-', the first a letter or a digit (the same id goes in the body, the X-Contextledger-Session "
+            "header and the URL)",
             status=400,
             code="invalid_session_id",
         )
+    return value
+
+
+def earlier_session_id(value: str) -> str | None:
+    """The id as earlier versions accepted it (trimmed, 1 to 256 printable characters), or ``None``.
+
+    Sessions created under such ids before the grammar above existed stay reachable wherever their
+    id can travel; no new one can be created.
+    """
+    session = value.strip()
+    if not session or len(session) > _EARLIER_MAX_ID or any(unicodedata.category(c).startswith("C") for c in session):
+        return None
     return session
