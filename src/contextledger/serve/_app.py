@@ -45,6 +45,7 @@ from contextledger.exceptions import (  # noqa: E402
 from contextledger.facts import (  # noqa: E402
     FactMemory,
     FactsHost,
+    FactsTurn,
     Ticket,
     forget_facts,
     history_target,
@@ -71,7 +72,7 @@ from contextledger.serve._requests import (  # noqa: E402
 )
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of  # noqa: E402
-from contextledger.serve._turns import SessionTurn, SessionTurns  # noqa: E402
+from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
     Upstream,
     error_body,
@@ -447,13 +448,17 @@ class Proxy:
             after = before if self.strategy is None else sum(self.tokenizer.count_messages(list(view)))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
             ticket: Ticket | None = None
+            outcome: list[FactsTurn] = []
             sent: list[Message] = [*instructions, *view]
             if store is not None:
                 block = await self.sessions.run_facts(store.to_prompt_block)
                 sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
                 text = user_text(new_turn)
                 if text is not None:
-                    ticket = await self.sessions.run_facts(lambda: self._begin(store, text))
+                    begun = await self.sessions.run_facts(lambda: self._begin(store, text))
+                    if begun is not None and begun.rejection is not None:
+                        outcome.append(begun)  # refused before the call: the client hears of it too
+                    ticket = None if begun is None else begun.ticket
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
             self.metrics.count(self.metrics.tokens_after, "session", amount=after)
             payload = self._cache_key({**payload, "messages": to_openai(sent)}, request, key)
@@ -462,11 +467,17 @@ class Proxy:
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
                 turn = SessionTurn(key, turn_id, kept, new_turn, reply_message(message, reply))
-                return await self.turns.store(turn, store, ticket)
+                return await self.turns.store(turn, store, ticket, outcome)
+
+            def trailer() -> bytes:
+                # A streamed answer's headers left before the facts were admitted: an SSE comment,
+                # which clients skip, says it at the end.
+                said = facts_headers(outcome[-1] if outcome else None)
+                return "".join(f": {name}: {value}\n" for name, value in said.items()).encode() + b"\n" if said else b""
 
             if streaming:
                 stack = None  # the stream releases the lock when it ends
-                return await self.relay.stream(headers, body, finish=finish, release=lock.aclose)
+                return await self.relay.stream(headers, body, finish=finish, release=lock.aclose, trailer=trailer)
             upstream = await self.relay.call(headers, body)
             reply, message = completion(upstream)
             meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
@@ -480,19 +491,19 @@ class Proxy:
                 upstream.content,
                 status_code=200,
                 media_type=upstream.headers.get("content-type", "application/json"),
-                headers=passed_back(upstream.headers),
+                headers={**passed_back(upstream.headers), **facts_headers(outcome[-1] if outcome else None)},
             )
         finally:
             if stack is not None:
                 await stack.aclose()
 
-    def _begin(self, store: FactMemory, text: str) -> Ticket | None:
+    def _begin(self, store: FactMemory, text: str) -> FactsTurn | None:
         """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
         rejected, and the turn goes on with the facts unchanged."""
         begun = FactsHost(store, host="the proxy").begin(text)
         if begun is not None and begun.rejection is not None:
             self.metrics.count(self.metrics.facts, "rejected")
-        return None if begun is None else begun.ticket
+        return begun
 
 
 class _AnyText(Convertor[str]):

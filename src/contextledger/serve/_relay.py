@@ -70,6 +70,7 @@ class Relay:
         *,
         finish: Finish | None,
         release: Callable[[], Awaitable[None]] | None,
+        trailer: Callable[[], bytes] | None = None,
     ) -> Response:
         """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent."""
         started = time.perf_counter()
@@ -125,6 +126,8 @@ class Relay:
                     self.metrics.count(self.metrics.turns, "failed")
                 yield sse_event(error_body(str(failure), failure.error_type, failure.code))
             elif outcome == "answered":
+                if trailer is not None and (said := trailer()):
+                    yield said
                 yield DONE_EVENT
             self.metrics.observe(
                 self.metrics.upstream_seconds, time.perf_counter() - started, "chat_completions", outcome

@@ -11,6 +11,7 @@ retried turn gets the stored reply, with no upstream call and no fact admitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from contextledger._extras import require_extra
 from contextledger._forgotten import same_input
@@ -28,7 +29,7 @@ from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._replies import completion_events, stored_completion  # noqa: E402
 from contextledger.serve._sessions import Sessions  # noqa: E402
 
-__all__ = ["SessionTurn", "SessionTurns"]
+__all__ = ["FACTS_ADMITTED_HEADER", "FACTS_REJECTED_HEADER", "SessionTurn", "SessionTurns", "facts_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,13 @@ class SessionTurns:
             return JSONResponse(completion, headers=headers)
         return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
 
-    async def store(self, turn: SessionTurn, store: FactMemory | None, ticket: Ticket | None) -> bool:
+    async def store(
+        self,
+        turn: SessionTurn,
+        store: FactMemory | None,
+        ticket: Ticket | None,
+        told: list[FactsTurn] | None = None,
+    ) -> bool:
         """Store the turn under its id (at most once) with the retained history's reduction, admit the user's facts.
 
         ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
@@ -110,7 +117,9 @@ class SessionTurns:
             return False
         self.metrics.count(self.metrics.turns, "stored")
         if store is not None and ticket is not None:
-            await self.admit(store, ticket)
+            facts = await self.admit(store, ticket)
+            if facts is not None and told is not None:
+                told.append(facts)  # what the answer tells the client (``facts_headers``)
         return True
 
     async def admit(self, store: FactMemory, ticket: Ticket) -> FactsTurn | None:
@@ -123,3 +132,34 @@ class SessionTurns:
             problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
             self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
         return facts
+
+
+FACTS_ADMITTED_HEADER = "x-contextledger-facts-admitted"
+FACTS_REJECTED_HEADER = "x-contextledger-facts-rejected"
+_HEADER_LIMIT = 1024
+_HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"
+
+
+def facts_headers(facts: FactsTurn | None) -> dict[str, str]:
+    """What a turn did to the facts, as response headers that leave an OpenAI client's body alone:
+    the keys admitted, and each rejection with its reason (keys and reasons only, never a value;
+    percent-encoded where a header could not carry it, and cut at 1 KiB with a mark)."""
+    if facts is None:
+        return {}
+    admitted = [d.key for d in facts.diagnostics if d.outcome == "admitted" and d.key]
+    if not admitted and facts.admission is not None:
+        admitted = [fact.key for fact in facts.admission.admitted]
+    rejected = [f"{d.key or '='}: {d.reason}" for d in facts.diagnostics if d.outcome == "rejected"]
+    if facts.rejection is not None and not rejected:
+        rejected = [str(facts.rejection)]
+    headers = {}
+    if admitted:
+        headers[FACTS_ADMITTED_HEADER] = _header_text(", ".join(admitted))
+    if rejected:
+        headers[FACTS_REJECTED_HEADER] = _header_text("; ".join(rejected))
+    return headers
+
+
+def _header_text(text: str) -> str:
+    encoded = quote(" ".join(text.split()), safe=_HEADER_SAFE)
+    return encoded if len(encoded) <= _HEADER_LIMIT else encoded[: _HEADER_LIMIT - 3].rsplit("%", 1)[0] + "..."
