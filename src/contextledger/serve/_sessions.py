@@ -29,8 +29,8 @@ from typing import Any, Protocol, TypeVar
 from contextledger._keys import storage_key
 from contextledger._redis import RedisFailures, open_redis
 from contextledger._sqlite import SQLiteFailures, open_wal
-from contextledger.exceptions import HistoryCorruptError, HistoryError, HistoryUnavailableError
-from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, FactStore, RedisFactStore
+from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
+from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, RedisFactStore, SQLiteFactStore
 from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 from contextledger.serve._locks import LocalLocks, RedisLeases
 
@@ -84,15 +84,24 @@ _REGISTRY_SCHEMA = (
 
 
 class SQLiteSessions:
-    """Registry and histories in one SQLite file; facts and locks in this process."""
+    """Registry, histories and facts in one SQLite file, held by this process alone; locks in it.
+
+    The facts persist in the file beside the history (one :class:`SQLiteFactStore` owner per
+    session): a restarted proxy tells the model what the user declared before, not "no facts"
+    above the user's own declaration.  The file's turn locks live in this process, so a second
+    proxy on the same file would run turns beside this one's: it is refused at start-up by an
+    exclusive lock on ``PATH.lock``, which the system releases when the holder exits, however it
+    exits (a SIGKILLed proxy never blocks its restart).
+    """
 
     def __init__(self, path: str, *, lock_timeout: float, schema: FactSchema = DEFAULT_SCHEMA) -> None:
         self.schema = schema
         self.path = path
+        self._holder = _hold_file(path)
         self.history: HistoryProvider = SQLiteHistoryProvider(path, source_id="serve", busy_timeout=_BUSY_TIMEOUT)
         self._lock_timeout = lock_timeout
         self._locks = LocalLocks()
-        self._facts: dict[str, FactStore] = {}
+        self._facts: dict[str, SQLiteFactStore] = {}
         # This process is the file's only proxy, so the sessions it has seen exist until it deletes them.
         self._known: set[str] = set()
         self._db_lock = threading.Lock()
@@ -134,9 +143,9 @@ class SQLiteSessions:
         sql = "DELETE FROM contextledger_serve_sessions WHERE session_key = ?"
         existed = await asyncio.to_thread(self._run, sql, (key,), f"delete session {key!r}") == 1
         await self.history.clear(key)
-        store = self._facts.pop(key, None)
-        if store is not None:
-            store.forget()
+        store = self._facts.pop(key, None) or self._open_facts(key)
+        await asyncio.to_thread(store.forget)
+        await asyncio.to_thread(store.close)
         return existed
 
     def lock(self, key: str) -> contextlib.AbstractAsyncContextManager[None]:
@@ -150,11 +159,16 @@ class SQLiteSessions:
     def facts(self, key: str) -> FactMemory:
         store = self._facts.get(key)
         if store is None:
-            store = self._facts[key] = FactStore(schema=self.schema)
+            if len(self._facts) >= _OPEN_FACT_STORES:  # a connection each: close the oldest
+                self._facts.pop(next(iter(self._facts))).close()
+            store = self._facts[key] = self._open_facts(key)
         return store
 
+    def _open_facts(self, key: str) -> SQLiteFactStore:
+        return SQLiteFactStore(self.path, owner=key, schema=self.schema, busy_timeout=_BUSY_TIMEOUT)
+
     async def run_facts(self, operation: Callable[[], _T]) -> _T:
-        return operation()  # an in-memory store answers at once
+        return await asyncio.to_thread(operation)  # the file, off the event loop
 
     async def ready(self) -> None:
         await asyncio.to_thread(self._read_file)
@@ -185,6 +199,33 @@ class SQLiteSessions:
             connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+        for store in self._facts.values():
+            store.close()
+        self._facts.clear()
+        self._holder.close()
+
+
+_OPEN_FACT_STORES = 256
+
+
+def _hold_file(path: str) -> Any:
+    """An open lock file beside ``path``, held exclusively by this process until it exits; a
+    :class:`ConfigurationError` naming the file if another process holds it."""
+    try:
+        import fcntl  # noqa: PLC0415  (POSIX: where it is missing, nothing is held)
+    except ImportError:  # pragma: no cover
+        return open(os.devnull)
+    holder = open(path + ".lock", "a")  # noqa: SIM115  (held for the process's life)
+    try:
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder.close()
+        raise ConfigurationError(
+            f"another contextledger serve already uses the SQLite file {path}: one proxy process per file (its "
+            "session locks live in that process); stop the other one, give this one another file, or share "
+            "sessions between processes with --store redis://..."
+        ) from None
+    return holder
 
 
 class RedisSessions:
