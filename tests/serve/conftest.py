@@ -105,7 +105,13 @@ class Proxy:
         return self.call("GET", path, None, key)
 
     def call(
-        self, method: str, path: str, body: Any = None, key: str | None = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30,
     ) -> tuple[int, Any]:
         """One HTTP request; the status and the decoded JSON (or text) answer."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
@@ -116,7 +122,7 @@ class Proxy:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
                 status, raw = reply.status, reply.read()
         except urllib.error.HTTPError as error:
             status, raw = error.code, error.read()

@@ -58,7 +58,8 @@ def running(
 
 def turn(proxy: Proxy, session: str, text: str, model: str = "fake", stream: bool = False) -> tuple[int, Any]:
     body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]}
-    return proxy.call("POST", "/v1/chat/completions", body, KEY, {"X-Contextledger-Session": session})
+    headers = {"X-Contextledger-Session": session}
+    return proxy.call("POST", "/v1/chat/completions", body, KEY, headers, timeout=STREAM + 60)
 
 
 def events(text: str) -> list[Any]:
@@ -89,7 +90,7 @@ def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs
     session, first, second = f"lease-{uuid.uuid4().hex[:8]}", "first, streamed slowly", "second, waiting"
     with (
         running(fake_upstream, redis_server, tmp_path / "a.log") as (a, _),
-        running(fake_upstream, redis_server, tmp_path / "b.log", "--lock-timeout", "60") as (b, _),
+        running(fake_upstream, redis_server, tmp_path / "b.log", "--lock-timeout", f"{STREAM + 40:g}") as (b, _),
         running(fake_upstream, redis_server, tmp_path / "c.log", "--lock-timeout", "3") as (c, _),
     ):
         a.create_session(session, KEY)
@@ -108,8 +109,8 @@ def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs
         asked = time.monotonic()
         impatient.start()
         ask("b", b, second)
-        streaming.join(timeout=60)
-        impatient.join(timeout=60)
+        streaming.join(timeout=STREAM + 60)
+        impatient.join(timeout=STREAM + 60)
         history = stored(a, session)
 
     a_status, a_body, a_done = answers["a"]
