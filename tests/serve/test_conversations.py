@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,8 +86,9 @@ def test_a_malformed_conversation_is_refused_before_the_upstream(
         assert proxy.messages(headers["X-Contextledger-Session"], KEY) == []  # nothing stored
 
 
-def test_a_session_turn_answers_the_stored_call_and_only_that(start_proxy_module: StartProxy) -> None:
-    with start_proxy_module() as proxy:
+def test_a_session_turn_answers_the_stored_call_and_only_that(start_proxy_module: StartProxy, tmp_path: Path) -> None:
+    # A file of its own: the module's proxy may still hold the shared one (one proxy per file).
+    with start_proxy_module("--store", f"sqlite:{tmp_path / 'answers.db'}") as proxy:
         answer_the_stored_call(proxy, headers_for(proxy, "session", "answers"))
 
 

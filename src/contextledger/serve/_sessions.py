@@ -215,7 +215,12 @@ def _hold_file(path: str) -> Any:
         import fcntl  # noqa: PLC0415  (POSIX: where it is missing, nothing is held)
     except ImportError:  # pragma: no cover
         return open(os.devnull)
-    holder = open(path + ".lock", "a")  # noqa: SIM115  (held for the process's life)
+    try:
+        holder = open(path + ".lock", "a")  # noqa: SIM115  (held for the process's life)
+    except OSError:
+        # No lock file where the database cannot be either (a missing or read-only directory):
+        # the store's first use says what to check, in its own words.
+        return open(os.devnull)
     try:
         fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
