@@ -191,7 +191,8 @@ def test_streams_are_counted_whether_or_not_the_client_asked_for_usage(
         values = metrics(proxy)
     upstream = [normalised("openai", raw) for raw in reported(fake_upstream, marker)]
     assert len(upstream) == 4
-    assert [usage.model_dump(exclude_none=True) for usage in seen] == [reported(fake_upstream, marker)[i] for i in (1, 3)]
+    raw = reported(fake_upstream, marker)
+    assert [usage.model_dump(exclude_none=True) for usage in seen] == [raw[1], raw[3]]
     check_metrics(values, "stateless", upstream[:2])
     check_metrics(values, "session", upstream[2:])
     assert upstream[1].cache_read_tokens  # the second stateless request repeated the first

@@ -17,7 +17,11 @@ so for every request the upstream answered the proxy counts two things on ``/met
   token count).  Those are bounded twice, by conversations and by bytes, the least recently used
   going first, so no client can make them grow; a conversation that was dropped is priced as a
   first request.  Token counts come from the tokenizer's memo on each message, which compaction
-  has already filled: nothing is tokenised twice.
+  has already filled: nothing is tokenised twice.  A message's block (its serialisation's digest)
+  is remembered too, by message identity (the proxy's reader hands back the same message for the
+  same JSON), up to :data:`BLOCKS_BYTES_KEPT` of serialisations: a stateless client's repeated
+  history is serialised once, not on every request (on a 201-message history the estimate takes
+  0.7 ms a request with this memo, 1.7 ms without).
 
 The estimate replays only the conversation's previous request, not every request the provider
 has seen, so it cannot predict a hit on a prefix shared between conversations.
@@ -34,18 +38,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextledger.clients import Usage, read_usage
-from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, request_blocks
+from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, message_block, request_blocks
 from contextledger.messages import Message
 from contextledger.serve._metrics import Metrics
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["CONVERSATIONS_KEPT", "PREFIX_BYTES_KEPT", "CostMeter", "Expected", "with_usage_requested"]
+__all__ = [
+    "BLOCKS_BYTES_KEPT",
+    "CONVERSATIONS_KEPT",
+    "PREFIX_BYTES_KEPT",
+    "CostMeter",
+    "Expected",
+    "with_usage_requested",
+]
 
 CONVERSATIONS_KEPT = 10_000
 """The most conversations whose previous request the estimate remembers."""
 
 PREFIX_BYTES_KEPT = 16 * 1024 * 1024
 """The most memory those previous requests may hold (24 bytes a block, plus a little per conversation)."""
+
+BLOCKS_BYTES_KEPT = 8 * 1024 * 1024
+"""The most serialised bytes of the messages whose blocks are remembered (it holds those messages)."""
 
 _ENTRY_BYTES = 200  # the key, the tuple and the two buffers' headers, roughly
 _DIGEST_BYTES = 16
@@ -98,6 +112,7 @@ class CostMeter:
         *,
         conversations: int = CONVERSATIONS_KEPT,
         held_bytes: int = PREFIX_BYTES_KEPT,
+        block_bytes: int = BLOCKS_BYTES_KEPT,
     ) -> None:
         self.metrics = metrics
         self.profile = profile
@@ -106,6 +121,9 @@ class CostMeter:
         self.held_bytes_limit = held_bytes
         self._previous: OrderedDict[bytes, _Previous] = OrderedDict()
         self._held = 0
+        self.block_bytes_limit = block_bytes
+        self._blocks: OrderedDict[int, tuple[Message, Block, int]] = OrderedDict()
+        self._blocks_held = 0
         reported, estimated = ("mode",), ("mode", "profile")
         self._reported = {
             part: metrics.counter(f"contextledger_upstream_{part}_tokens_total", text, reported)
@@ -146,7 +164,7 @@ class CostMeter:
         tools = payload.get("tools")
         if not (isinstance(tools, list) and all(isinstance(tool, dict) for tool in tools)):
             tools = None
-        blocks = request_blocks(messages, tokenizer=self.tokenizer, tools=tools)
+        blocks = (*(request_blocks((), tokenizer=self.tokenizer, tools=tools) if tools else ()), *self._made(messages))
         hasher = hashlib.blake2b(repr(payload.get("model")).encode("utf-8", "replace"), digest_size=_DIGEST_BYTES)
         if session is not None:
             hasher.update(b"\0session\0" + session.encode("utf-8", "replace"))
@@ -155,6 +173,24 @@ class CostMeter:
             for block in blocks[: first_user + 1 + (1 if tools else 0)]:
                 hasher.update(block.digest)
         return Expected(mode, hasher.digest(), blocks)
+
+    def _made(self, messages: Sequence[Message]) -> list[Block]:
+        """Each message's block, from the memo when the same message was sent before."""
+        made: list[Block] = []
+        remembered = self._blocks
+        for message in messages:
+            entry = remembered.pop(id(message), None)
+            if entry is None or entry[0] is not message:
+                if entry is not None:
+                    self._blocks_held -= entry[2]
+                block, length = message_block(message, self.tokenizer.count_message(message))
+                entry = (message, block, length + _ENTRY_BYTES)
+                self._blocks_held += entry[2]
+            remembered[id(message)] = entry  # now the most recently used
+            made.append(entry[1])
+        while self._blocks_held > self.block_bytes_limit:
+            self._blocks_held -= remembered.popitem(last=False)[1][2]
+        return made
 
     def answered(self, expected: Expected, raw_usage: object) -> Usage | None:
         """Count what the upstream reported for ``expected`` and what the estimate predicted."""
