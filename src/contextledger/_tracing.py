@@ -7,9 +7,11 @@ import, so ``import contextledger`` and every call stay free of the package (the
 
 Span names and attributes follow the OpenTelemetry GenAI semantic conventions where they apply
 (``invoke_agent {name}`` and ``chat {model}`` spans with ``gen_ai.operation.name``,
-``gen_ai.agent.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` and
-``gen_ai.usage.output_tokens``); what they have no name for (compaction, facts) is under
-``contextledger.*``.  Usage a provider did not report is left unset, never guessed.
+``gen_ai.agent.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
+``gen_ai.usage.output_tokens``, and the provider's prompt cache as
+``gen_ai.usage.cache_read.input_tokens`` and ``gen_ai.usage.cache_creation.input_tokens``, both
+part of the input tokens as the conventions ask); what they have no name for (compaction, facts)
+is under ``contextledger.*``.  Usage a provider did not report is left unset, never guessed.
 
 Each hook is a decorator, so a call site gains tracing with one line and keeps its own code.
 """
@@ -122,6 +124,8 @@ def _usage(result: Any) -> dict[str, Any]:
     return {
         "gen_ai.usage.input_tokens": getattr(usage, "input_tokens", None),
         "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", None),
+        "gen_ai.usage.cache_read.input_tokens": getattr(usage, "cache_read_tokens", None),
+        "gen_ai.usage.cache_creation.input_tokens": getattr(usage, "cache_write_tokens", None),
     }
 
 

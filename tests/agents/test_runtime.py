@@ -498,7 +498,7 @@ def test_one_unknown_count_makes_the_sum_unknown_but_not_the_other_count() -> No
     assert sum_usage([Usage(10, 2), Usage(None, 1)]) == Usage(None, 3, False)
     assert sum_usage([Usage(10, None), Usage(5, 1, True)]) == Usage(15, None, True)
     assert sum_usage([None, Usage(5, 1, True)]) == Usage(None, None, True)
-    assert sum_usage([]) == Usage(0, 0, False)
+    assert sum_usage([]) == Usage(0, 0, False, cache_read_tokens=0, cache_write_tokens=0)  # no call, nothing cached
 
 
 # History ----------------------------------------------------------------------------------------

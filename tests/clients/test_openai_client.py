@@ -273,7 +273,6 @@ def test_zero_retries_makes_one_request(server: FakeServer) -> None:
         pytest.param({"choices": [{"index": 0}]}, id="no-message"),
         pytest.param({"choices": [{"message": {"role": "assistant", "content": 42}}]}, id="content-not-string"),
         pytest.param({"choices": [{"message": {"role": "user", "content": "x"}}]}, id="wrong-role"),
-        pytest.param(completion(usage={"prompt_tokens": "many"}), id="usage-wrong-type"),
         pytest.param("[1, 2]", id="json-array"),
     ],
 )
@@ -286,6 +285,30 @@ def test_malformed_body_raises_response_error(server: FakeServer, body: dict[str
     assert server.url in message
     assert "200" in message
     assert len(server.requests) == 1  # a malformed 200 is not retried
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param("lots", id="usage-a-string"),
+        pytest.param({"prompt_tokens": "many", "completion_tokens": 2}, id="count-a-string"),
+        pytest.param({"prompt_tokens": -5, "completion_tokens": 2, "prompt_tokens_details": []}, id="negative"),
+    ],
+)
+def test_an_untrustworthy_usage_is_ignored_and_the_reply_kept(server: FakeServer, usage: Any) -> None:
+    """A hostile or broken upstream's usage never fails a good reply: what cannot be trusted is unknown."""
+    server.script(Reply(completion("fine", usage=usage)))
+    response = ask(make_client(server))
+    assert response.text == "fine"
+    assert response.usage is None or response.usage.input_tokens is None
+
+
+def test_cached_tokens_are_read_from_the_reply(server: FakeServer) -> None:
+    usage = {"prompt_tokens": 2048, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 1920}}
+    server.script(Reply(completion("cached", usage=usage)))
+    response = ask(make_client(server))
+    assert response.usage == Usage(2048, 9, cache_read_tokens=1920)
+    assert response.usage.uncached_input_tokens == 128
 
 
 def test_reply_without_role_is_taken_as_assistant(server: FakeServer) -> None:

@@ -15,7 +15,18 @@ it behaves, so tests need no shared switch:
 - ``fake-bulk``: an ordinary reply, but only the body's size is recorded (for tests that send
   gigabytes);
 - ``fake-drip-SECONDS``: the ordinary streamed reply, drawn out over SECONDS seconds by an empty
-  content chunk every quarter second between its two halves (a stream that outlives a lock's lease).
+  content chunk every quarter second between its two halves (a stream that outlives a lock's lease);
+- ``fake-cache-SHAPE``: the ordinary reply, with a prompt cache behind it: a request's longest
+  prefix of whole messages (model, tools and messages; a message counts ``len(JSON) // 4 + 1``
+  tokens) already seen in an earlier request is read from the cache, the rest up to the last
+  message written to it, and
+  the usage reports that in one vendor's fields: ``openai`` (``prompt_tokens_details``),
+  ``anthropic`` (``input_tokens`` without the cache, ``cache_read_input_tokens``,
+  ``cache_creation_input_tokens``), ``deepseek`` (``prompt_cache_hit_tokens`` / ``_miss_``) or
+  ``garbage`` (counts as strings, floats, negatives and ``true``).
+
+A streamed request with ``stream_options.include_usage`` gets the usage in a last chunk with no
+choices, as OpenAI sends it.  Each record also holds the ``usage`` the answer reported.
 
 ``GET /_received`` returns what it was sent (path, Authorization header, JSON body, and
 ``strict``: why a strict JSON parser would refuse the raw body, or ``None``) in order;
@@ -25,6 +36,7 @@ it behaves, so tests need no shared switch:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 import time
@@ -37,6 +49,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 RECEIVED: list[dict[str, Any]] = []
+CACHED_PREFIXES: dict[str, None] = {}  # insertion-ordered; the oldest go past _CACHE_ENTRIES
+_CACHE_ENTRIES = 100_000
 RATE_LIMITS = {
     "x-ratelimit-limit-requests": "100",
     "x-ratelimit-remaining-requests": "99",
@@ -98,6 +112,51 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> byte
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _usage(model: str, payload: dict[str, Any], text: str) -> dict[str, Any]:
+    """What the answer reports; for ``fake-cache-*`` models, after a lookup in the fake's prompt cache."""
+    if not model.startswith("fake-cache-"):
+        return {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    parts = [json.dumps([model, payload.get("tools")], sort_keys=True)]
+    parts += [json.dumps(message, sort_keys=True) for message in payload.get("messages", [])]
+    total = read = 0
+    prefix = ""
+    for part in parts:
+        prefix = hashlib.sha256((prefix + part).encode()).hexdigest()
+        last = len(part) // 4 + 1
+        total += last
+        if prefix in CACHED_PREFIXES:
+            read = total
+        CACHED_PREFIXES[prefix] = None
+    while len(CACHED_PREFIXES) > _CACHE_ENTRIES:
+        del CACHED_PREFIXES[next(iter(CACHED_PREFIXES))]
+    # Written up to the request's last message (Anthropic's breakpoint there), that message not.
+    written, output = max(0, total - read - last), len(text) // 4 + 1
+    shape = model.removeprefix("fake-cache-")
+    if shape == "anthropic":
+        return {
+            "input_tokens": total - read - written,
+            "output_tokens": output,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": written,
+        }
+    if shape == "deepseek":
+        return {
+            "prompt_tokens": total,
+            "completion_tokens": output,
+            "total_tokens": total + output,
+            "prompt_cache_hit_tokens": read,
+            "prompt_cache_miss_tokens": total - read,
+        }
+    if shape == "garbage":
+        return {"prompt_tokens": str(total), "completion_tokens": -1, "prompt_tokens_details": {"cached_tokens": 1.5e3}}
+    return {
+        "prompt_tokens": total,
+        "completion_tokens": output,
+        "total_tokens": total + output,
+        "prompt_tokens_details": {"cached_tokens": read, "audio_tokens": 0},
+    }
+
+
 class _Broken(Exception):
     """Raised inside a stream to drop the connection half-way."""
 
@@ -131,6 +190,9 @@ async def chat(request: Request) -> Response:
         return JSONResponse({"id": "chatcmpl-hollow", "object": "chat.completion", "choices": []}, headers=headers)
     text = "echo: " + _last_user_text(payload.get("messages", []))
     tool = model == "fake-tool"
+    usage = _usage(model, payload, text)
+    record["usage"] = usage
+    options = payload.get("stream_options")
     if payload.get("stream"):
 
         async def events() -> AsyncIterator[bytes]:
@@ -153,6 +215,9 @@ async def chat(request: Request) -> Response:
                         yield _chunk(model, {"content": ""})
                 yield _chunk(model, {"content": text[middle:]})
                 yield _chunk(model, {}, "stop")
+            if isinstance(options, dict) and options.get("include_usage") is True:
+                last = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1700000000}
+                yield b"data: " + json.dumps({**last, "model": model, "choices": [], "usage": usage}).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
@@ -167,7 +232,7 @@ async def chat(request: Request) -> Response:
             "created": 1700000000,
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+            "usage": usage,
         },
         headers=headers,
     )

@@ -53,15 +53,19 @@ class AgentResponse:
 
 
 def sum_usage(usages: Any) -> Usage:
-    """Add usages up; a count stays unknown (None) if any call did not report it, so it is never understated."""
-    inputs: int | None = 0
-    outputs: int | None = 0
+    """Add usages up; a count stays unknown (None) if any call did not report it, so it is never understated.
+
+    Cache reads and writes are summed the same way, so a run's usage says how much of its input
+    the provider's cache served.
+    """
+    totals: list[int | None] = [0, 0, 0, 0]
     estimate = False
     for usage in usages:
         if usage is None:
-            inputs = outputs = None
+            totals = [None, None, None, None]
             continue
-        inputs = None if inputs is None or usage.input_tokens is None else inputs + usage.input_tokens
-        outputs = None if outputs is None or usage.output_tokens is None else outputs + usage.output_tokens
+        counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+        totals = [None if total is None or count is None else total + count for total, count in zip(totals, counts)]
         estimate = estimate or usage.is_estimate
-    return Usage(inputs, outputs, estimate)
+    inputs, outputs, read, written = totals
+    return Usage(inputs, outputs, estimate, cache_read_tokens=read, cache_write_tokens=written)

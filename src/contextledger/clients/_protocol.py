@@ -19,11 +19,20 @@ __all__ = ["ChatClient", "ChatResponse", "Usage"]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens a call cost, as the provider reported them; ``None`` means not reported."""
+    """Tokens a call cost, as the provider reported them; ``None`` means not reported.
+
+    ``input_tokens`` is every input token sent, whatever the provider's spelling (Anthropic's
+    ``input_tokens`` leaves cached tokens out; here they are added back), so input counts from
+    different vendors add up.  Of those, ``cache_read_tokens`` were read from the provider's
+    prompt cache and ``cache_write_tokens`` written to it (billed at the provider's cache prices);
+    :attr:`uncached_input_tokens` is the rest.
+    """
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     is_estimate: bool = False
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int | None:
@@ -31,12 +40,22 @@ class Usage:
             return None
         return self.input_tokens + self.output_tokens
 
+    @property
+    def uncached_input_tokens(self) -> int | None:
+        """Input tokens not read from the cache (written ones included); unknown unless both counts are."""
+        if self.input_tokens is None or self.cache_read_tokens is None:
+            return None
+        return self.input_tokens - self.cache_read_tokens
+
     def describe(self) -> str:
         def show(value: int | None) -> str:
             return "unknown" if value is None else str(value)
 
         label = " (estimate)" if self.is_estimate else ""
-        return f"in={show(self.input_tokens)} out={show(self.output_tokens)}{label}"
+        cache = ""
+        if self.cache_read_tokens is not None or self.cache_write_tokens is not None:
+            cache = f" cache_read={show(self.cache_read_tokens)} cache_write={show(self.cache_write_tokens)}"
+        return f"in={show(self.input_tokens)} out={show(self.output_tokens)}{cache}{label}"
 
 
 @dataclass(frozen=True, slots=True)

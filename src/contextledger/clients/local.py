@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from contextledger._tracing import traced_model_call
-from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.clients._protocol import ChatResponse
+from contextledger.clients._usage import read_usage
 from contextledger.exceptions import (
     ConfigurationError,
     InvalidMessageError,
@@ -230,8 +231,5 @@ class LocalChatClient:
             message = message_from_openai({k: v for k, v in data.items() if k in ("role", "content", "tool_calls")})
         except InvalidMessageError as error:
             raise ModelResponseError(f"the local model {self.model} returned an unreadable message: {error}") from error
-        raw = body.get("usage") if isinstance(body, Mapping) else None
-        usage = None
-        if isinstance(raw, Mapping):
-            usage = Usage(input_tokens=raw.get("prompt_tokens"), output_tokens=raw.get("completion_tokens"))
+        usage = read_usage(body.get("usage")) if isinstance(body, Mapping) else None
         return ChatResponse(text=message.text, messages=(message,), usage=usage)

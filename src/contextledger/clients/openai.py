@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from contextledger._extras import require_extra
 from contextledger._tracing import traced_model_call
-from contextledger.clients._protocol import ChatResponse, Usage
+from contextledger.clients._protocol import ChatResponse
+from contextledger.clients._usage import read_usage
 from contextledger.exceptions import (
     ConfigurationError,
     InvalidMessageError,
@@ -58,8 +59,11 @@ class OpenAIChatClient:
 
     Requests that fail with 429, a 5xx status, a timeout or a connection error
     are retried up to ``max_retries`` times, waiting ``backoff * 2**attempt``
-    seconds between attempts.  Usage is passed through as the provider reported
-    it; a count it left out stays ``None`` rather than being estimated.
+    seconds between attempts.  Usage is read as the provider reported it, in
+    OpenAI's, Anthropic's or DeepSeek's fields (cache reads and writes included,
+    see :func:`~contextledger.clients.read_usage`); a count it left out, or one
+    that is not a sane whole number, stays ``None`` rather than being estimated,
+    and never fails the call.
     """
 
     def __init__(
@@ -206,22 +210,7 @@ class OpenAIChatClient:
             message = message_from_openai(data)
         except InvalidMessageError as error:
             raise bad(f"an unreadable assistant message ({error})") from error
-        return ChatResponse(text=message.text, messages=(message,), usage=self._usage(body.get("usage"), bad))
-
-    @staticmethod
-    def _usage(raw: object, bad: Callable[[str], ModelResponseError]) -> Usage | None:
-        """The provider's counts as reported; ``None`` (not zero, not an estimate) for whatever it left out."""
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            raise bad("a 'usage' that is not an object")
-        counts: list[int | None] = []
-        for key in ("prompt_tokens", "completion_tokens"):
-            value = raw.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise bad(f"a usage {key!r} that is not a non-negative integer")
-            counts.append(value)
-        return Usage(input_tokens=counts[0], output_tokens=counts[1])
+        return ChatResponse(text=message.text, messages=(message,), usage=read_usage(body.get("usage")))
 
 
 class _Retryable(Exception):

@@ -11,7 +11,7 @@ Where things live (every name is imported from here, ``contextledger.cost``):
 - ``_simulator.py``: :class:`PrefixCacheSimulator` replays requests in order and prices each
   one (:class:`CallCost`, summed by :class:`CostTotals`); a request is a sequence of
   :class:`Block` (built from messages by :func:`request_blocks`, once per message with a
-  :data:`BlockMemo`).
+  :data:`BlockMemo`; :func:`message_block` is one message's block).
 
 Every figure it gives is an estimate of the provider's behaviour; the module docstring of
 ``_simulator.py`` lists the assumptions.
@@ -24,6 +24,7 @@ from contextledger.cost._simulator import (
     CallCost,
     CostTotals,
     PrefixCacheSimulator,
+    message_block,
     request_blocks,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "CostTotals",
     "PrefixCacheSimulator",
     "PriceProfile",
+    "message_block",
     "price_profile",
     "request_blocks",
 ]

@@ -34,10 +34,10 @@ from typing import Any
 
 from contextledger.cost._profiles import PriceProfile, price_profile
 from contextledger.exceptions import ConfigurationError
-from contextledger.messages import Message, to_openai
+from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["Block", "BlockMemo", "CallCost", "CostTotals", "PrefixCacheSimulator", "request_blocks"]
+__all__ = ["Block", "BlockMemo", "CallCost", "CostTotals", "PrefixCacheSimulator", "message_block", "request_blocks"]
 
 _DIGEST_SIZE = 16
 
@@ -57,6 +57,13 @@ class Block:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def message_block(message: Message, tokens: int) -> tuple[Block, int]:
+    """One message's block (its serialisation as :func:`request_blocks` makes it), and that
+    serialisation's length, for a caller that keeps blocks and must know what they hold."""
+    serialised = _canonical(message_to_openai(message))
+    return Block.of(serialised, tokens), len(serialised)
 
 
 BlockMemo = dict[int, tuple[Message, Block]]
@@ -85,8 +92,8 @@ def request_blocks(
     known = memo if memo is not None else {}
     fresh = [message for message in messages if known.get(id(message), (None,))[0] is not message]
     if fresh:
-        for message, payload, tokens in zip(fresh, to_openai(fresh), counter.count_messages(fresh)):
-            known[id(message)] = (message, Block.of(_canonical(payload), tokens))
+        for message, tokens in zip(fresh, counter.count_messages(fresh)):
+            known[id(message)] = (message, message_block(message, tokens)[0])
     blocks.extend(known[id(message)][1] for message in messages)
     return tuple(blocks)
 

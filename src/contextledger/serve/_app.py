@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import time
@@ -37,6 +38,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response  # noq
 from starlette.routing import Route  # noqa: E402
 
 from contextledger.compaction import compact_with_report, resolve_tokenizer  # noqa: E402
+from contextledger.cost import price_profile  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
     FactsError,
     HistoryError,
@@ -79,6 +81,7 @@ from contextledger.serve._upstream import (  # noqa: E402
     passed_back,
     upstream_error,
 )
+from contextledger.serve._usage import CostMeter, with_usage_requested  # noqa: E402
 
 __all__ = ["Proxy", "create_app"]
 
@@ -109,6 +112,7 @@ class Proxy:
             config.upstream_base, timeout=config.upstream_timeout, upstream_key=config.upstream_key
         )
         self.relay = Relay(self.upstream, self.metrics)
+        self.cost = CostMeter(self.metrics, price_profile(config.price_profile), self.tokenizer)
         self.sessions: Sessions = open_sessions(
             config.store,
             namespace=config.namespace,
@@ -366,22 +370,26 @@ class Proxy:
         if plain is not None:
             payload = {**payload, "messages": plain}
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        keyed = self._cache_key(payload, request, None)
+        keyed, hide_usage = with_usage_requested(self._cache_key(payload, request, None))
         if keyed is not payload:
             payload = keyed
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+            incoming = result.messages
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
                 messages = to_openai(result.messages)
                 body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
+        expected = self.cost.expect("stateless", payload, incoming)
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
-            return await self.relay.stream(headers, body, finish=None, release=None)
+            usage = functools.partial(self.cost.answered, expected)
+            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage, hide_usage=hide_usage)
         upstream = await self.relay.call(headers, body)
-        completion(upstream)  # one rule in both modes: a 200 that is not a completion is the upstream's fault
+        reply, _ = completion(upstream)  # one rule in both modes: a 200 that is no completion is the upstream's fault
+        self.cost.answered(expected, reply.get("usage"))
         return Response(
             upstream.content,
             status_code=upstream.status_code,
@@ -462,6 +470,8 @@ class Proxy:
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
             self.metrics.count(self.metrics.tokens_after, "session", amount=after)
             payload = self._cache_key({**payload, "messages": to_openai(sent)}, request, key)
+            payload, hide_usage = with_usage_requested(payload)
+            expected = self.cost.expect("session", payload, sent, session=key)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             headers = self.upstream.headers(request.headers)
 
@@ -477,9 +487,19 @@ class Proxy:
 
             if streaming:
                 stack = None  # the stream releases the lock when it ends
-                return await self.relay.stream(headers, body, finish=finish, release=lock.aclose, trailer=trailer)
+                usage = functools.partial(self.cost.answered, expected)
+                return await self.relay.stream(
+                    headers,
+                    body,
+                    finish=finish,
+                    release=lock.aclose,
+                    trailer=trailer,
+                    usage=usage,
+                    hide_usage=hide_usage,
+                )
             upstream = await self.relay.call(headers, body)
             reply, message = completion(upstream)
+            self.cost.answered(expected, reply.get("usage"))
             meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
             meta["finish_reason"] = reply["choices"][0].get("finish_reason")
             if not await finish(message, meta):

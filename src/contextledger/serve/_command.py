@@ -120,6 +120,11 @@ def add_serve_command(commands: Any) -> None:
         help="send OpenAI's prompt_cache_key when the client sets none: a hash of the session, or of the "
         "conversation's first messages (default off: some compatible servers refuse unknown fields)",
     )
+    serve.add_argument(
+        "--price-profile",
+        choices=["openai", "anthropic", "none"],
+        help="the provider's prompt cache the cost estimate on /metrics assumes (default: openai)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -146,6 +151,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "ready_checks_upstream": args.ready_checks_upstream,
         "facts_placement": args.facts_placement,
         "prompt_cache_key": args.prompt_cache_key,
+        "price_profile": args.price_profile,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }

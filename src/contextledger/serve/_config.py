@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from contextledger.compaction import CompactionStrategy, strategy_from_spec
+from contextledger.cost import price_profile
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema, FactsPlacement
 
@@ -99,6 +100,8 @@ class ServeConfig:
     ``prompt_cache_key`` (``off``, ``session``, ``prefix``) adds OpenAI's cache-routing key when the
     client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
     upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
+    ``price_profile`` (``openai``, ``anthropic`` or ``none``) is the provider's cache the
+    estimate on ``/metrics`` assumes.
     """
 
     upstream: str
@@ -122,6 +125,7 @@ class ServeConfig:
     facts_placement: FactsPlacement = "latest_user"
     prompt_cache_key: str = "off"
     metrics_token: str | None = field(default=None, repr=False)
+    price_profile: str = "openai"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -149,6 +153,7 @@ class ServeConfig:
             raise ConfigurationError(f"facts_placement must be latest_user or start, got {self.facts_placement!r}")
         if self.prompt_cache_key not in ("off", "session", "prefix"):
             raise ConfigurationError(f"prompt_cache_key must be off, session or prefix, got {self.prompt_cache_key!r}")
+        price_profile(self.price_profile)
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
         self.fact_schema()  # and so does a schema file that cannot be read

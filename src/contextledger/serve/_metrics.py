@@ -25,6 +25,11 @@ def _labels(names: Sequence[str], values: Sequence[str]) -> str:
     return "{" + ",".join(f'{name}="{value}"' for name, value in zip(names, escaped)) + "}"
 
 
+def _number(value: float) -> str:
+    """Every digit of a count (``:g`` would write 1234567 tokens as 1.23457e+06)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 class _Counter:
     def __init__(self, name: str, help_text: str, label_names: Sequence[str]) -> None:
         self.name, self.help, self.label_names = name, help_text, tuple(label_names)
@@ -33,7 +38,7 @@ class _Counter:
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
         for key, value in sorted(self.values.items()):
-            lines.append(f"{self.name}{_labels(self.label_names, key)} {value:g}")
+            lines.append(f"{self.name}{_labels(self.label_names, key)} {_number(value)}")
         return lines
 
 
@@ -90,7 +95,7 @@ class Metrics:
             "Session turns stored, replayed from an Idempotency-Key, or not stored because they failed.",
             ("outcome",),
         )
-        self._all = (
+        self._all: tuple[_Counter | _Histogram, ...] = (
             self.requests,
             self.upstream_seconds,
             self.tokens_before,
@@ -98,6 +103,13 @@ class Metrics:
             self.facts,
             self.turns,
         )
+
+    def counter(self, name: str, help_text: str, label_names: Sequence[str]) -> _Counter:
+        """A new counter kept by another part of the proxy, rendered after these."""
+        added = _Counter(name, help_text, label_names)
+        with self._lock:
+            self._all = (*self._all, added)
+        return added
 
     def count(self, counter: _Counter, *labels: str, amount: float = 1) -> None:
         with self._lock:

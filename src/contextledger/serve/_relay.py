@@ -71,8 +71,15 @@ class Relay:
         finish: Finish | None,
         release: Callable[[], Awaitable[None]] | None,
         trailer: Callable[[], bytes] | None = None,
+        usage: Callable[[object], object] | None = None,
+        hide_usage: bool = False,
     ) -> Response:
-        """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent."""
+        """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent.
+
+        ``usage`` is given the upstream's ``usage`` once a stream has ended properly (it was billed,
+        whether or not a turn is then stored); ``hide_usage`` keeps the usage chunk from a client
+        that did not ask for it (the proxy asked on its behalf).
+        """
         started = time.perf_counter()
         try:
             upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=True)
@@ -86,7 +93,7 @@ class Relay:
             raise
 
         async def events() -> Any:
-            assembler = StreamAssembler()
+            assembler = StreamAssembler(hide_usage=hide_usage)
             failure: ProxyError | None = None
             try:
                 async for data in upstream.aiter_bytes():
@@ -101,6 +108,8 @@ class Relay:
                 outcome = "error"  # the upstream's own error event has been passed on as it came
             elif failure is None and not assembler.complete:
                 failure = _broken("the upstream's stream ended before it said it was done")
+            if failure is None and outcome == "answered" and usage is not None:
+                usage(assembler.usage)
             if failure is None and outcome == "answered" and finish is not None:
                 meta = {
                     "finish_reason": assembler.finish_reason,

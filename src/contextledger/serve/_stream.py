@@ -34,7 +34,8 @@ class _ToolCall:
 class StreamAssembler:
     """Feed it the upstream's bytes; it returns whole events to forward and keeps the reply."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hide_usage: bool = False) -> None:
+        self.hide_usage = hide_usage  # the proxy asked for usage, the client did not: keep it back
         self._buffer = b""
         self.done = False
         self.finished = False
@@ -63,7 +64,8 @@ class StreamAssembler:
                 events.append(event)
 
     def _read(self, event: bytes) -> bool:
-        """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself."""
+        """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself, and
+        for a usage chunk the client did not ask for."""
         payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
         if not payload:
             return True  # a comment or keep-alive
@@ -86,6 +88,8 @@ class StreamAssembler:
         self.created = chunk.get("created", self.created)
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+            if self.hide_usage and not chunk.get("choices"):
+                return False
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # the session keeps the first choice, as it does without streaming
