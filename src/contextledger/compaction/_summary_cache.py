@@ -206,9 +206,11 @@ class SQLiteSummaryCache:
 
     def _get(self, key: str) -> str | None:
         with self._lock, self._failures.mapped("read a summary"):
-            row = self._connected().execute(
-                "SELECT summary FROM contextledger_summaries WHERE key = ?", (key,)
-            ).fetchone()
+            row = (
+                self._connected()
+                .execute("SELECT summary FROM contextledger_summaries WHERE key = ?", (key,))
+                .fetchone()
+            )
         if row is None:
             return None
         if not isinstance(row[0], str) or not row[0]:
