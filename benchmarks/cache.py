@@ -15,7 +15,9 @@ input read from the cache.  Costs are estimates of the providers' rules (see the
 Anthropic client marks a cache breakpoint after its tools and system prompt and one at the end of
 each request.  Everything is deterministic, so one run is the figure.  The bounds of SPEC §12 are
 checked at the end: no policy above the full history's cost, and truncation at trigger = 2 x target
-at most 0.6 of its cost and 0.5 of its tokens on the tool session.
+at most 0.6 of its cost and 0.5 of its tokens on the tool session.  The summarising policy's model
+is the built-in offline one, counted: applied statelessly it must be called once per step of its
+cut (a summary of a given run is written once, SPEC §12), and the calls and steps are printed.
 
     python benchmarks/cache.py                  # the three workloads, both profiles
     python benchmarks/cache.py --turns 400      # a longer tool session
@@ -36,15 +38,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads
 from contextledger import Message, from_openai
 from contextledger.agents import ReducedHistoryProvider
+from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.compaction import (
     CompactionStrategy,
     ContextWindowCompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowStrategy,
+    SummarizationStrategy,
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
-    apply_compaction_sync,
+    compact_with_report,
     strategy_from_spec,
     tokens_below,
     tokens_exceed,
@@ -124,6 +128,15 @@ POLICIES: dict[str, Policy] = {
             SlidingWindowStrategy(keep_last_groups=20),
         ],
     ),
+    # The summariser is the offline model, counted (see summariser_calls); the whole run is sent
+    # to it however long, as to a model with room for it.
+    "summarisation 20k->10k": lambda: SummarizationStrategy(
+        ScriptedChatClient([OfflineModel(tokenizer=TOKENIZER)]),
+        trigger=tokens_exceed(20_000),
+        target=tokens_below(10_000),
+        tokenizer=TOKENIZER,
+        max_input_tokens=None,
+    ),
     "context window 40k": lambda: ContextWindowCompactionStrategy(40_000, 4_000, tokenizer=TOKENIZER),
     # What `contextledger serve` compacts with when given no strategy, counted with this benchmark's tokenizer.
     "serve's default (truncation 32k->16k)": lambda: strategy_from_spec(
@@ -132,10 +145,27 @@ POLICIES: dict[str, Policy] = {
 }
 
 
-def replay(workload: Workload, make: Policy, retained: bool) -> dict[str, CostTotals]:
+@dataclass
+class Replay:
+    """What one policy cost, and for a summarising one, its model calls and the steps of its cut
+    (the requests whose summary stands for other messages than the previous request's)."""
+
+    totals: dict[str, CostTotals]
+    summariser_calls: int | None = None
+    cut_steps: int = 0
+
+
+def summarised_run(groups: Sequence[Any]) -> tuple[int, ...]:
+    """The identities of the messages a request's summary replaced (empty: no summary).  The
+    workload reuses its message objects from request to request, so equal runs are equal tuples."""
+    return tuple(id(m) for g in groups if g.replaces for r in g.replaces for m in r.messages)
+
+
+def replay(workload: Workload, make: Policy, retained: bool) -> Replay:
     caches = {profile: PrefixCacheSimulator(profile) for profile in PROFILES}
     memo: BlockMemo = {}
     strategy = make()
+    runs: list[tuple[int, ...]] = []
     kept: list[Message] = list(workload.system)
     reducer = (
         ReducedHistoryProvider(InMemoryHistoryProvider(), strategy, tokenizer=TOKENIZER)
@@ -144,7 +174,11 @@ def replay(workload: Workload, make: Policy, retained: bool) -> dict[str, CostTo
     )
 
     def send(request: Sequence[Message], output: Message) -> None:
-        sent = request if strategy is None or retained else apply_compaction_sync(request, strategy=strategy)
+        sent = request
+        if strategy is not None and not retained:
+            result = asyncio.run(compact_with_report(request, strategy=strategy))
+            sent = result.messages
+            runs.append(summarised_run(result.index.groups))
         blocks = request_blocks(sent, tokenizer=TOKENIZER, tools=workload.tools, memo=memo)
         produced = TOKENIZER.count_message(output)
         # An Anthropic client marks the end of its tools and system prompt and the end of the
@@ -162,7 +196,11 @@ def replay(workload: Workload, make: Policy, retained: bool) -> dict[str, CostTo
             # The retained history as a session keeps it: reduced after the turn, never left
             # starting in the middle of one.
             kept = asyncio.run(reducer.reduce(kept))
-    return {profile: cache.totals() for profile, cache in caches.items()}
+    calls = None
+    if isinstance(strategy, SummarizationStrategy) and isinstance(strategy.client, ScriptedChatClient):
+        calls = strategy.client.calls
+    steps = sum(1 for n, run in enumerate(runs) if run and (n == 0 or run != runs[n - 1]))
+    return Replay({profile: cache.totals() for profile, cache in caches.items()}, calls, steps)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,13 +212,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n## {workload.name}\n")
         print("| policy | mode | sent | cost, openai | cost, anthropic | cached, openai | cached, anthropic |")
         print("|---|---|---:|---:|---:|---:|---:|")
-        baseline = replay(workload, POLICIES["full history"], retained=False)
+        baseline = replay(workload, POLICIES["full history"], retained=False).totals
+        summaries: list[str] = []
         for name, make in POLICIES.items():
             for retained in (False, True) if name != "full history" else (False,):
-                totals = replay(workload, make, retained)
+                outcome = replay(workload, make, retained)
+                totals = outcome.totals
                 sent = totals["openai"].sent / baseline["openai"].sent
                 costs = {p: totals[p].cost / baseline[p].cost for p in PROFILES}
                 mode = "retained" if retained else "stateless"
+                if outcome.summariser_calls is not None:
+                    requests = 2 * len(workload.turns)
+                    steps = f", {outcome.cut_steps} steps of its cut" if not retained else ""
+                    calls = outcome.summariser_calls
+                    summaries.append(f"{name} ({mode}): {calls} summariser calls{steps}, {requests} requests")
+                    if not retained and outcome.summariser_calls != outcome.cut_steps:
+                        failures.append(
+                            f"{workload.name}: {name} (stateless) called its summariser {outcome.summariser_calls} "
+                            f"times for {outcome.cut_steps} steps of its cut (a summary must be written once per step)"
+                        )
                 print(
                     f"| {name} | {mode} | {sent:.2f} | {costs['openai']:.2f} | {costs['anthropic']:.2f} | "
                     f"{totals['openai'].hit_rate:.0%} | {totals['anthropic'].hit_rate:.0%} |"
@@ -197,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"{workload.name}: truncation at trigger = 2 x target ({mode}, {profile}) costs "
                                 f"{ratio:.2f} and sends {sent:.2f} of the full history (bounds: 0.6 and 0.5)"
                             )
+        for line in summaries:
+            print(f"\n{line}")
     print("\nCosts are shares of sending the full history, with the cache counted (estimates, SPEC §12).")
     if failures:
         print("\nOver the bounds:")

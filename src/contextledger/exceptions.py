@@ -15,7 +15,8 @@ partial state behind.
     ├── MissingExtraError            an optional extra is not installed (ImportError; names the pip install line)
     │   └── TokenizerUnavailableError  an exact tokenizer whose optional package is not installed
     ├── CompactionError              a strategy that could not do what it was asked
-    │   └── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+    │   ├── SummarizationError       the summariser failed or replied with nothing; nothing was replaced
+    │   └── SummaryCacheError        a summary cache could not be read or written; the summariser is asked instead
     ├── ModelError                   a chat model call failed; the session and history are as before the turn
     │   ├── ModelTimeoutError        the model did not answer in time
     │   ├── ModelRateLimitError      the provider kept refusing with 429 after the retries
@@ -67,6 +68,7 @@ __all__ = [
     "SessionError",
     "StaleTicketError",
     "SummarizationError",
+    "SummaryCacheError",
     "SummaryGuardError",
     "TimelineError",
     "TokenizerUnavailableError",
@@ -140,6 +142,16 @@ class SummarizationError(CompactionError):
 
     The strategy restored every group it had excluded before raising, so the
     history is exactly as it was before the attempt.
+    """
+
+
+class SummaryCacheError(CompactionError):
+    """A summary cache could not be read or written: the server is down, the file is locked or
+    holds something else.
+
+    :class:`~contextledger.compaction.SummarizationStrategy` logs it and calls its model as if
+    the cache were empty (a failed write only costs a later call), so a request never fails
+    because its cache did.
     """
 
 

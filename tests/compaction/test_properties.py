@@ -600,6 +600,24 @@ def check_tool_results(
         assert len(verbatim) <= strategy.keep_last_tool_call_groups
 
 
+def summary_stopping_rule(strategy: SummarizationStrategy, before: MessageIndex) -> Callable[[MessageIndex], bool]:
+    """Where summarisation may stop short of its floor.  Trigger style: as :func:`stopping_rule`.
+    Keyword style: never, unless prefix-stable, whose choice falls on a grid of whole steps of
+    ``threshold`` non-system messages counted from the oldest, the fewest that bring the count to
+    ``target_count + threshold`` or below (SPEC §12)."""
+    if strategy.target_count is None:
+        return stopping_rule(strategy, before)
+    if not strategy.prefix_stable:
+        return lambda index: False
+    step = strategy.threshold or 0
+    high = strategy.target_count + step
+    current = before.included_non_system_messages
+    limit = strategy.target_count
+    if step > 0 and current > high:
+        limit = current - -(-(current - high) // step) * step
+    return lambda index: index.included_non_system_messages <= limit
+
+
 def check_summarization(
     spec: StrategySpec,
     strategy: SummarizationStrategy,
@@ -633,7 +651,7 @@ def check_summarization(
     tokenizer = before.tokenizer
     client = strategy.client
     assert isinstance(client, ScriptedChatClient)
-    trigger_style = strategy.target_count is None
+    stop = summary_stopping_rule(strategy, before)
 
     def state(steps: int) -> MessageIndex:
         gone = {id(g) for g in available[:steps]}
@@ -654,7 +672,7 @@ def check_summarization(
             return True
         if len(available[steps].unit) > 1:
             return True  # a call whose results sit apart: summarising it would move them (SPEC §11)
-        if trigger_style and strategy.target_met(state(steps)):
+        if stop(state(steps)):
             return True
         return too_big(available[: steps + 1])
 
@@ -684,9 +702,8 @@ def check_summarization(
     assert all(after(g).exclusion_reason == "summarized" for g in chosen)
     assert [id(g) for g in chosen] == [id(g) for g in available[: len(chosen)]], "not the oldest groups"
     assert justified_stop(len(chosen)), "stopped early: the next group fitted and the target was not met"
-    if trigger_style:
-        for steps in range(len(chosen)):
-            assert not strategy.target_met(state(steps)), "summarised past the target"
+    for steps in range(len(chosen)):
+        assert not stop(state(steps)), "summarised past the target"
     groups = result.index.groups
     summary = groups[groups.index(after(chosen[0])) - 1]
     assert summary.kind is SUMMARY

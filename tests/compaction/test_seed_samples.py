@@ -352,13 +352,15 @@ def test_csharp_summarization_sends_the_custom_prompt_as_system_message() -> Non
 
 
 def test_python_summarization_fires_above_six_and_keeps_four_newest() -> None:
-    """``SummarizationStrategy(client=..., target_count=4, threshold=2)``: seven non-system
-    messages trigger it, the four newest stay verbatim, the rest become one summary."""
+    """``SummarizationStrategy(client=..., target_count=4, threshold=2, prefix_stable=False)``:
+    seven non-system messages trigger it, the four newest stay verbatim, the rest become one
+    summary (the seed's rule; by default the cut falls on the grid of SPEC §12, see
+    tests/compaction/test_summary_cache.py)."""
     conversation = [Message.system("sys")] + [
         Message.user(f"u{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(7)
     ]
     client = ScriptedChatClient(["Earlier: u0, a1, u2."])
-    strategy = SummarizationStrategy(client=client, target_count=4, threshold=2)
+    strategy = SummarizationStrategy(client=client, target_count=4, threshold=2, prefix_stable=False)
 
     six = asyncio.run(apply_compaction(conversation[:7], strategy=strategy))
     assert six == conversation[:7]
@@ -371,12 +373,12 @@ def test_python_summarization_fires_above_six_and_keeps_four_newest() -> None:
 
 
 def test_python_summarization_with_custom_prompt() -> None:
-    """``SummarizationStrategy(client=..., target_count=4, prompt=...)``: the prompt given is what
-    the summariser is told; the threshold keeps its default of 2."""
+    """``SummarizationStrategy(client=..., target_count=4, prompt=..., prefix_stable=False)``: the
+    prompt given is what the summariser is told; the threshold keeps its default of 2."""
     prompt = "Summarize the key decisions and user preferences only."
     conversation = [Message.system("sys")] + [Message.user(f"u{i}") for i in range(7)]
     client = ScriptedChatClient(["Decided on u0-u2."])
-    strategy = SummarizationStrategy(client=client, target_count=4, prompt=prompt)
+    strategy = SummarizationStrategy(client=client, target_count=4, prompt=prompt, prefix_stable=False)
     result = asyncio.run(apply_compaction(conversation, strategy=strategy))
 
     assert client.requests[0][0].role == "system"
@@ -475,14 +477,15 @@ def test_python_selective_tool_call_removal_keeps_most_recent_tool_group() -> No
 
 
 def budget_pipeline(client: ScriptedChatClient, budget: int = 16_000) -> TokenBudgetComposedStrategy:
-    """The guide's ``TokenBudgetComposedStrategy`` sample, with the budget as a parameter."""
+    """The guide's ``TokenBudgetComposedStrategy`` sample, with the budget as a parameter (and the
+    seed's one-shot summarisation rule, ``prefix_stable=False``)."""
     tokenizer = CharacterEstimatorTokenizer()
     return TokenBudgetComposedStrategy(
         token_budget=budget,
         tokenizer=tokenizer,
         strategies=[
             ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
-            SummarizationStrategy(client=client, target_count=4, threshold=2),
+            SummarizationStrategy(client=client, target_count=4, threshold=2, prefix_stable=False),
             SlidingWindowStrategy(keep_last_groups=20),
         ],
     )

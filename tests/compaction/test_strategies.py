@@ -350,12 +350,16 @@ def test_selective_trigger_style_leaves_two_newest_groups_by_default(final_reply
 # Summarisation -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("prefix_stable", [True, False])
 @pytest.mark.parametrize(("non_system", "fires"), [(6, False), (7, True)])
-def test_summarization_keyword_defaults_fire_above_six_messages(non_system: int, fires: bool) -> None:
+def test_summarization_keyword_defaults_fire_above_six_messages(
+    non_system: int, fires: bool, prefix_stable: bool
+) -> None:
     """Defaults ``target_count=4``, ``threshold=2``: it fires at 7 non-system messages, not at 6,
-    and then keeps the newest groups holding 4 messages."""
+    and then summarises the oldest 2 (one step of ``threshold`` on the prefix-stable grid) or,
+    with ``prefix_stable=False``, keeps the newest groups holding 4 messages."""
     client = ScriptedChatClient(["earlier"])
-    strategy = SummarizationStrategy(client=client)
+    strategy = SummarizationStrategy(client=client, prefix_stable=prefix_stable)
     messages = exchanges(non_system)
     changed, index = run(strategy, messages)
 
@@ -363,7 +367,8 @@ def test_summarization_keyword_defaults_fire_above_six_messages(non_system: int,
     assert changed is fires
     assert len(client.requests) == int(fires)
     if fires:
-        assert texts(index.projection()) == ["sys", "[Summary] earlier", *texts(messages[-4:])]
+        kept = 5 if prefix_stable else 4
+        assert texts(index.projection()) == ["sys", "[Summary] earlier", *texts(messages[-kept:])]
     else:
         assert index.projection() == messages
 
@@ -376,13 +381,15 @@ def test_summarization_keyword_style_counts_system_messages_out() -> None:
     assert changed is False
 
 
-def test_summarization_keyword_style_keeps_whole_groups_holding_target_count() -> None:
-    """The newest 4 messages are kept by whole groups: a tool group counts its 2 messages."""
+@pytest.mark.parametrize(("prefix_stable", "kept"), [(True, 6), (False, 4)])
+def test_summarization_keyword_style_keeps_whole_groups_holding_target_count(prefix_stable: bool, kept: int) -> None:
+    """The newest 4 messages are kept by whole groups: a tool group counts its 2 messages.  On the
+    prefix-stable grid 8 non-system messages go down by one step of 2, to 6."""
     client = ScriptedChatClient(["earlier"])
     messages = [*exchanges(4), Message.user("q"), *tool_group("c1"), Message.assistant("done")]
-    _, index = run(SummarizationStrategy(client=client), messages)
+    _, index = run(SummarizationStrategy(client=client, prefix_stable=prefix_stable), messages)
 
-    assert index.projection()[2:] == messages[-4:]
+    assert index.projection()[2:] == messages[-kept:]
 
 
 @pytest.mark.parametrize(("non_system", "summarized"), [(5, 1), (7, 3)])

@@ -23,6 +23,9 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   ``_tool_results.py`` (:class:`ToolResultCompactionStrategy` and its
   :func:`format_tool_results`, :class:`SelectiveToolCallCompactionStrategy`),
   ``_summarization.py`` (:class:`SummarizationStrategy`, :data:`DEFAULT_SUMMARIZATION_PROMPT`),
+  with the summaries it keeps so that they do not change, ``_summary_cache.py`` (the
+  :class:`SummaryCache` protocol, :class:`InMemorySummaryCache`, :class:`SQLiteSummaryCache`,
+  :class:`RedisSummaryCache`, and the key: :func:`summary_key`, :func:`summarizer_identity`),
   ``_composition.py`` (:class:`PipelineStrategy`, :class:`TokenBudgetComposedStrategy`,
   :class:`ContextWindowCompactionStrategy`); both argument styles and the alias pairs are resolved
   in ``_arguments.py``;
@@ -54,6 +57,14 @@ from contextledger.compaction._composition import (
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
+from contextledger.compaction._summary_cache import (
+    InMemorySummaryCache,
+    RedisSummaryCache,
+    SQLiteSummaryCache,
+    SummaryCache,
+    summarizer_identity,
+    summary_key,
+)
 from contextledger.compaction._table import CompactionEvent, GroupColumns, GroupKind, MessageGroup
 from contextledger.compaction._tool_results import (
     SelectiveToolCallCompactionStrategy,
@@ -87,12 +98,16 @@ __all__ = [
     "ContextWindowCompactionStrategy",
     "GroupColumns",
     "GroupKind",
+    "InMemorySummaryCache",
     "MessageGroup",
     "MessageIndex",
     "PipelineStrategy",
+    "RedisSummaryCache",
+    "SQLiteSummaryCache",
     "SelectiveToolCallCompactionStrategy",
     "SlidingWindowStrategy",
     "SummarizationStrategy",
+    "SummaryCache",
     "TokenBudgetComposedStrategy",
     "ToolResultCompactionStrategy",
     "Trigger",
@@ -110,6 +125,8 @@ __all__ = [
     "never",
     "resolve_tokenizer",
     "strategy_from_spec",
+    "summarizer_identity",
+    "summary_key",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",

@@ -9,11 +9,17 @@ from typing import Literal
 
 from contextledger.clients import ChatClient, Usage
 from contextledger.compaction._arguments import UNSET, Unset, one_of, summarization_style
-from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest
+from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest, stable_limit, threshold_of
 from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._summary_cache import (
+    InMemorySummaryCache,
+    SummaryCache,
+    summarizer_identity,
+    summary_key,
+)
 from contextledger.compaction._table import CompactionEvent, GroupKind, MessageGroup
 from contextledger.compaction._triggers import Trigger
-from contextledger.exceptions import ConfigurationError, SummarizationError
+from contextledger.exceptions import ConfigurationError, SummarizationError, SummaryCacheError
 from contextledger.messages import (
     SUMMARY_PROPERTY,
     SUMMARY_SOURCE_PROPERTY,
@@ -81,6 +87,18 @@ class SummarizationStrategy(CompactionStrategy):
     fit on its own is left as it is while the groups after it are summarised, so
     one huge message never stalls summarisation.  After
     :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
+
+    Summaries do not change (SPEC §12).  Before calling its model it looks the run it chose up in
+    ``cache`` (a :class:`SummaryCache`; by default an :class:`InMemorySummaryCache` of its own),
+    keyed by the run's messages, the prompt and the summariser (:func:`summary_key`, with
+    ``summarizer_id`` or else :func:`summarizer_identity` of the client); a hit inserts the same
+    summary message byte for byte and calls no model.  With ``prefix_stable`` (the default) the
+    run it chooses only changes in whole steps: applied afresh to each request of a growing
+    conversation, it summarises the oldest messages ``threshold`` at a time (keyword style) or
+    ``trigger - target`` at a time (a trigger and a threshold target on one measure), counted
+    from the oldest, as truncation cuts.  So the model is called once per step, not per request,
+    and the requests between two steps share their start.  A cache that fails is logged and
+    passed over: the model is asked instead.
     """
 
     name = "summarization"
@@ -102,6 +120,9 @@ class SummarizationStrategy(CompactionStrategy):
         max_summary_input_tokens: int | Unset | None = UNSET,
         tokenizer: Tokenizer | None = None,
         on_error: Literal["report", "raise"] = "report",
+        cache: SummaryCache | None = None,
+        summarizer_id: str | None = None,
+        prefix_stable: bool = True,
     ) -> None:
         client = one_of("SummarizationStrategy", ("client", client), ("chat_client", chat_client))
         if client is None or not callable(getattr(client, "get_response", None)):
@@ -114,7 +135,7 @@ class SummarizationStrategy(CompactionStrategy):
         trigger, target, self.minimum_preserved, self.target_count, self.threshold, budget = summarization_style(
             trigger, target, minimum_preserved, target_count, threshold, max_input_tokens, max_summary_input_tokens
         )
-        super().__init__(trigger, target)
+        super().__init__(trigger, target, prefix_stable=prefix_stable)
         self.client = client
         self.prompt = prompt or DEFAULT_SUMMARIZATION_PROMPT
         self.max_input_tokens = budget
@@ -125,6 +146,16 @@ class SummarizationStrategy(CompactionStrategy):
             raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
         self.on_error = on_error
         self.last_usage: Usage | None = None
+        if cache is None:
+            cache = InMemorySummaryCache()
+        elif not callable(getattr(cache, "get", None)) or not callable(getattr(cache, "put", None)):
+            raise ConfigurationError(
+                f"SummarizationStrategy cache must be a SummaryCache (async get and put), got {cache!r}"
+            )
+        self.cache: SummaryCache = cache
+        if summarizer_id is not None and (not isinstance(summarizer_id, str) or not summarizer_id):
+            raise ConfigurationError(f"summarizer_id must be non-empty text, got {summarizer_id!r}")
+        self.summarizer_id = summarizer_id if summarizer_id is not None else summarizer_identity(client)
 
     def _request(self, groups: Iterable[MessageGroup]) -> list[Message]:
         return self._request_for(group.messages for group in groups)
@@ -154,10 +185,14 @@ class SummarizationStrategy(CompactionStrategy):
         else:
             kept = newest(index, max(self.minimum_preserved, 1))
         candidates = [g for g in index.live_ids() if kind_of[g] is not SYSTEM and g not in kept]
+        grid = self._grid(index)
         for group in candidates:
             if group in index.columns.unit:
                 break  # a call whose results sit apart: summarising it would move them; stop before it
-            if self.target_count is None and self.target_met(index):
+            if grid is not None:
+                if getattr(index, grid[0]) <= grid[1]:
+                    break
+            elif self.target_count is None and self.target_met(index):
                 break
             if budget is not None:
                 cost = tokenizer.count_text(_transcript([index.messages_of(group)]) + "\n")
@@ -169,6 +204,35 @@ class SummarizationStrategy(CompactionStrategy):
                 spent += cost
             chosen.extend(index.exclude_ids([group], "summarized"))
         return chosen, over and not chosen
+
+    def _grid(self, index: MessageIndex) -> tuple[str, int] | None:
+        """(measure, limit) to summarise down to, on the prefix-stable grid; None when there is no
+        grid (not prefix-stable, or a target that is not a threshold on the trigger's measure)."""
+        if not self.prefix_stable:
+            return None
+        if self.target_count is not None:
+            metric = "included_non_system_messages"
+            ceiling = self.target_count + (self.threshold or 0)
+            return metric, stable_limit(index, metric, self.target_count, (metric, ceiling))
+        threshold = threshold_of(self.target, self.trigger)
+        if threshold is None:
+            return None
+        metric, limit = threshold
+        return metric, stable_limit(index, metric, limit, threshold_of(None, self.trigger))
+
+    async def _cached(self, key: str) -> str | None:
+        try:
+            found = await self.cache.get(key)
+        except SummaryCacheError as error:
+            logger.warning("summary cache unreadable, asking the summariser: %s", error)
+            return None
+        return found if isinstance(found, str) and found.strip() else None
+
+    async def _remember(self, key: str, text: str) -> None:
+        try:
+            await self.cache.put(key, text)
+        except SummaryCacheError as error:
+            logger.warning("summary cache not written, the next request asks the summariser again: %s", error)
 
     def _restore(self, index: MessageIndex, groups: list[int]) -> None:
         index.include_ids(groups)
@@ -204,20 +268,39 @@ class SummarizationStrategy(CompactionStrategy):
                 index.events.append(CompactionEvent(self.name, "failed", detail=why))
                 logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
             return False
+        key = summary_key(
+            [message for group in groups for message in index.messages_of(group)],
+            prompt=self.prompt,
+            summarizer=self.summarizer_id,
+        )
         try:
-            response = await self.client.get_response(request)
+            text = await self._cached(key)
         except asyncio.CancelledError:
             self._restore(index, groups)
             raise
-        except Exception as error:  # any client failure fails closed
-            return self._fail(index, groups, f"the summariser raised {type(error).__name__}: {error}")
-        text = getattr(response, "text", None)
-        if not isinstance(text, str) or not text.strip():
-            return self._fail(index, groups, "the summariser replied with no text")
-        text = text.strip()
-        if not text.startswith(SUMMARY_PREFIX.strip()):
-            text = SUMMARY_PREFIX + text
-        self.last_usage = getattr(response, "usage", None)
+        reused = text is not None
+        if text is None:
+            try:
+                response = await self.client.get_response(request)
+            except asyncio.CancelledError:
+                self._restore(index, groups)
+                raise
+            except Exception as error:  # any client failure fails closed
+                return self._fail(index, groups, f"the summariser raised {type(error).__name__}: {error}")
+            text = getattr(response, "text", None)
+            if not isinstance(text, str) or not text.strip():
+                return self._fail(index, groups, "the summariser replied with no text")
+            text = text.strip()
+            if not text.startswith(SUMMARY_PREFIX.strip()):
+                text = SUMMARY_PREFIX + text
+            self.last_usage = getattr(response, "usage", None)
+            try:
+                await self._remember(key, text)
+            except asyncio.CancelledError:
+                self._restore(index, groups)
+                raise
+        else:
+            self.last_usage = None  # no call was made
         self._failures = 0
         summary = Message(
             "assistant",
@@ -234,7 +317,7 @@ class SummarizationStrategy(CompactionStrategy):
                 None,
                 sum(map(index.columns.size.__getitem__, groups)),
                 sum(map(tokens.__getitem__, groups)),
-                f"{len(groups)} groups -> {tokens[replacement]} tokens",
+                f"{len(groups)} groups -> {tokens[replacement]} tokens" + (" (summary reused)" if reused else ""),
                 usage=self.last_usage,
             )
         )
