@@ -13,8 +13,10 @@ which every call has its results: an agent sends the results with the call's nex
 - a keyword-style strategy with ``stable_step=k`` moves only after ``k`` more groups became eligible.
 
 Requests where the strategy's floor, not its grid, decided the cut (it took every group its floor
-lets go, as the same strategy told to take everything would) are outside the promise: as the
-conversation grows, groups leave the floor and the cut follows them.  They break the chain of moves.
+lets go, as the same strategy told to take everything would, or the grid point its measure asks
+for lies beyond all of that, so the cut waits on the last whole step that can go) are outside the
+promise: as the conversation grows, groups leave the floor and the cut follows them.  They break
+the chain of moves.
 """
 
 from __future__ import annotations
@@ -82,12 +84,29 @@ def grow(
         measure.append(getattr(MessageIndex(request, tokenizer=TOKENIZER), metric))
         result = asyncio.run(compact_with_report(request, strategy=strategy, tokenizer=TOKENIZER))
         projections.append(result.messages)
-        exhausted = False
+        exhausted = out_of_reach = False
         if everything is not None:
             most = asyncio.run(compact_with_report(request, strategy=everything, tokenizer=TOKENIZER))
             exhausted = result.messages == most.messages
-        floor_bound.append(bool(result.events) and (exhausted or cut_meets_floor(strategy, result.index)))
+            out_of_reach = grid_out_of_reach(strategy, metric, measure[-1], getattr(most.index, metric))
+        bound = bool(result.events) and (exhausted or cut_meets_floor(strategy, result.index))
+        floor_bound.append(bound or out_of_reach)
     return Growth(measure, projections, floor_bound)
+
+
+def grid_out_of_reach(strategy: CompactionStrategy, metric: str, measure: int, least: int) -> bool:
+    """Whether the grid point a request's measure asks for lies beyond what the floor lets go
+    (``least``: the measure with all of it gone).  The cut then waits on the last whole step that
+    can go, and moves once enough has left the floor, which the history's growth does not time."""
+    turns = isinstance(strategy, SlidingWindowStrategy)
+    trigger = threshold_of(None, strategy.trigger, turns=turns)
+    target = threshold_of(strategy.target, strategy.trigger, turns=turns) if strategy.target is not None else None
+    if trigger is None or target is None or trigger[0] != metric or target[0] != metric:
+        return False
+    step = trigger[1] - target[1]
+    if step <= 0 or measure <= trigger[1]:
+        return False
+    return measure - least < -(-(measure - trigger[1]) // step) * step
 
 
 def cut_meets_floor(strategy: CompactionStrategy, index: MessageIndex) -> bool:

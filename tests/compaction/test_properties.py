@@ -42,6 +42,7 @@ from contextledger.compaction import (
     apply_compaction,
     apply_compaction_sync,
     compact_with_report,
+    never,
 )
 from contextledger.compaction._base import threshold_of
 from contextledger.exceptions import SummarizationError
@@ -360,13 +361,17 @@ Lookup = Callable[[MessageGroup], MessageGroup]
 """Maps a group of the uncompacted index to the same input group in the compacted one."""
 
 
-def stopping_rule(strategy: CompactionStrategy, before: MessageIndex) -> Callable[[MessageIndex], bool]:
+def stopping_rule(
+    strategy: CompactionStrategy, before: MessageIndex, everything: Callable[[], MessageIndex] | None = None
+) -> Callable[[MessageIndex], bool]:
     """What "target met" means for ``strategy`` on the history ``before``.
 
     The target itself, except for a prefix-stable strategy whose trigger and target are both
     thresholds on one measure, trigger ``T`` above target ``t`` (SPEC §12): its cut falls on a
     grid of whole steps of ``T - t`` counted from the oldest group, the fewest steps that bring
-    the measure to ``T`` or below.
+    the measure to ``T`` or below.  When taking everything that may go (``everything`` gives the
+    history with all of it gone) cannot reach that point, the cut stays on the grid: the whole
+    steps that can go, not all of it.
     """
     turns = isinstance(strategy, SlidingWindowStrategy)  # the only strategy that steps by whole turns
     trigger = threshold_of(None, strategy.trigger, turns=turns)
@@ -380,6 +385,10 @@ def stopping_rule(strategy: CompactionStrategy, before: MessageIndex) -> Callabl
         return strategy.target_met
     steps = -(-(current - high) // step)
     limit = current - steps * step
+    if everything is not None:
+        reachable = current - getattr(everything(), metric)
+        if current - limit > reachable:
+            limit = current - reachable // step * step
     return lambda index: getattr(index, metric) <= limit
 
 
@@ -391,11 +400,14 @@ def check_oldest_first(
     replacements: dict[int, MessageGroup] | None = None,
     keep: set[int] | None = None,
     *,
-    met: Callable[[MessageIndex], bool] | None = None,
+    before: MessageIndex | None = None,
+    block: int = 1,
 ) -> None:
     """``taken`` is the oldest prefix of ``candidates``, and it stops exactly where the target says:
     the target was not met before the last step, and it is met after the last one unless every
-    candidate was used.  ``replacements`` maps a collapsed group to the summary that took its place."""
+    candidate was used.  ``replacements`` maps a collapsed group to the summary that took its place.
+    ``before`` (the uncompacted index) sets the stopping rule (:func:`stopping_rule`); a strategy
+    that only its floor stops takes its candidates ``block`` groups at a time."""
     steps = unit_steps(candidates, keep)
     taken_ids = {id(g) for g in taken}
     j = 0
@@ -412,7 +424,13 @@ def check_oldest_first(
             remaining += [replacements[id(g)] for g in dropped]
         return metrics_of(remaining).as_index()
 
-    target_met = met or strategy.target_met
+    if keyword_only(strategy):
+        # Only the floor stops it: the whole blocks of candidate groups go, oldest first.
+        # Only the floor stops it: whole blocks of steps (a group, or a unit) go, oldest first.
+        expected = len(steps) // block * block
+        assert j == expected, f"{j} steps went where whole blocks of {block} steps make {expected}"
+        return
+    target_met = strategy.target_met if before is None else stopping_rule(strategy, before, lambda: state(len(steps)))
     if j:
         assert not target_met(state(j - 1)), "one step more than the target needed"
     if j < len(steps):
@@ -451,14 +469,20 @@ def check_truncation(
             protected.add(id(first_user))
     candidates = [g for g in live if id(g) not in protected and not (g.kind is SYSTEM and strategy.preserve_system)]
     taken = [g for g in live if after(g).excluded]
-    check_oldest_first(strategy, live, candidates, taken, met=stopping_rule(strategy, before))
+    check_oldest_first(strategy, live, candidates, taken, before=before)
     if strategy.max_n is not None and strategy.compact_to is not None:
         # Keyword style, stated directly: at or under compact_to (under max_n when the cut keeps the
         # prefix stable, SPEC §12), or only protected groups left.
         metric = result.index.included_tokens if strategy.tokenizer is not None else result.index.included_messages
         takeable = {id(g) for step in unit_steps(candidates) for g in step}
         bound = strategy.max_n if strategy.prefix_stable else strategy.compact_to
-        assert metric <= bound or {id(g) for g in taken} == takeable
+        # Or, prefix stable, even taking everything would not have met the target: the cut stays
+        # on its grid (checked exactly by check_oldest_first), above it.
+        on_tokens = strategy.tokenizer is not None
+        sizes = [g.token_count if on_tokens else len(g.messages) for g in live if id(g) in takeable]
+        everything = (before.included_tokens if on_tokens else before.included_messages) - sum(sizes)
+        out_of_reach = strategy.prefix_stable and everything > strategy.compact_to
+        assert metric <= bound or {id(g) for g in taken} == takeable or out_of_reach
 
 
 def _kept_by_window(group: MessageGroup) -> bool:
@@ -469,7 +493,10 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
     live = before.live
     eligible = [g for g in live if not _kept_by_window(g)]
     if strategy.keep_last_groups is not None:
-        keep = {id(g) for g in eligible[-strategy.keep_last_groups :]}
+        # The groups before the newest keep_last_groups go in whole blocks (SPEC §12).
+        doomed = eligible[: -strategy.keep_last_groups]
+        doomed = doomed[: len(doomed) // strategy.block() * strategy.block()]
+        keep = {id(g) for g in eligible[len(doomed) :]}
         for group in live:
             should_go = not _kept_by_window(group) and id(group) not in keep
             # A unit with a kept member is kept whole: a kept result keeps its call (SPEC §11).
@@ -515,7 +542,10 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
         dropped = {id(g) for groups in step_groups[:count] for g in groups}
         return metrics_of(g for g in live if id(g) not in dropped).as_index()
 
-    target_met = stopping_rule(strategy, before)
+    reachable = 0  # the steps the window may take: each leaves something besides system messages
+    while reachable < len(steps) and len(step_groups[reachable]) < state(reachable).included_non_system_groups:
+        reachable += 1
+    target_met = stopping_rule(strategy, before, lambda: state(reachable))
     for step in range(done):
         now = state(step)
         assert not target_met(now)
@@ -526,8 +556,11 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
 
 
 def keyword_only(strategy: CompactionStrategy) -> bool:
-    """Built with keep_last_tool_call_groups alone: trigger always, no target, only the floor stops it."""
-    return strategy.target is None and isinstance(strategy.trigger, type(always()))
+    """Only the floor stops it: built with keep_last_tool_call_groups alone (trigger always, no
+    target), or with a target that is never met."""
+    if strategy.target is None:
+        return isinstance(strategy.trigger, type(always()))
+    return isinstance(strategy.target, type(never()))
 
 
 def _tool_eligible(
@@ -550,12 +583,13 @@ def check_selective(strategy: SelectiveToolCallCompactionStrategy, before: Messa
     else:
         floor = newest_non_system(live, strategy.minimum_preserved)
     protected = set(floor) | set(newest)
-    check_oldest_first(strategy, live, candidates, taken, keep=protected, met=stopping_rule(strategy, before))
+    check_oldest_first(strategy, live, candidates, taken, keep=protected, before=before, block=strategy.block())
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
-        # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive.
-        # A unit whose results sit apart from its call counts once (SPEC §11).
+        # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive, and fewer
+        # than a block more while they wait for the next block (SPEC §12).  A unit whose results
+        # sit apart from its call counts once (SPEC §11).
         survivors = {id(g.unit[0]) for g in live if g.kind is TOOL_CALL and not after(g).excluded}
-        assert len(survivors) <= max(strategy.keep_last_tool_call_groups, 1)
+        assert len(survivors) <= max(strategy.keep_last_tool_call_groups, 1) + strategy.block() - 1
 
 
 def check_tool_results(
@@ -589,15 +623,37 @@ def check_tool_results(
             assert message.text.endswith("]"), message.text
             assert len(message.text) <= strategy.max_summary_chars
         replacements[id(original)] = summary
-    check_oldest_first(strategy, live, candidates, taken, replacements, met=stopping_rule(strategy, before))
+    if strategy.prefix_stable and strategy.target is not None:
+        # Where collapsing every candidate would leave the measure (what its grid may reach).
+        replacements = {**every_collapse(strategy, before), **replacements}
+    check_oldest_first(strategy, live, candidates, taken, replacements, before=before, block=strategy.block())
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
-        # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed.
+        # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed,
+        # in whole blocks (SPEC §12).
         verbatim = [
             g
             for g in live
             if g.kind is TOOL_CALL and not g.orphan and g.is_complete and len(g.unit) == 1 and not after(g).excluded
         ]
-        assert len(verbatim) <= strategy.keep_last_tool_call_groups
+        assert len(verbatim) <= strategy.keep_last_tool_call_groups + strategy.block() - 1
+
+
+def every_collapse(strategy: ToolResultCompactionStrategy, before: MessageIndex) -> dict[int, MessageGroup]:
+    """The summary each tool group of ``before`` gets when the same strategy, with the same floor,
+    collapses every group it may (keyed by the id of the group in ``before``)."""
+    everything = ToolResultCompactionStrategy(
+        trigger=always(),
+        target=never(),
+        minimum_preserved=strategy.minimum_preserved,
+        formatter=strategy.formatter,
+        max_result_chars=strategy.max_result_chars,
+        max_summary_chars=strategy.max_summary_chars,
+        prefix_stable=False,
+    )
+    messages = [m for g in before.groups for m in g.messages]
+    result = asyncio.run(compact_with_report(messages, strategy=everything, tokenizer=before.tokenizer))
+    by_first = {id(g.replaces[0].messages[0]): g for g in result.index.groups if g.replaces}
+    return {id(g): by_first[id(g.messages[0])] for g in before.groups if id(g.messages[0]) in by_first}
 
 
 def summary_stopping_rule(strategy: SummarizationStrategy, before: MessageIndex) -> Callable[[MessageIndex], bool]:
@@ -737,7 +793,30 @@ def check_token_budget(
         older = [g for g in groups[:last] if g.kind is not SYSTEM and id(g) not in newest_unit]
         assert all(g.excluded for g in older), "the fallback skipped an older group"
         step = sum(m.token_count for m in groups[last].unit if m in event.groups)
-        assert index.included_tokens + step > strategy.token_budget, "fallback went too far"
+        assert index.included_tokens + step > fallback_limit(strategy, index, event.groups), "fallback went too far"
+
+
+def fallback_limit(strategy: TokenBudgetComposedStrategy, index: MessageIndex, gone: Sequence[MessageGroup]) -> int:
+    """Where the fallback may stop: the budget, or for a prefix-stable one the grid of its steps of
+    half the budget (a truncation with its trigger at the budget and its target at half of it),
+    the whole steps that can go when the grid point is out of reach, unless that leaves the
+    request above the budget (SPEC §12)."""
+    budget = strategy.token_budget
+    if not strategy.prefix_stable:
+        return budget
+    step = budget // 2
+    taken = sum(g.token_count for g in gone)
+    before = index.included_tokens + taken
+    if step <= 0 or before <= budget:
+        return budget
+    limit = before - -(-(before - budget) // step) * step
+    live = [g for g in index.live if g.kind is not SYSTEM]
+    newest_unit = {id(m) for m in live[-1].unit} if live else set()
+    reachable = taken + sum(g.token_count for g in live if id(g) not in newest_unit)
+    if before - limit > reachable:
+        on_grid = before - reachable // step * step
+        limit = on_grid if on_grid <= budget else budget
+    return limit
 
 
 # Tests -------------------------------------------------------------------------------------------

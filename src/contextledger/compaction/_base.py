@@ -79,10 +79,13 @@ def newest_non_system(index: MessageIndex) -> int | None:
     return next((group for group in index.newest_ids() if kind_of[group] is not SYSTEM), None)
 
 
-def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit: int) -> list[int]:
+def oldest_until(
+    index: MessageIndex, candidates: list[int], metric: str, limit: int, step: int | None = None
+) -> list[int]:
     """The included ``candidates``, oldest first, whose exclusion one by one brings ``metric``
     (an included-count attribute of the index) down to ``limit``: found with running sums over
-    the candidates' sizes, without touching the index."""
+    the candidates' sizes, without touching the index.  With a grid ``step`` (a prefix-stable cut)
+    a limit the candidates cannot reach is not chased: see :func:`on_grid`."""
     remaining = getattr(index, metric)
     if remaining <= limit:
         return []
@@ -95,6 +98,9 @@ def oldest_until(index: MessageIndex, candidates: list[int], metric: str, limit:
     need = remaining - limit
     run = index.run_of(candidates)
     total = sum(column[run]) if run is not None else sum(map(column.__getitem__, candidates))
+    need = on_grid(need, total, step)
+    if need <= 0:
+        return []
     if need <= total // 2:
         dropped = 0
         for count, group in enumerate(candidates, 1):
@@ -132,6 +138,42 @@ def stable_limit(index: MessageIndex, metric: str, target: int, trigger: tuple[s
     return current - steps * step
 
 
+def grid_step(limit: int, metric: str, trigger: tuple[str, int] | None) -> int | None:
+    """The step of a prefix-stable cut's grid (trigger minus target on one measure), or None."""
+    if trigger is None or trigger[0] != metric or trigger[1] <= limit:
+        return None
+    return trigger[1] - limit
+
+
+def on_grid(need: int, reachable: int, step: int | None) -> int:
+    """How much a prefix-stable cut takes when it needs ``need`` and at most ``reachable`` may go.
+
+    When what may go cannot meet the target (a long system prompt, a large newest group), taking
+    all of it would move the cut on every request, since what may go grows with each one.  The cut
+    stays on its grid instead: the whole steps that can go, so it moves once the conversation has
+    grown by another step, and the request stays above its target until then.
+    """
+    if step is None or need <= reachable:
+        return need
+    return reachable // step * step
+
+
+def whole_blocks(index: MessageIndex, candidates: list[int], block: int) -> list[int]:
+    """The ``candidates`` (whole units, oldest first) that fill whole blocks of ``block`` steps,
+    a step being one group or one unit (a call with results that sit apart goes as one)."""
+    unit = index.columns.unit
+    if not unit or unit.keys().isdisjoint(candidates):
+        return candidates[: len(candidates) // block * block]
+    step_of: dict[int, int] = {}
+    steps: list[int] = []
+    for group in candidates:
+        members = unit.get(group)
+        key = id(members) if members is not None else -1 - group
+        steps.append(step_of.setdefault(key, len(step_of)))
+    allowed = len(step_of) // block * block
+    return [group for group, step in zip(candidates, steps, strict=True) if step < allowed]
+
+
 class CompactionStrategy(ABC):
     """Base of every strategy: trigger, target, and the rules every strategy keeps.
 
@@ -162,7 +204,13 @@ class CompactionStrategy(ABC):
         changes it once every ``stable_step`` groups (SPEC §12).  A floor is a promise about what
         stays ("keep the last tool group"), so this is asked for, never assumed: one by default.
         """
-        return self.stable_step if self.prefix_stable and self.stable_step is not None else 1
+        if not self.prefix_stable:
+            return 1
+        return self.stable_step if self.stable_step is not None else self.default_stable_step()
+
+    def default_stable_step(self) -> int:
+        """The step a prefix-stable floor takes when none is given (one: every group as it may go)."""
+        return 1
 
     @property
     def tokenizers(self) -> Iterator[Tokenizer]:
@@ -175,6 +223,11 @@ class CompactionStrategy(ABC):
         if self.target is not None:
             return self.target(index)
         return not self.trigger(index)
+
+    hard_ceiling: ClassVar[bool] = False
+    """Whether the trigger is a budget the result must fit, even where that moves the cut (a
+    prefix-stable cut otherwise stays on its grid above its target when the target is out of
+    reach: see :func:`on_grid`)."""
 
     calls_model: ClassVar[bool] = False
     """Whether the strategy awaits a model; the others run without yielding to the event loop."""
@@ -210,18 +263,31 @@ class CompactionStrategy(ABC):
         candidates = index.whole_units(candidates, keep)
         threshold = threshold_of(self.target, self.trigger)
         doomed: list[int] = []
+        step: int | None = None
         if threshold is not None and self.prefix_stable and self.target is not None:
             metric, limit = threshold
-            threshold = (metric, stable_limit(index, metric, limit, threshold_of(None, self.trigger)))
+            ceiling = threshold_of(None, self.trigger)
+            step = grid_step(limit, metric, ceiling)
+            threshold = (metric, stable_limit(index, metric, limit, ceiling))
+            if step is not None and ceiling is not None and self.hard_ceiling:
+                # A budget is kept even off the grid: where the whole steps that can go would leave
+                # the request above it, the cut goes just as far as the budget needs (see on_grid).
+                current = getattr(index, metric)
+                reachable = self._reachable(index, candidates, metric)
+                if current - on_grid(current - threshold[1], reachable, step) > ceiling[1]:
+                    step, threshold = None, ceiling
         if stops_never(self.target, self.trigger):
-            doomed = index.exclude_ids(
-                candidates if block == 1 else candidates[: len(candidates) // block * block], reason
-            )
+            if block > 1:
+                candidates = whole_blocks(index, candidates, block)
+            doomed = index.exclude_ids(candidates, reason)
         elif threshold is not None and (not index.columns.unit or index.columns.unit.keys().isdisjoint(candidates)):
             metric, limit = threshold
-            doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit), reason)
+            doomed = index.exclude_ids(oldest_until(index, candidates, metric, limit, step), reason)
         elif threshold is not None:
             metric, limit = threshold
+            if step is not None:
+                current = getattr(index, metric)
+                limit = current - on_grid(current - limit, self._reachable(index, candidates, metric), step)
             for group in candidates:
                 if getattr(index, metric) <= limit:
                     break
@@ -232,6 +298,15 @@ class CompactionStrategy(ABC):
                     break
                 doomed.extend(index.exclude_ids([group], reason))
         return index.record(self.name, "excluded", doomed, reason)
+
+    @staticmethod
+    def _reachable(index: MessageIndex, candidates: list[int], metric: str) -> int:
+        """How far excluding every candidate would bring ``metric`` down (the candidates hold
+        whole units: :meth:`MessageIndex.whole_units` left out any unit that must stay)."""
+        if metric == "included_groups":
+            return len(candidates)
+        column = index.columns.tokens if metric == "included_tokens" else index.columns.size
+        return sum(map(column.__getitem__, candidates))
 
     def __repr__(self) -> str:
         target = f", target={self.target!r}" if self.target is not None else ""

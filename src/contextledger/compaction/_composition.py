@@ -14,7 +14,7 @@ from contextledger.compaction._arguments import count, fraction
 from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest_non_system
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._tool_results import ToolResultCompactionStrategy
-from contextledger.compaction._triggers import always, tokens_exceed
+from contextledger.compaction._triggers import always, tokens_below, tokens_exceed
 from contextledger.compaction._truncation import TruncationStrategy
 from contextledger.exceptions import ConfigurationError
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
@@ -72,9 +72,15 @@ class TokenBudgetComposedStrategy(CompactionStrategy):
     strategies cannot reach it, the oldest non-system groups are excluded until
     they do; the newest group is always kept, so the result may stay above the
     budget when that group alone exceeds it.  System messages are never dropped.
+
+    With ``prefix_stable`` (the default) the fallback cuts as a truncation with its trigger at
+    the budget and its target at half of it does: in steps of half the budget on a fixed grid, so
+    a request sent afresh each time keeps its start until the conversation has grown by another
+    half budget (SPEC §12).  ``prefix_stable=False`` cuts just below the budget every time.
     """
 
     name = "token_budget"
+    hard_ceiling = True
 
     def __init__(
         self,
@@ -83,9 +89,12 @@ class TokenBudgetComposedStrategy(CompactionStrategy):
         tokenizer: Tokenizer | None = None,
         strategies: Sequence[CompactionStrategy] = (),
         early_stop: bool = True,
+        prefix_stable: bool = True,
     ) -> None:
         self.token_budget = count(token_budget, "TokenBudgetComposedStrategy token_budget", minimum=1)
-        super().__init__(tokens_exceed(self.token_budget))
+        # The fallback's target: what a prefix-stable cut aims for, a whole step below the budget.
+        target = tokens_below(self.token_budget - self.token_budget // 2 + 1) if prefix_stable else None
+        super().__init__(tokens_exceed(self.token_budget), target, prefix_stable=prefix_stable)
         self.tokenizer = tokenizer
         self.strategies = _strategies(list(strategies), "TokenBudgetComposedStrategy")
         self.calls_model = any(s.calls_model for s in self.strategies)  # type: ignore[misc]
@@ -185,10 +194,12 @@ class ContextWindowCompactionStrategy(PipelineStrategy):
                 token_budget=eviction_tokens,
                 tokenizer=counter,
                 strategies=[ToolResultCompactionStrategy(keep_last_tool_call_groups=keep, prefix_stable=prefix_stable)],
+                prefix_stable=prefix_stable,
             ),
             TokenBudgetComposedStrategy(
                 token_budget=truncation_tokens,
                 tokenizer=counter,
+                prefix_stable=prefix_stable,
                 strategies=[
                     TruncationStrategy(
                         max_n=truncation_tokens,

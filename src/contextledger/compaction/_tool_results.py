@@ -13,8 +13,10 @@ from types import MappingProxyType
 from contextledger.compaction._arguments import count, tool_style
 from contextledger.compaction._base import (
     CompactionStrategy,
+    grid_step,
     newest,
     newest_non_system,
+    on_grid,
     stable_limit,
     stops_never,
     threshold_of,
@@ -132,6 +134,11 @@ class _ToolGroupStrategy(CompactionStrategy):
         )
         super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
 
+    def default_stable_step(self) -> int:
+        """A floor of ``keep_last_tool_call_groups`` moves eight tool groups at a time: the start of
+        the request changes once every eight tool calls, not on each (SPEC §12)."""
+        return 8
+
     def _protected(self, index: MessageIndex, tools: list[int]) -> set[int]:
         """The newest groups the floor keeps out of reach (``tools``: the included tool groups)."""
         if self.keep_last_tool_call_groups is not None:
@@ -228,10 +235,14 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         elif threshold is not None:
             # Collapse just enough groups, found with local arithmetic.
             metric, limit = threshold
+            step: int | None = None
             if self.prefix_stable and self.target is not None:
-                limit = stable_limit(index, metric, limit, threshold_of(None, self.trigger))
-            remaining = getattr(index, metric)
+                ceiling = threshold_of(None, self.trigger)
+                step = grid_step(limit, metric, ceiling)
+                limit = stable_limit(index, metric, limit, ceiling)
+            current = remaining = getattr(index, metric)
             summaries: list[Message] = []
+            saved_by: list[int] = []  # what the first i collapses save, i >= 1
             for group in candidates:
                 if remaining <= limit:
                     break
@@ -242,6 +253,12 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
                     remaining -= columns.tokens[group] - index.tokenizer.count_messages([summary])[0]
                 elif metric == "included_messages":
                     remaining -= columns.size[group] - 1
+                saved_by.append(current - remaining)
+            if remaining > limit and saved_by and step is not None:
+                # The target is out of reach: the collapses stop on the grid (see on_grid).
+                need = on_grid(current - limit, saved_by[-1], step)
+                keep = next((n for n, saved in enumerate(saved_by, 1) if saved >= need), 0) if need > 0 else 0
+                del originals[keep:], summaries[keep:]
             replacements = index.replace_ids(originals, summaries, "collapsed", origin=_TOOLS)
         else:
             # Any other target: collapse one group at a time and ask the index after each.

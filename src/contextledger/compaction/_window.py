@@ -7,7 +7,14 @@ from itertools import accumulate, compress, groupby
 from operator import itemgetter, ne
 
 from contextledger.compaction._arguments import window_style
-from contextledger.compaction._base import CompactionStrategy, newest_non_system, stable_limit, threshold_of
+from contextledger.compaction._base import (
+    CompactionStrategy,
+    grid_step,
+    newest_non_system,
+    on_grid,
+    stable_limit,
+    threshold_of,
+)
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._triggers import Trigger
 
@@ -81,6 +88,11 @@ class SlidingWindowStrategy(CompactionStrategy):
         super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
         self.preserve_system = True
 
+    def default_stable_step(self) -> int:
+        """A window of ``keep_last_groups=N`` moves N groups at a time: it holds N to 2N - 1 groups,
+        as a trigger at twice its target does, and its start changes once every N groups."""
+        return max(self.keep_last_groups or 1, 1)
+
     async def _run(self, index: MessageIndex) -> bool:
         if self.keep_last_groups is not None:
             return self._window_groups(index, self.keep_last_groups)
@@ -123,8 +135,11 @@ class SlidingWindowStrategy(CompactionStrategy):
         # turn), so dropping it takes exactly its turns off the count.  Steps go oldest first while
         # the metric is above the limit and something besides system messages would be left.
         metric, limit = threshold
+        grid: int | None = None
         if self.prefix_stable and self.target is not None:
-            limit = stable_limit(index, metric, limit, threshold_of(None, self.trigger, turns=True))
+            ceiling = threshold_of(None, self.trigger, turns=True)
+            grid = grid_step(limit, metric, ceiling)
+            limit = stable_limit(index, metric, limit, ceiling)
         if metric in {"included_tokens", "included_messages"}:
             column = index.columns.tokens if metric == "included_tokens" else index.columns.size
             reached = list(accumulate(map(column.__getitem__, flat), initial=0))
@@ -136,9 +151,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         # Step i goes if the first i steps left the metric above the limit and, with it gone,
         # fewer groups than are included besides system groups would be gone: the first step
         # failing either ends the run.
-        above = bisect_left(dropped, getattr(index, metric) - limit)
-        room = bisect_left(bounds, index.included_non_system_groups, 1) - 1
-        doomed = flat[: bounds[min(above, room, steps)]]
+        room = min(bisect_left(bounds, index.included_non_system_groups, 1) - 1, steps)
+        above = bisect_left(dropped, on_grid(getattr(index, metric) - limit, dropped[room], grid))
+        doomed = flat[: bounds[min(above, room)]]
         return index.record(self.name, "excluded", index.exclude_ids(doomed, reason), "sliding_window (whole turns)")
 
     def _turns_that_may_go(self, ordered: list[int], newest_turn: int | None) -> int:
