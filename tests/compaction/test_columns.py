@@ -217,8 +217,8 @@ def test_a_reused_call_id_answered_in_a_later_plain_run_leaves_the_unanswered_ca
 
 def collapse_then_window() -> PipelineStrategy:
     return PipelineStrategy(
-        ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
-        SlidingWindowStrategy(keep_last_groups=3),
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1),
+        SlidingWindowStrategy(keep_last_groups=3, stable_step=1),
     )
 
 

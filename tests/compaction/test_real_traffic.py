@@ -38,7 +38,7 @@ def test_a_result_after_an_approval_note_keeps_its_call() -> None:
     call = Message.assistant(calls=[FunctionCallContent("c1", "pay")])
     result = Message.tool("c1", "paid")
     messages = [Message.user("pay"), call, Message.assistant("approval completed"), result, Message.assistant("done")]
-    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=2))
+    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=2, stable_step=1))
     assert sent == [call, result, messages[-1]]
 
 
@@ -47,7 +47,7 @@ def test_a_reasoning_item_goes_with_the_hosted_call_it_precedes() -> None:
     reasoning = Message("assistant", (ReasoningContent("look it up"),))
     mcp = Message("assistant", (HostedCallContent("mcp_1", "mcp", "search", "{}"),))
     messages = [Message.system("s"), Message.user("q"), reasoning, mcp, Message.assistant("a"), Message.user("next")]
-    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=3))
+    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=3, stable_step=1))
     assert sent == [messages[0], reasoning, mcp, messages[4], messages[5]]
 
 
@@ -55,7 +55,7 @@ def test_a_reasoning_item_goes_with_the_text_reply_it_precedes() -> None:
     reasoning = Message("assistant", (ReasoningContent("think"),))
     reply = Message("assistant", (TextContent("answer"),))
     messages = [Message.user("q"), reasoning, reply, Message.user("next")]
-    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=2))
+    sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=2, stable_step=1))
     assert sent == [reasoning, reply, messages[3]]
 
 
@@ -123,7 +123,8 @@ def test_context_window_does_nothing_under_its_tool_eviction_level() -> None:
 
 def test_context_window_collapses_old_tool_results_first_and_keeps_the_newest_verbatim() -> None:
     messages = [Message.system("s"), *tool_turns(10)]  # about 1,200 tokens, mostly tool results
-    strategy = ContextWindowCompactionStrategy(2_400, 400, keep_last_tool_call_groups=4)  # levels 1,000 / 1,600
+    # Levels 1,000 / 1,600; the exact floor (prefix_stable=False) keeps exactly the four newest verbatim.
+    strategy = ContextWindowCompactionStrategy(2_400, 400, keep_last_tool_call_groups=4, prefix_stable=False)
     sent = apply_compaction_sync(messages, strategy=strategy)
     assert validate(sent) == []
     verbatim = [m for m in sent if m.role == "tool"]
@@ -204,7 +205,9 @@ def test_a_collapsed_hosted_call_shows_its_name_and_output() -> None:
         Message.assistant(calls=[FunctionCallContent("c1", "f")]),
         Message.tool("c1", "new result"),
     ]
-    sent = apply_compaction_sync(messages, strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1))
+    sent = apply_compaction_sync(
+        messages, strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1)
+    )
     assert [m.text for m in sent[:3]] == ["hello", "[Tool results: search: found 10 cats]", "I found cats."]
     assert sent[3:] == messages[3:]
 

@@ -156,7 +156,7 @@ def test_a_collapse_of_every_tool_group_reads_them_as_one_evenly_spaced_run() ->
     assert index.run_of([*tools[:-1], tools[-1] + 1]) is None  # the last one out of step
     assert index.run_of(tools[:40] + tools[41:]) is None  # one missing
     removed = sum(index.columns.tokens[g] for g in tools[:-1])
-    assert asyncio.run(ToolResultCompactionStrategy(keep_last_tool_call_groups=1).compact(index))
+    assert asyncio.run(ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1).compact(index))
     (event,) = index.events
     assert event.detail.startswith("499 groups, turns 1-499: replaced by one-line summaries")
     assert (event.messages, event.tokens) == (2 * 499, removed)

@@ -220,13 +220,27 @@ def test_csharp_sliding_window_keeps_only_the_last_four_user_turns() -> None:
     assert {g.turn for g in excluded_for(result.index, "sliding_window")} == {1, 2}
 
 
+def test_python_sliding_window_by_default_moves_20_groups_at_a_time() -> None:
+    """``SlidingWindowStrategy(keep_last_groups=20)`` with the default prefix-stable step: the 20
+    newest groups always stay, and the older ones go 20 at a time, so the request's start changes
+    once every 20 groups (SPEC §12): 30 groups keep all 30, 50 keep the newest 30."""
+    for turns, kept in ((15, 30), (25, 30), (29, 38)):
+        messages = [Message.system("sys")]
+        for turn in range(turns):
+            messages += [Message.user(f"q{turn}"), Message.assistant(f"a{turn}")]
+        result = asyncio.run(apply_compaction(messages, strategy=SlidingWindowStrategy(keep_last_groups=20)))
+        assert result == [messages[0], *messages[len(messages) - kept :]], turns
+
+
 def test_python_sliding_window_keeps_the_last_20_groups() -> None:
-    """``SlidingWindowStrategy(keep_last_groups=20)``: exactly the 20 newest non-system groups
-    survive, plus the system message."""
+    """``SlidingWindowStrategy(keep_last_groups=20)`` as the seed states it (``prefix_stable=False``):
+    exactly the 20 newest non-system groups survive, plus the system message."""
     messages = [Message.system("sys")]
     for turn in range(15):
         messages += [Message.user(f"q{turn}"), Message.assistant(f"a{turn}")]
-    result = asyncio.run(apply_compaction(messages, strategy=SlidingWindowStrategy(keep_last_groups=20)))
+    result = asyncio.run(
+        apply_compaction(messages, strategy=SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False))
+    )
 
     assert result == [messages[0], *messages[-20:]]
 
@@ -262,7 +276,8 @@ def test_csharp_tool_result_collapse_stops_once_under_512_tokens() -> None:
 
 
 def test_python_tool_result_collapse_keeps_only_the_newest_tool_group_verbatim() -> None:
-    """``ToolResultCompactionStrategy(keep_last_tool_call_groups=1)``: every older tool group is
+    """``ToolResultCompactionStrategy(keep_last_tool_call_groups=1)`` as the seed states it
+    (``prefix_stable=False``): every older tool group is
     replaced, in place and in its own turn, by one ``[Tool results: ...]`` summary message."""
     messages = [
         Message.system("sys"),
@@ -274,7 +289,7 @@ def test_python_tool_result_collapse_keeps_only_the_newest_tool_group_verbatim()
         *tool_group("c3", "search_docs", "2 more documents"),
         Message.assistant("Found five."),
     ]
-    strategy = ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
+    strategy = ToolResultCompactionStrategy(keep_last_tool_call_groups=1, prefix_stable=False)
     result = asyncio.run(compact_with_report(messages, strategy=strategy))
 
     assert texts(result.messages) == [
@@ -454,7 +469,8 @@ def test_csharp_pipeline_runs_its_four_stages_in_order() -> None:
 
 
 def test_python_selective_tool_call_removal_keeps_most_recent_tool_group() -> None:
-    """``SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)``: older tool groups
+    """``SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)`` as the seed states it
+    (``prefix_stable=False``): older tool groups
     vanish entirely (call and result together, no summary), user and assistant text stay."""
     messages = [
         Message.system("sys"),
@@ -466,7 +482,7 @@ def test_python_selective_tool_call_removal_keeps_most_recent_tool_group() -> No
         *tool_group("c3", "search_docs", "2 documents"),
         Message.assistant("a2"),
     ]
-    strategy = SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)
+    strategy = SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1, prefix_stable=False)
     result = asyncio.run(apply_compaction(messages, strategy=strategy))
 
     assert result == [messages[0], messages[1], messages[4], messages[5], *messages[8:]]
@@ -481,12 +497,13 @@ def budget_pipeline(client: ScriptedChatClient, budget: int = 16_000) -> TokenBu
     seed's one-shot summarisation rule, ``prefix_stable=False``)."""
     tokenizer = CharacterEstimatorTokenizer()
     return TokenBudgetComposedStrategy(
+        prefix_stable=False,
         token_budget=budget,
         tokenizer=tokenizer,
         strategies=[
-            ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=1, prefix_stable=False),
             SummarizationStrategy(client=client, target_count=4, threshold=2, prefix_stable=False),
-            SlidingWindowStrategy(keep_last_groups=20),
+            SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False),
         ],
     )
 

@@ -241,7 +241,7 @@ def test_sliding_window_excludes_tool_result_summaries_with_their_turn() -> None
 def test_sliding_window_keep_last_groups_boundary(groups: int, excluded: int) -> None:
     """``keep_last_groups=3`` keeps exactly the three newest groups; at three it does nothing."""
     messages = [Message.system("sys"), Message.assistant("welcome"), *exchanges(groups, system=None)]
-    changed, index = run(SlidingWindowStrategy(keep_last_groups=3), messages)
+    changed, index = run(SlidingWindowStrategy(keep_last_groups=3, stable_step=1), messages)
 
     assert changed is (excluded > 0)
     assert index.projection() == messages[:2] + messages[-3:]
@@ -263,7 +263,7 @@ def three_tool_groups(final_reply: bool) -> list[Message]:
 def test_tool_result_default_keeps_the_newest_tool_group() -> None:
     """No arguments means ``keep_last_tool_call_groups=1``: every older tool group becomes one
     summary message in its place and turn, the original excluded as "collapsed"."""
-    strategy = ToolResultCompactionStrategy()
+    strategy = ToolResultCompactionStrategy(stable_step=1)
     messages = three_tool_groups(final_reply=True)
     changed, index = run(strategy, messages)
 
@@ -301,7 +301,7 @@ def test_tool_result_default_with_a_single_tool_group_changes_nothing() -> None:
 def test_tool_result_trigger_style_leaves_two_newest_groups_by_default(final_reply: bool, collapsed: int) -> None:
     """In trigger style the floor is the 2 newest non-system groups of any kind: with the tool
     groups last, two of them stay; with a reply after them, only one does."""
-    strategy = ToolResultCompactionStrategy(trigger=always())
+    strategy = ToolResultCompactionStrategy(trigger=always(), stable_step=1)
     changed, index = run(strategy, three_tool_groups(final_reply))
 
     assert strategy.minimum_preserved == 2
@@ -327,7 +327,7 @@ def test_tool_result_never_touches_user_or_assistant_text() -> None:
 
 
 def test_selective_default_keeps_the_newest_tool_group() -> None:
-    strategy = SelectiveToolCallCompactionStrategy()
+    strategy = SelectiveToolCallCompactionStrategy(stable_step=1)
     messages = three_tool_groups(final_reply=True)
     changed, index = run(strategy, messages)
 
@@ -340,7 +340,7 @@ def test_selective_default_keeps_the_newest_tool_group() -> None:
 
 @pytest.mark.parametrize(("final_reply", "removed"), [(False, 1), (True, 2)])
 def test_selective_trigger_style_leaves_two_newest_groups_by_default(final_reply: bool, removed: int) -> None:
-    strategy = SelectiveToolCallCompactionStrategy(trigger=always())
+    strategy = SelectiveToolCallCompactionStrategy(trigger=always(), stable_step=1)
     _, index = run(strategy, three_tool_groups(final_reply))
 
     assert strategy.minimum_preserved == 2
@@ -691,8 +691,12 @@ def test_token_budget_early_stop(early_stop: bool) -> None:
     run; without it they all run even though the budget is already met."""
     messages = bulky_tool_history()
     strategy = TokenBudgetComposedStrategy(
+        prefix_stable=False,
         token_budget=1500,
-        strategies=[ToolResultCompactionStrategy(), SlidingWindowStrategy(keep_last_groups=1)],
+        strategies=[
+            ToolResultCompactionStrategy(stable_step=1),
+            SlidingWindowStrategy(keep_last_groups=1, stable_step=1),
+        ],
         early_stop=early_stop,
     )
     result = asyncio.run(compact_with_report(messages, strategy=strategy))
@@ -713,7 +717,9 @@ def test_token_budget_early_stop_is_the_default() -> None:
 
 def test_token_budget_fallback_drops_oldest_until_within_budget() -> None:
     messages = [Message.system("sys")] + [Message.user("x" * 400) for _ in range(10)]
-    result = asyncio.run(compact_with_report(messages, strategy=TokenBudgetComposedStrategy(token_budget=500)))
+    result = asyncio.run(
+        compact_with_report(messages, strategy=TokenBudgetComposedStrategy(prefix_stable=False, token_budget=500))
+    )
 
     dropped = with_reason(result.index, "token_budget_fallback")
     assert result.after["included_tokens"] <= 500
@@ -745,8 +751,8 @@ def mutating_candidates() -> list[CompactionStrategy]:
     return [
         TruncationStrategy(max_n=4),
         SlidingWindowStrategy(trigger=turns_exceed(1)),
-        ToolResultCompactionStrategy(),
-        SelectiveToolCallCompactionStrategy(),
+        ToolResultCompactionStrategy(stable_step=1),
+        SelectiveToolCallCompactionStrategy(stable_step=1),
         SummarizationStrategy(client=client),
         TokenBudgetComposedStrategy(token_budget=40),
     ]

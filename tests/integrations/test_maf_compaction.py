@@ -213,7 +213,7 @@ def test_after_strategy_collapses_stored_history_and_never_sends_originals(chat_
         after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
         history_source_id=history.source_id,
     )
-    reference = compaction.SlidingWindowStrategy(keep_last_groups=20)
+    reference = compaction.SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False)  # MAF's exact window
     turns = asyncio.run(shopping_session(chat_server, provider, history, reference, shop))
     # MAF runs after_run providers in reverse order, so with [history, compaction] the collapse sees the
     # history as it was before the run: the newest kept group and the run's own stay verbatim.

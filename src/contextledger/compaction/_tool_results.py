@@ -135,9 +135,10 @@ class _ToolGroupStrategy(CompactionStrategy):
         super().__init__(trigger, target, prefix_stable=prefix_stable, stable_step=stable_step)
 
     def default_stable_step(self) -> int:
-        """A floor of ``keep_last_tool_call_groups`` moves eight tool groups at a time: the start of
-        the request changes once every eight tool calls, not on each (SPEC §12)."""
-        return 8
+        """A floor of ``keep_last_tool_call_groups`` moves four tool calls at a time: the start of
+        the request changes once every four calls, not on each (SPEC §12), and a short history
+        still has its older results collapsed."""
+        return 4
 
     def _protected(self, index: MessageIndex, tools: list[int]) -> set[int]:
         """The newest groups the floor keeps out of reach (``tools``: the included tool groups)."""
