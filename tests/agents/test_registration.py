@@ -19,8 +19,8 @@ def test_a_provider_on_the_client_compacts_the_retained_history_after_the_run() 
     async def scenario() -> None:
         history = InMemoryHistoryProvider()
         provider = CompactionProvider(
-            SlidingWindowStrategy(keep_last_groups=20),
-            ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            SlidingWindowStrategy(keep_last_groups=20, stable_step=1),
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1),
             history_source_id=history.source_id,
         )
         agent = Agent(use_context_providers(OfflineModel(), provider), tools=[lookup_price], history=history)
@@ -36,7 +36,9 @@ def test_a_provider_on_the_client_compacts_the_retained_history_after_the_run() 
 
 
 def test_a_provider_on_the_client_is_checked_against_the_agent() -> None:
-    provider = CompactionProvider(after_strategy=ToolResultCompactionStrategy(), history_source_id="elsewhere")
+    provider = CompactionProvider(
+        after_strategy=ToolResultCompactionStrategy(stable_step=1), history_source_id="elsewhere"
+    )
     with pytest.raises(ConfigurationError, match="elsewhere"):
         Agent(use_context_providers(ScriptedChatClient(["ok"]), provider))
 

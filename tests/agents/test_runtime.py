@@ -887,7 +887,7 @@ def test_a_provider_on_the_client_prepares_every_call_of_the_tool_loop() -> None
 def test_compaction_on_the_client_compacts_inside_the_tool_loop_and_on_the_agent_it_does_not() -> None:
     def requests_with(registration: str) -> tuple[list[list[Message]], list[Message]]:
         client = ScriptedChatClient(tool_loop_script())
-        provider = CompactionProvider(SlidingWindowStrategy(keep_last_groups=2))
+        provider = CompactionProvider(SlidingWindowStrategy(keep_last_groups=2, stable_step=1))
         if registration == "client":
             agent = Agent(use_context_providers(client, provider), instructions="Be brief.", tools=[lookup_price])
         else:
@@ -981,7 +981,7 @@ def test_a_failed_turn_keeps_the_request_view_state_of_the_last_successful_turn(
 
 
 def _retained_window_agent(history: InMemoryHistoryProvider, replies: list[Any], keep: int) -> Agent:
-    provider = CompactionProvider(after_strategy=SlidingWindowStrategy(keep_last_groups=keep))
+    provider = CompactionProvider(after_strategy=SlidingWindowStrategy(keep_last_groups=keep, stable_step=1))
     return Agent(ScriptedChatClient(replies), context_providers=[history, provider])
 
 
@@ -1013,7 +1013,9 @@ def test_a_retained_history_reduced_from_the_store_is_the_one_kept_live(keep: in
 def test_a_reduced_history_provider_never_keeps_half_a_turn(keep: int, expected: list[str]) -> None:
     from contextledger.agents import ReducedHistoryProvider  # noqa: PLC0415
 
-    history = ReducedHistoryProvider(InMemoryHistoryProvider(), SlidingWindowStrategy(keep_last_groups=keep))
+    history = ReducedHistoryProvider(
+        InMemoryHistoryProvider(), SlidingWindowStrategy(keep_last_groups=keep, stable_step=1)
+    )
     agent = Agent(ScriptedChatClient(["a1", "a2", "a3", "a4"]), history=history)
     session = agent.create_session()
     for question in ("one", "two", "three", "four"):

@@ -48,12 +48,13 @@ def test_python_sample_runs_the_pipeline_with_tools_executed() -> None:
         book = PriceList(PRICES, detail_chars=1120)
         tokenizer = CharacterEstimatorTokenizer()
         pipeline = TokenBudgetComposedStrategy(
+            prefix_stable=False,
             token_budget=1_600,
             tokenizer=tokenizer,
             strategies=[
-                ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+                ToolResultCompactionStrategy(keep_last_tool_call_groups=1, prefix_stable=False),
                 SummarizationStrategy(client=summarizer_client, target_count=4, threshold=2),
-                SlidingWindowStrategy(keep_last_groups=20),
+                SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False),
             ],
         )
         history = InMemoryHistoryProvider()
@@ -105,8 +106,8 @@ def test_single_strategy_and_after_strategy_samples() -> None:
         book = PriceList(PRICES, detail_chars=1120)
         history = InMemoryHistoryProvider()
         compaction = CompactionProvider(
-            before_strategy=SlidingWindowStrategy(keep_last_groups=20),
-            after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            before_strategy=SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False),
+            after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1, prefix_stable=False),
             history_source_id=history.source_id,
         )
         agent = Agent(

@@ -93,8 +93,8 @@ def make_store(kind: str, directory: Path, name: str, redis: RedisServer | None)
 def build(history: HistoryProvider, *extra: Any, after: Any = None) -> tuple[Agent, ScriptedChatClient]:
     model = tool_model()
     compaction = CompactionProvider(
-        before_strategy=SlidingWindowStrategy(keep_last_groups=6),
-        after_strategy=after or ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+        before_strategy=SlidingWindowStrategy(keep_last_groups=6, stable_step=1),
+        after_strategy=after or ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1),
         history_source_id=history.source_id,
     )
     return Agent(model, tools=[lookup], context_providers=[history, *extra, compaction]), model
@@ -150,7 +150,7 @@ def test_another_writer_between_load_and_store_gets_no_stale_reduction(
         other = store if kind == "memory" else make_store(kind, tmp_path, "shared", redis)
         history = Counted(store)
         compaction = CompactionProvider(
-            after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+            after_strategy=ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1),
             history_source_id=history.source_id,
         )
 
@@ -202,7 +202,7 @@ def test_a_reduction_of_the_turns_own_messages_is_written_after_it() -> None:
         history = Counted(InMemoryHistoryProvider())
         # A window of one group drops everything but the last answer, and then that answer too
         # (a retained history never starts inside a turn): the turn's own messages change.
-        agent, _ = build(history, after=SlidingWindowStrategy(keep_last_groups=1))
+        agent, _ = build(history, after=SlidingWindowStrategy(keep_last_groups=1, stable_step=1))
         session = agent.create_session("s")
         for question in ("Thanks one", "Thanks two", "Thanks three"):
             history.writes.clear()
