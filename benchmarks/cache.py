@@ -107,19 +107,9 @@ Policy = Callable[[], CompactionStrategy | None]
 POLICIES: dict[str, Policy] = {
     "full history": lambda: None,
     "truncation 20k->10k": lambda: TruncationStrategy(trigger=tokens_exceed(20_000), target=tokens_below(10_000)),
-    "truncation 20k->10k, exact": lambda: TruncationStrategy(
-        trigger=tokens_exceed(20_000), target=tokens_below(10_000), prefix_stable=False
-    ),
     "sliding window 20 groups": lambda: SlidingWindowStrategy(keep_last_groups=20),
-    "sliding window 20 groups, step 20": lambda: SlidingWindowStrategy(keep_last_groups=20, stable_step=20),
     "tool-result collapse, keep 2": lambda: ToolResultCompactionStrategy(keep_last_tool_call_groups=2),
-    "tool-result collapse, keep 2, step 8": lambda: ToolResultCompactionStrategy(
-        keep_last_tool_call_groups=2, stable_step=8
-    ),
     "selective removal, keep 2": lambda: SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=2),
-    "selective removal, keep 2, step 8": lambda: SelectiveToolCallCompactionStrategy(
-        keep_last_tool_call_groups=2, stable_step=8
-    ),
     "token budget 20k (collapse, window)": lambda: TokenBudgetComposedStrategy(
         token_budget=20_000,
         tokenizer=TOKENIZER,
@@ -141,6 +131,19 @@ POLICIES: dict[str, Policy] = {
     # What `contextledger serve` compacts with when given no strategy, counted with this benchmark's tokenizer.
     "serve's default (truncation 32k->16k)": lambda: strategy_from_spec(
         DEFAULT_STRATEGY.name, DEFAULT_STRATEGY.params, tokenizer=TOKENIZER
+    ),
+}
+
+
+# The exact cuts a caller can ask for (the seed's and MAF's rules: a target met exactly, a floor
+# kept exactly), shown for what they cost and outside the bound: they are opt-outs, not defaults.
+EXACT: dict[str, Policy] = {
+    "truncation 20k->10k, exact": lambda: TruncationStrategy(
+        trigger=tokens_exceed(20_000), target=tokens_below(10_000), prefix_stable=False
+    ),
+    "sliding window 20 groups, exact": lambda: SlidingWindowStrategy(keep_last_groups=20, prefix_stable=False),
+    "tool-result collapse, keep 2, exact": lambda: ToolResultCompactionStrategy(
+        keep_last_tool_call_groups=2, prefix_stable=False
     ),
 }
 
@@ -214,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("|---|---|---:|---:|---:|---:|---:|")
         baseline = replay(workload, POLICIES["full history"], retained=False).totals
         summaries: list[str] = []
-        for name, make in POLICIES.items():
+        for name, make in {**POLICIES, **EXACT}.items():
             for retained in (False, True) if name != "full history" else (False,):
                 outcome = replay(workload, make, retained)
                 totals = outcome.totals
@@ -236,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{totals['openai'].hit_rate:.0%} | {totals['anthropic'].hit_rate:.0%} |"
                 )
                 for profile, ratio in costs.items():
-                    if ratio > 1.0:
+                    if ratio > 1.0 and name in POLICIES:
                         failures.append(
                             f"{workload.name}: {name} ({mode}) costs {ratio:.2f}x the full history ({profile})"
                         )
@@ -250,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in summaries:
             print(f"\n{line}")
     print("\nCosts are shares of sending the full history, with the cache counted (estimates, SPEC §12).")
+    print("The exact policies (prefix_stable=False) are opt-outs, outside the bound.")
     if failures:
         print("\nOver the bounds:")
         for failure in failures:

@@ -197,12 +197,14 @@ class CompactionStrategy(ABC):
         self.stable_step = None if stable_step is None else count(stable_step, "stable_step", minimum=1)
 
     def block(self) -> int:
-        """How many groups a keyword-style strategy (a floor, no target) takes at once.
+        """How many groups (or units) a keyword-style strategy (a floor, no target) takes at once.
 
         Taking every group the floor allows, as soon as it may, changes the start of the request on
         every call; taking them ``stable_step`` at a time, on a grid counted from the oldest,
-        changes it once every ``stable_step`` groups (SPEC §12).  A floor is a promise about what
-        stays ("keep the last tool group"), so this is asked for, never assumed: one by default.
+        changes it once every ``stable_step`` (SPEC §12).  The floor still holds: what it keeps
+        always stays, and a few older groups wait for a whole block.  Each strategy sets its own
+        default (:meth:`default_stable_step`); ``stable_step=1`` or ``prefix_stable=False`` keeps
+        exactly the floor.
         """
         if not self.prefix_stable:
             return 1
