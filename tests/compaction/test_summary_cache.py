@@ -156,6 +156,28 @@ def test_sqlite_hit_miss_and_persistence_across_instances(tmp_path: Path) -> Non
     asyncio.run(scenario())
 
 
+def test_sqlite_keeps_at_most_max_entries_the_least_recently_used_going_first(tmp_path: Path) -> None:
+    path = tmp_path / "summaries.sqlite3"
+
+    async def scenario() -> None:
+        cache = SQLiteSummaryCache(path, max_entries=3)
+        for name in ("a", "b", "c"):
+            await cache.put(name, f"[Summary] {name}")
+        assert await cache.get("a") == "[Summary] a"  # read: now the most recently used
+        await cache.put("d", "[Summary] d")  # b, the least recently used, goes
+        assert [await cache.get(name) for name in "abcd"] == ["[Summary] a", None, "[Summary] c", "[Summary] d"]
+        await cache.put("c", "[Summary] c again")  # a replacement adds no entry
+        await cache.put("e", "[Summary] e")  # a goes: c, d and e were used after it
+        await cache.close()
+        again = SQLiteSummaryCache(path, max_entries=3)
+        assert [await again.get(name) for name in "acde"] == [None, "[Summary] c again", "[Summary] d", "[Summary] e"]
+        await again.close()
+
+    asyncio.run(scenario())
+    with pytest.raises(ConfigurationError, match="max_entries"):
+        SQLiteSummaryCache(path, max_entries=0)
+
+
 def test_sqlite_that_is_not_a_database_raises_a_summary_cache_error(tmp_path: Path) -> None:
     path = tmp_path / "not-a-database"
     path.write_bytes(b"this is not SQLite" * 100)

@@ -161,19 +161,27 @@ class InMemorySummaryCache:
             self.bytes -= self._sizes.pop(key)
 
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS contextledger_summaries (key TEXT PRIMARY KEY, summary TEXT NOT NULL)",)
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS contextledger_summaries "
+    "(key TEXT PRIMARY KEY, summary TEXT NOT NULL, used INTEGER NOT NULL DEFAULT 0)",
+    "CREATE INDEX IF NOT EXISTS contextledger_summaries_used ON contextledger_summaries (used)",
+)
 
 
 class SQLiteSummaryCache:
     """Summaries in a table of an SQLite file, shared by every process that opens the file.
 
     The file may be the one a history or the proxy keeps (the table is its own).  Calls run in a
-    worker thread on one connection; :meth:`close` closes it.  Entries are kept until removed
-    from the table: a summary is small next to the history it stands for.
+    worker thread on one connection; :meth:`close` closes it.  Past ``max_entries`` summaries
+    (``None``: no bound) the least recently used go when the next one is stored: the file stays
+    bounded however many conversations write to it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_entries: int | None = 100_000, busy_timeout: float = 5.0
+    ) -> None:
         self.path = check_path(path)
+        self.max_entries = _limit(max_entries, "max_entries")
         self._busy_timeout = check_busy_timeout(busy_timeout)
         self._failures = SQLiteFailures(
             f"SQLite summary cache {self.path}",
@@ -206,11 +214,14 @@ class SQLiteSummaryCache:
 
     def _get(self, key: str) -> str | None:
         with self._lock, self._failures.mapped("read a summary"):
-            row = (
-                self._connected()
-                .execute("SELECT summary FROM contextledger_summaries WHERE key = ?", (key,))
-                .fetchone()
-            )
+            connection = self._connected()
+            row = connection.execute("SELECT summary FROM contextledger_summaries WHERE key = ?", (key,)).fetchone()
+            if row is not None and self.max_entries is not None:
+                connection.execute(
+                    "UPDATE contextledger_summaries SET used = "
+                    "(SELECT COALESCE(MAX(used), 0) + 1 FROM contextledger_summaries) WHERE key = ?",
+                    (key,),
+                )
         if row is None:
             return None
         if not isinstance(row[0], str) or not row[0]:
@@ -219,8 +230,27 @@ class SQLiteSummaryCache:
 
     def _put(self, key: str, summary: str) -> None:
         with self._lock, self._failures.mapped("store a summary"):
-            self._connected().execute(
-                "INSERT OR REPLACE INTO contextledger_summaries (key, summary) VALUES (?, ?)", (key, summary)
+            connection = self._connected()
+            # One transaction: the entry, its place in the order of use, and the eviction past the bound.
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                self._store(connection, key, summary)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+
+    def _store(self, connection: sqlite3.Connection, key: str, summary: str) -> None:
+        connection.execute(
+            "INSERT OR REPLACE INTO contextledger_summaries (key, summary, used) "
+            "VALUES (?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM contextledger_summaries))",
+            (key, summary),
+        )
+        if self.max_entries is not None:
+            connection.execute(
+                "DELETE FROM contextledger_summaries WHERE key IN (SELECT key FROM contextledger_summaries "
+                "ORDER BY used DESC LIMIT -1 OFFSET ?)",
+                (self.max_entries,),
             )
 
     def _close(self) -> None:
