@@ -85,7 +85,9 @@ def writer_for(history: HistoryProvider, arguments: argparse.Namespace) -> Store
 
         return run
     if arguments.writer == "reduced":
-        reduced = ReducedHistoryProvider(history, SlidingWindowStrategy(keep_last_groups=arguments.window))
+        reduced = ReducedHistoryProvider(
+            history, SlidingWindowStrategy(keep_last_groups=arguments.window, stable_step=1)
+        )
 
         async def append(session: str, turn_id: str, messages: list[Message]) -> None:
             await reduced.append_turn(session, turn_id, messages[:1], messages[1:])
@@ -95,7 +97,7 @@ def writer_for(history: HistoryProvider, arguments: argparse.Namespace) -> Store
         from contextledger.integrations.maf import ContextLedgerHistoryProvider  # noqa: PLC0415
 
         adapter = ContextLedgerHistoryProvider(
-            history, reducer=SlidingWindowStrategy(keep_last_groups=arguments.window)
+            history, reducer=SlidingWindowStrategy(keep_last_groups=arguments.window, stable_step=1)
         )
 
         async def save(session: str, turn_id: str, messages: list[Message]) -> None:

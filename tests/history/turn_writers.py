@@ -34,7 +34,7 @@ so each reduction would leave a history starting mid-turn if nothing dropped the
 
 
 def retain_strategy() -> CompactionStrategy:
-    return SlidingWindowStrategy(keep_last_groups=RETAIN_GROUPS)
+    return SlidingWindowStrategy(keep_last_groups=RETAIN_GROUPS, stable_step=1)
 
 
 class Counted:
@@ -185,7 +185,11 @@ class ProxyWriter:
 
         self.history = history
         self.model = _Model()
-        retained = StrategySpec("sliding-window", (f"keep_last_groups={RETAIN_GROUPS}",)) if retain else StrategySpec()
+        retained = (
+            StrategySpec("sliding-window", (f"keep_last_groups={RETAIN_GROUPS}", "stable_step=1"))
+            if retain
+            else StrategySpec()
+        )
         config = ServeConfig(
             upstream="http://upstream.test/v1",
             store=registry,

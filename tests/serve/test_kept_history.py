@@ -76,7 +76,14 @@ def test_a_session_turn_at_1000_stored_turns_does_not_read_the_history_again(
     key = session_key(tenant_of({"authorization": f"Bearer {KEY}"}, trust_tenant_header=False), session)
     # A window of as many groups as are stored: each new turn pushes the oldest one out, so every
     # turn rewrites the retained history.
-    retain = ("--retain-strategy", "sliding-window", "--retain-param", f"keep_last_groups={2 * STORED_TURNS}")
+    retain = (
+        "--retain-strategy",
+        "sliding-window",
+        "--retain-param",
+        f"keep_last_groups={2 * STORED_TURNS}",
+        "--retain-param",
+        "stable_step=1",
+    )
     with start_proxy("--store", server.url, "--no-facts", *retain) as proxy:
         proxy.create_session(session, KEY)
         fill(server, key)

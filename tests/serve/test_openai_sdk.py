@@ -101,7 +101,8 @@ def test_a_budget_collapses_tool_results_and_keeps_every_call_with_its_result(
     start_proxy: StartProxy, fake_upstream: FakeUpstream
 ) -> None:
     original = transcript()
-    with start_proxy("--budget", "1500") as proxy:
+    # 5,601 tokens; collapsing the older tool results brings them to 2,523, within 3,000.
+    with start_proxy("--budget", "3000") as proxy:
         client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
         client.chat.completions.create(model="fake", messages=original)
     sent = fake_upstream.last_body()["messages"]

@@ -56,7 +56,8 @@ def test_a_proxy_killed_mid_turn_and_restarted_stores_every_turn_once(
     fake_upstream: FakeUpstream, tmp_path: Path, retain: bool
 ) -> None:
     store, log = tmp_path / "sessions.db", tmp_path / "proxy.log"
-    flags = ("--retain-strategy", "sliding-window", "--retain-param", "keep_last_groups=3") if retain else ()
+    window = ("--retain-param", "keep_last_groups=3", "--retain-param", "stable_step=1")
+    flags = ("--retain-strategy", "sliding-window", *window) if retain else ()
     proxy, process = start(fake_upstream, store, log, *flags)
     try:
         proxy.create_session(SESSION, KEY)
