@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from contextledger.messages import (
     SUMMARY_PROPERTY,
     SUMMARY_SOURCE_PROPERTY,
     Message,
+    ReasoningContent,
     to_openai,
     validate,
 )
@@ -242,6 +244,15 @@ def written_by_library(message: Message, inputs: set[int]) -> bool:
 # The properties ---------------------------------------------------------------------------------
 
 
+def is_reasoning_only(message: Message) -> bool:
+    return (
+        message.role == "assistant"
+        and bool(message.contents)
+        and all(isinstance(c, ReasoningContent) for c in message.contents)
+        and not message.is_summary
+    )
+
+
 def check_compaction(messages: list[Message], spec: StrategySpec) -> None:
     """Compact ``messages`` with a fresh strategy built from ``spec`` and check every property."""
     before_list = list(messages)
@@ -320,6 +331,22 @@ def check_compaction(messages: list[Message], spec: StrategySpec) -> None:
             and last_out.additional_properties.get(SUMMARY_SOURCE_PROPERTY) == "tool_results"
             and any(m is non_system_in[-1] for m in expand(last_out))
         ), "the newest non-system group was dropped"
+
+    # Reasoning goes with the reply or call it directly precedes, whatever that message carries
+    # (application properties, several parts): one is sent only with the other.
+    sent_ids = {id(m) for m in projection}
+    for before_message, after_message in itertools.pairwise(messages):
+        if (
+            is_reasoning_only(before_message)
+            and after_message.role == "assistant"
+            and not is_reasoning_only(after_message)
+            and not after_message.is_summary
+        ):
+            assert (id(before_message) in sent_ids) == (id(after_message) in sent_ids), (
+                "reasoning was parted from the message it precedes",
+                before_message,
+                after_message,
+            )
 
     check_root_rule(messages, spec, strategy, result, fresh)
 

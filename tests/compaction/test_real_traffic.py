@@ -51,9 +51,21 @@ def test_a_reasoning_item_goes_with_the_hosted_call_it_precedes() -> None:
     assert sent == [messages[0], reasoning, mcp, messages[4], messages[5]]
 
 
-def test_a_reasoning_item_goes_with_the_text_reply_it_precedes() -> None:
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Message("assistant", (TextContent("answer"),)),
+        # As the Agents SDK adapter builds every message: the item's own fields ride along.
+        Message("assistant", (TextContent("answer"),), additional_properties={"openai_agents_item": {"id": "msg_1"}}),
+        Message("assistant", (TextContent("answer"), TextContent("more"))),
+        Message("assistant", ()),
+    ],
+    ids=["plain", "with-properties", "two-parts", "empty"],
+)
+def test_a_reasoning_item_goes_with_the_text_reply_it_precedes(reply: Message) -> None:
+    """Was: a reply with additional_properties (or more than one part) left its reasoning behind, so
+    a window kept msg_N and dropped rs_N."""
     reasoning = Message("assistant", (ReasoningContent("think"),))
-    reply = Message("assistant", (TextContent("answer"),))
     messages = [Message.user("q"), reasoning, reply, Message.user("next")]
     sent = apply_compaction_sync(messages, strategy=SlidingWindowStrategy(keep_last_groups=2, stable_step=1))
     assert sent == [reasoning, reply, messages[3]]

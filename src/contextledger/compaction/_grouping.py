@@ -320,12 +320,15 @@ class Grouper:
                 if contents and all(type(c) is reasoning_type for c in contents) and not message.is_summary:
                     provisional.append(open_group(_TEXT, turn, count, position))  # may yet join a call
                     continue
-                open_tool, provisional = None, []
+                open_tool = None
                 if message.is_summary:
+                    provisional = []
                     group = open_group(_SUMMARY, _summary_turn(message, turn), count, position)
                     origins[group] = str(message.additional_properties.get(SUMMARY_SOURCE_PROPERTY, "summarization"))
                 else:
-                    open_group(_TEXT, turn, count, position)
+                    # Any other reply (text with properties, several parts, no text at all) keeps
+                    # the reasoning that led to it, as a plain text reply does.
+                    take_reasoning(open_group(_TEXT, turn, count, position))
             elif role == "tool":
                 asked_ids = call_ids_of.get(open_tool) if open_tool is not None else None
                 if asked_ids is not None and only is result_type:
