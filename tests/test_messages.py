@@ -39,7 +39,13 @@ from contextledger import (
     validate,
     write_jsonl,
 )
-from contextledger.messages import assistant_text_message, load_jsonl, message_from_openai, message_to_openai
+from contextledger.messages import (
+    assistant_text_message,
+    load_jsonl,
+    message_from_openai,
+    message_to_openai,
+    result_text,
+)
 
 Json = dict[str, Any]
 
@@ -1087,3 +1093,32 @@ def test_a_tool_message_openai_cannot_hold_is_refused_on_output_not_cut_down(con
     message = Message("tool", (FunctionResultContent("c0", "x"), content))
     with pytest.raises(InvalidMessageError, match="exactly one FunctionResultContent"):
         to_openai([message])
+
+
+def test_a_stored_message_keeps_the_order_of_its_contents_and_each_reasoning_part() -> None:
+    """Chat Completions fields put reasoning first, then content parts, then tool calls, and join
+    reasoning parts: with ``metadata=True`` a message whose contents were in another order, or
+    held several reasoning parts, records what it needs to read back as it was."""
+    hosted = HostedCallContent("cc_1", "computer", "", '{"type": "click"}')
+    call = FunctionCallContent("c1", "lookup", "{}")
+    message = Message("assistant", (call, hosted, ReasoningContent("first"), ReasoningContent("second")))
+    stored = message_to_openai(message, metadata=True)
+    assert stored["_contextledger"] == {"order": ["c", "p", "r", "r"], "reasoning": ["first", "second"]}
+    assert message_from_openai(stored) == message
+    plain = message_to_openai(message)  # what a model is sent: the fields alone
+    assert "_contextledger" not in plain
+    assert plain["reasoning_content"] == "firstsecond"
+    in_field_order = Message("assistant", (ReasoningContent("why"), TextContent("Checking."), call))
+    assert "_contextledger" not in message_to_openai(in_field_order, metadata=True)
+    tampered = {**stored, "_contextledger": {"order": ["c", "c", "r", "r"]}}
+    with pytest.raises(InvalidMessageError, match="order"):
+        message_from_openai(tampered)
+
+
+def test_a_tool_result_given_as_parts_reads_its_text_from_every_text_like_part() -> None:
+    parts = [{"type": "input_text", "text": "hello "}, {"type": "text", "text": "world"}, {"type": "input_image"}]
+    message = message_from_openai({"role": "tool", "tool_call_id": "c1", "content": parts})
+    (result,) = message.contents
+    assert isinstance(result, FunctionResultContent)
+    assert result.result == "hello world" == result_text(parts)
+    assert message_from_openai(message_to_openai(message, metadata=True)) == message

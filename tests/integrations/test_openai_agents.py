@@ -288,6 +288,91 @@ def history(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     return provider  # each test closes it inside its own event loop (a Redis connection belongs to one)
 
 
+# What the SDK writes that a session once could not store (each raised on add_items, after the tool
+# had run, so the turn was lost): a tool output given as parts, a function call and a hosted or
+# approval call in one response, a local shell output keyed as SDK 0.24 keys it, a reasoning summary
+# of several parts, and the envelopes the SDK's EncryptedSession stores.
+SDK_ITEMS = {
+    "structured tool output": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1", "status": "completed"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "hello"}]},
+    ],
+    "function and approval calls": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1"},
+        {"type": "mcp_approval_request", "id": "mcpr_1", "name": "tool", "arguments": "{}", "server_label": "s"},
+    ],
+    "function and computer calls": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1"},
+        {
+            "type": "computer_call",
+            "call_id": "cc_1",
+            "id": "cu_1",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
+    ],
+    "function and shell calls": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1"},
+        {"type": "shell_call", "call_id": "sh_1", "id": "sc_1", "action": {"commands": ["ls"]}, "status": "completed"},
+    ],
+    "local shell output keyed by call_id": [
+        {
+            "type": "local_shell_call",
+            "call_id": "ls_1",
+            "id": "lsc_1",
+            "action": {"type": "exec", "command": ["ls"], "env": {}},
+            "status": "completed",
+        },
+        {"type": "local_shell_call_output", "call_id": "ls_1", "output": "a b"},
+    ],
+    "reasoning summary of several parts": [
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "first"}, {"type": "summary_text", "text": "second"}],
+        },
+        {"type": "message", "role": "assistant", "id": "msg_1", "content": [{"type": "output_text", "text": "hi"}]},
+    ],
+    "an envelope with no type": [{"__enc__": 1, "v": 1, "kid": "hkdf-v1", "payload": "abcd"}],
+}
+
+
+@pytest.mark.parametrize("name", list(SDK_ITEMS))
+def test_what_the_sdk_writes_is_stored_and_read_back_unchanged(history: Any, name: str) -> None:
+    items = SDK_ITEMS[name]
+
+    async def scenario() -> None:
+        session = ContextLedgerSession(history, f"sdk-{uuid.uuid4().hex[:8]}")
+        try:
+            await session.add_items([dict(item) for item in items])
+            assert await session.get_items() == items
+        finally:
+            await history.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_sdks_encrypted_session_wraps_ours(tmp_path: Path) -> None:
+    from agents.extensions.memory import EncryptedSession  # noqa: PLC0415
+
+    items = [*SDK_ITEMS["structured tool output"], {"role": "assistant", "content": "done"}]
+
+    async def scenario() -> None:
+        history = SQLiteHistoryProvider(tmp_path / "history.db")
+        inner = ContextLedgerSession(history, "encrypted")
+        session = EncryptedSession(session_id="encrypted", underlying_session=inner, encryption_key="k" * 32)
+        try:
+            await session.add_items([dict(item) for item in items])
+            assert await session.get_items() == items
+            stored = await inner.get_items()
+            assert all("payload" in item and "call_id" not in item for item in stored)  # only envelopes
+        finally:
+            await history.close()
+
+    asyncio.run(scenario())
+
+
 def test_the_session_keeps_items_as_they_came(history: Any) -> None:
     items = [
         {"role": "user", "content": "hi"},

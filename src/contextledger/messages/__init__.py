@@ -29,7 +29,8 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   itself uses on thousands of messages per call, ``set_token_memo`` (tokenizers) and
   ``assistant_text_message`` (compaction);
 - the OpenAI codec, ``_openai.py``: :func:`message_from_openai`, :func:`from_openai`,
-  :func:`message_to_openai`, :func:`to_openai`;
+  :func:`message_to_openai`, :func:`to_openai`, and :func:`result_text` (the text of a tool
+  result given as parts, read the same way in every format);
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
 - validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
@@ -61,7 +62,13 @@ from contextledger.messages._message import (
 from contextledger.messages._message import Role as Role
 from contextledger.messages._message import assistant_text_message as assistant_text_message
 from contextledger.messages._message import set_token_memo as set_token_memo
-from contextledger.messages._openai import from_openai, message_from_openai, message_to_openai, to_openai
+from contextledger.messages._openai import (
+    from_openai,
+    message_from_openai,
+    message_to_openai,
+    result_text,
+    to_openai,
+)
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
@@ -89,6 +96,7 @@ __all__ = [
     "message_to_openai",
     "opened_ids",
     "read_jsonl",
+    "result_text",
     "to_openai",
     "validate",
     "write_jsonl",

@@ -8,7 +8,7 @@ content parts of our own (``{"type": "hosted_call", ...}``) that convert back to
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -130,6 +130,19 @@ def _call_part(call: FunctionCallContent | HostedCallContent) -> dict[str, Any]:
     return _tool_call_item(call) if isinstance(call, FunctionCallContent) else _hosted_part(call)
 
 
+RESULT_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+"""Part types whose ``text`` makes up a structured tool result's text, in every format read here."""
+
+
+def result_text(parts: Iterable[Any]) -> str:
+    """The text of a tool result given as parts: its text-like parts, joined."""
+    return "".join(
+        part["text"]
+        for part in parts
+        if isinstance(part, Mapping) and part.get("type") in RESULT_TEXT_PARTS and isinstance(part.get("text"), str)
+    )
+
+
 def _parse_parts(parts: list[Any], where: str) -> list[Content]:
     contents: list[Content] = []
     for position, part in enumerate(parts):
@@ -223,9 +236,8 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
                 "a tool result must name the call it answers"
             )
         if form == "parts":
-            parts = _parse_parts(content, where)
-            text = "".join(p.text for p in parts if isinstance(p, TextContent))
-            contents.append(FunctionResultContent(call_id, text, tuple(_freeze(p) for p in content)))
+            _parse_parts(content, where)  # refuses what is not a part
+            contents.append(FunctionResultContent(call_id, result_text(content), tuple(_freeze(p) for p in content)))
         else:
             contents.append(FunctionResultContent(call_id, content if form == "text" else ""))
     else:
@@ -247,6 +259,8 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
             contents.extend(_parse_tool_call(item, where) for item in tool_calls)
             if not tool_calls:
                 extra["tool_calls"] = []
+        if "order" in metadata or "reasoning" in metadata:
+            contents = _in_written_order(contents, metadata, where)
     properties = metadata.get("additional_properties")
     if properties is None:
         properties = _EMPTY
@@ -260,6 +274,47 @@ def message_from_openai(data: Mapping[str, Any], *, position: int | None = None)
         extra=extra,
         content_form=form,
     )
+
+
+def _written_order(contents: Sequence[Content]) -> tuple[list[str] | None, list[str] | None]:
+    """What a stored message needs beside its OpenAI fields to read back as it was: the order of
+    its contents when it is not the one the fields give (reasoning, then content parts, then tool
+    calls), and its reasoning parts when there are several (the field joins them)."""
+    if len(contents) < 2:
+        return None, None
+    kinds = [_ORDER_KINDS.get(type(c), "p") for c in contents]
+    order = kinds if kinds != sorted(kinds, key=_ORDER_RANK.__getitem__) else None
+    reasoning = [c.text for c in contents if isinstance(c, ReasoningContent)]
+    return order, reasoning if len(reasoning) > 1 else None
+
+
+def _in_written_order(contents: list[Content], metadata: Mapping[str, Any], where: str) -> list[Content]:
+    """Inverse of :func:`_written_order`: the contents as they were before they were written."""
+    reasoning = metadata.get("reasoning")
+    order = metadata.get("order")
+    queues: dict[str, list[Content]] = {kind: [] for kind in _ORDER_RANK}
+    for content in contents:
+        queues[_ORDER_KINDS.get(type(content), "p")].append(content)
+    if reasoning is not None:
+        if not isinstance(reasoning, list) or not all(isinstance(text, str) for text in reasoning):
+            raise InvalidMessageError(
+                f"{where}: {_METADATA_KEY}.reasoning must be a list of strings, got {reasoning!r}"
+            )
+        if "".join(reasoning) != "".join(c.text for c in queues["r"] if isinstance(c, ReasoningContent)):
+            raise InvalidMessageError(f"{where}: {_METADATA_KEY}.reasoning does not match 'reasoning_content'")
+        queues["r"] = [ReasoningContent(text) for text in reasoning]
+    if order is None:
+        return [content for kind in _ORDER_RANK for content in queues[kind]]
+    if not isinstance(order, list) or sorted(order, key=lambda kind: _ORDER_RANK.get(kind, 9)) != [
+        k for k in _ORDER_RANK for _ in queues[k]
+    ]:
+        raise InvalidMessageError(f"{where}: {_METADATA_KEY}.order {order!r} does not match the message's contents")
+    taken = {kind: iter(queue) for kind, queue in queues.items()}
+    return [next(taken[kind]) for kind in order]
+
+
+_ORDER_KINDS: dict[type, str] = {ReasoningContent: "r", FunctionCallContent: "c"}
+_ORDER_RANK = {"r": 0, "p": 1, "c": 2}
 
 
 def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
@@ -336,6 +391,12 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
             block["message_id"] = message.message_id
         if message.additional_properties:
             block["additional_properties"] = _thaw(message.additional_properties)
+        if message.role != "tool":
+            order, parts = _written_order(message.contents)
+            if order is not None:
+                block["order"] = order
+            if parts is not None:
+                block["reasoning"] = parts
         if block:
             out[_METADATA_KEY] = block
     return out

@@ -20,6 +20,7 @@ from contextledger.messages import (
     OpaqueContent,
     ReasoningContent,
     TextContent,
+    result_text,
 )
 
 __all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "to_responses"]
@@ -42,7 +43,7 @@ _PAIRED_CALLS: dict[str, tuple[str, str | None]] = {
 _OUTPUTS: dict[str, tuple[str, str | None]] = {
     "custom_tool_call_output": ("call_id", None),
     "computer_call_output": ("call_id", "computer"),
-    "local_shell_call_output": ("id", "shell"),
+    "local_shell_call_output": ("call_id", "shell"),  # older SDKs wrote "id": read below
     "shell_call_output": ("call_id", "shell"),
     "apply_patch_call_output": ("call_id", "apply_patch"),
 }
@@ -125,16 +126,15 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
         if isinstance(output, str):
             result = FunctionResultContent(call_id, output)
         elif isinstance(output, list):
-            text = "".join(
-                p.get("text", "") for p in output if isinstance(p, Mapping) and p.get("type") == "input_text"
-            )
-            result = FunctionResultContent(call_id, text, tuple(output))
+            result = FunctionResultContent(call_id, result_text(output), tuple(output))
         else:
             raise InvalidMessageError(f"{where}: function_call_output output must be text or a list, got {output!r}")
         return Message("tool", (result,)), record
     if kind in _OUTPUTS:
         key, tool = _OUTPUTS[kind]
         call_id = item.get(key)
+        if kind == "local_shell_call_output" and not isinstance(call_id, str):
+            call_id = item.get("id")
         if not isinstance(call_id, str) or not call_id:
             raise InvalidMessageError(f"{where}: {kind} has no {key!r}; it must name the call it answers")
         output = _as_text(item.get("output"))
@@ -168,7 +168,11 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
         return Message("assistant", tuple(parts)), record
     if kind in ("function_call", "mcp_approval_request") or kind in _PAIRED_CALLS:
         return None
-    if isinstance(kind, str):  # a self-contained hosted call, or an item this module does not know
+    if isinstance(kind, str) or (kind is None and "role" not in item and "content" not in item):
+        # A self-contained hosted call, an item this module does not know, or an object that is no
+        # Responses item at all (the SDK's EncryptedSession stores envelopes with no type): kept
+        # whole and handed back as it came, as the SDK's own sessions do.  Content with no role is
+        # a message missing its role, and is refused below.
         return Message("assistant", (OpaqueContent(item),)), {"hosted": True}
     raise InvalidMessageError(f"{where} has no 'type' and no 'role'; it is not a Responses API item")
 
