@@ -20,8 +20,8 @@ pytest.importorskip("agents", reason="the 'openai-agents' extra")
 
 from openai import AsyncOpenAI
 
-from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
-from contextledger.compaction import SlidingWindowStrategy, compact_with_report
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
+from contextledger.compaction import SlidingWindowStrategy, TruncationStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.facts import FactStore
 from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
@@ -44,6 +44,7 @@ from contextledger.messages import (
     TextContent,
     validate,
 )
+from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.history.support import RedisServer
 from tests.integrations import scripted_turns as turns
 from tests.integrations.conftest import ChatServer
@@ -656,3 +657,110 @@ def test_messages_from_elsewhere_with_hosted_contents_become_items_in_order() ->
         {"type": "shell_call_output", "call_id": "sh_9", "output": "a.log"},
     ]
     assert pairing_problems(to_responses(messages)) == []
+
+
+# A long tool loop inside one run --------------------------------------------------------------
+
+LOOP_STEPS = 40
+
+
+def loop_reply(body: dict[str, Any]) -> dict[str, Any]:
+    """A model that calls ``fetch_page`` forty times in one run, then answers."""
+    done = sum(1 for item in body["input"] if item.get("type") == "function_call_output")
+    # The input may be compacted: count the calls from the page number the last output names.
+    last = body["input"][-1]
+    if last.get("type") == "function_call_output":
+        done = int(json.loads(last["output"])["page"]) + 1
+    serial = uuid.uuid4().hex[:8]
+    output: list[dict[str, Any]] = [
+        {"type": "reasoning", "id": f"rs_{serial}", "summary": [{"type": "summary_text", "text": "Next page."}]}
+    ]
+    if done < LOOP_STEPS:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{serial}",
+                "call_id": f"call_{serial}",
+                "name": "fetch_page",
+                "arguments": json.dumps({"page": done}),
+                "status": "completed",
+            }
+        )
+    else:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{serial}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": f"Read {done} pages.", "annotations": []}],
+            }
+        )
+    return {
+        "id": f"resp_{serial}",
+        "object": "response",
+        "created_at": 0,
+        "model": body["model"],
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    }
+
+
+def fetch_page(page: int) -> str:
+    """Fetch one page of the archive."""
+    return json.dumps({"page": page, "text": "archive line " * 80})
+
+
+def test_every_model_call_of_a_long_tool_loop_is_compacted_and_the_session_keeps_every_item(
+    chat_server: ChatServer, tmp_path: Path
+) -> None:
+    """Forty tool calls in one run: with the session's input filter every model call past the
+    trigger is compacted (the session alone is read once, before the first), the calls still pair
+    with their outputs, and the session stores all forty whole."""
+    chat_server.respond = loop_reply
+    client = AsyncOpenAI(base_url=chat_server.url, api_key="test-key", max_retries=0)
+    agent = Agent(
+        name="archivist",
+        instructions="Read the archive page by page.",
+        model=OpenAIResponsesModel(model="test-model", openai_client=client),
+        tools=[function_tool(fetch_page)],
+    )
+    estimate = CharacterEstimatorTokenizer()
+    strategy = TruncationStrategy(max_n=2_000, compact_to=1_000, tokenizer=estimate)
+    history = SQLiteHistoryProvider(tmp_path / "archive.db")
+    session = CompactingSession(history, "archive-1", strategy, tokenizer=estimate)
+    config = RunConfig(call_model_input_filter=session.input_filter)
+
+    async def scenario() -> None:
+        try:
+            text = "Read the whole archive."
+            result = await Runner.run(agent, text, session=session, run_config=config, max_turns=60)
+            assert result.final_output == f"Read {LOOP_STEPS} pages."
+            stored = await session.all_items()
+        finally:
+            await history.close()
+        requests = chat_server.requests
+        assert len(requests) == LOOP_STEPS + 1
+        outputs = [item for item in stored if item.get("type") == "function_call_output"]
+        assert [json.loads(item["output"])["page"] for item in outputs] == list(range(LOOP_STEPS))
+        assert pairing_problems(stored) == []
+        over = 0
+        for number, body in enumerate(requests):
+            sent = from_responses(body["input"])
+            assert validate(sent) == [], number
+            assert pairing_problems(body["input"]) == [], number
+            tokens = sum(estimate.count_messages(sent))
+            if tokens > 2_000:
+                over += 1
+        # Every call past the trigger was compacted: none sent more than the trigger allows (the
+        # newest exchange aside), while the run's whole input grew to several times that.
+        assert over == 0
+        assert sum(estimate.count_messages(from_responses(stored))) > 4 * 2_000
+        last_outputs = sum(1 for item in requests[-1]["input"] if item.get("type") == "function_call_output")
+        assert last_outputs < LOOP_STEPS / 2
+
+    asyncio.run(scenario())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 from contextledger.compaction import CompactionStrategy, compact_with_report
@@ -69,7 +71,14 @@ class CompactingSession(ContextLedgerSession):
     The store keeps every item (:meth:`all_items`); only what the Runner reads to build the
     model's input is compacted, so a call is never separated from its outputs and a reasoning
     item never from the item it precedes.  ``get_items(limit)`` with a limit returns the newest
-    stored items as they are: the SDK reads a limited tail to check its own writes.
+    stored items as they are: the SDK reads a limited tail to check its own writes, and a run
+    under ``SessionSettings(limit=N)`` reads its history so.
+
+    The session is read once per run; the items a long tool loop adds inside the run reach the
+    model through the SDK's per-call hook instead: pass
+    ``RunConfig(call_model_input_filter=session.input_filter)`` and every model call of the run
+    is compacted with the same strategy (a limited read included), while the session still
+    stores every item whole.
     """
 
     def __init__(
@@ -91,3 +100,39 @@ class CompactingSession(ContextLedgerSession):
             return await super().get_items(limit)
         result = await compact_with_report(await self.messages(), strategy=self.strategy, tokenizer=self.tokenizer)
         return to_responses(result.messages)
+
+    async def input_filter(self, data: Any) -> Any:
+        """``RunConfig.call_model_input_filter``: the model's input for this call, compacted.
+
+        Items that pass unchanged are handed back as the very objects the SDK gave (it tracks
+        them by identity to know what a call consumed); only summaries the strategy wrote are new.
+        """
+        model_data = data.model_data
+        given = list(model_data.input)
+        items = [item_dict(item) for item in given]
+        result = await compact_with_report(from_responses(items), strategy=self.strategy, tokenizer=self.tokenizer)
+        if not result.events:
+            return model_data
+        return dataclasses.replace(model_data, input=_as_given(to_responses(result.messages), items, given))
+
+
+def _as_given(projected: list[Item], items: list[Item], given: list[Any]) -> list[Any]:
+    """``projected`` (kept items, in order, and new summaries) with each kept item replaced by the
+    object it came from: ``items[i]`` is ``given[i]`` as a dict."""
+    positions: dict[str, list[int]] = {}
+    for n, item in enumerate(items):
+        positions.setdefault(_fingerprint(item), []).append(n)
+    out: list[Any] = []
+    after = 0
+    for item in projected:
+        found = next((n for n in positions.get(_fingerprint(item), ()) if n >= after), None)
+        if found is None:
+            out.append(item)  # a summary the strategy wrote
+            continue
+        out.append(given[found])
+        after = found + 1
+    return out
+
+
+def _fingerprint(item: Item) -> str:
+    return json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
