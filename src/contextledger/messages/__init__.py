@@ -31,6 +31,9 @@ Where things live (every name is imported from here, ``contextledger.messages``)
 - the OpenAI codec, ``_openai.py``: :func:`message_from_openai`, :func:`from_openai`,
   :func:`message_to_openai`, :func:`to_openai`, and :func:`result_text` (the text of a tool
   result given as parts, read the same way in every format);
+- the Responses API's input items, ``_responses.py``: :func:`from_responses` and
+  :func:`to_responses` (items become messages and come back as the very same items; what has no
+  field here is kept under :data:`RESPONSES_PROPERTY`), and :func:`item_dict`;
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
 - validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
@@ -69,10 +72,12 @@ from contextledger.messages._openai import (
     result_text,
     to_openai,
 )
+from contextledger.messages._responses import RESPONSES_PROPERTY, from_responses, item_dict, to_responses
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
     "HOSTED_TOOLS",
+    "RESPONSES_PROPERTY",
     "ROLES",
     "SUMMARY_PROPERTY",
     "SUMMARY_SOURCE_PROPERTY",
@@ -91,6 +96,8 @@ __all__ = [
     "answered_ids",
     "dump_jsonl",
     "from_openai",
+    "from_responses",
+    "item_dict",
     "load_jsonl",
     "message_from_openai",
     "message_to_openai",
@@ -98,6 +105,7 @@ __all__ = [
     "read_jsonl",
     "result_text",
     "to_openai",
+    "to_responses",
     "validate",
     "write_jsonl",
 ]

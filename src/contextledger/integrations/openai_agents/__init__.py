@@ -23,8 +23,9 @@
   model call, extracts from the run's own user input after a successful run, and forgets from
   the store and from sessions.
 
-Where things live (every name is imported from here): ``_items.py`` (conversion),
-``_sessions.py`` (the two sessions), ``_facts.py`` (:class:`AgentsFacts`).
+Where things live (every name is imported from here): the conversion is
+:mod:`contextledger.messages`' (the proxy's ``/v1/responses`` reads items with it too), re-exported
+here; ``_sessions.py`` (the two sessions), ``_facts.py`` (:class:`AgentsFacts`).
 """
 
 from contextledger._extras import require_extra
@@ -33,8 +34,8 @@ from contextledger._extras import require_extra
 require_extra("agents", extra="openai-agents", feature="contextledger.integrations.openai_agents")
 
 from contextledger.integrations.openai_agents._facts import AgentsFacts  # noqa: E402
-from contextledger.integrations.openai_agents._items import RESPONSES_PROPERTY, from_responses, to_responses  # noqa: E402
 from contextledger.integrations.openai_agents._sessions import CompactingSession, ContextLedgerSession  # noqa: E402
+from contextledger.messages import RESPONSES_PROPERTY, from_responses, to_responses  # noqa: E402
 
 __all__ = [
     "RESPONSES_PROPERTY",

@@ -11,8 +11,8 @@ from agents import Agent, RunConfig, Runner, RunResult
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import FactMemory, FactWriter, ForgetReport, HistoryTarget, history_target
 from contextledger.integrations._shared import HostedFacts, converted_history
-from contextledger.integrations.openai_agents._items import from_responses, item_dict, to_responses
 from contextledger.integrations.openai_agents._sessions import ContextLedgerSession
+from contextledger.messages import from_responses, item_dict, to_responses
 
 __all__ = ["AgentsFacts"]
 

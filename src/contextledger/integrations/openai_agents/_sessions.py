@@ -9,11 +9,12 @@ from typing import Any
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryProvider
-from contextledger.integrations.openai_agents._items import Item, from_responses, item_dict, to_responses
-from contextledger.messages import Message
+from contextledger.messages import Message, from_responses, item_dict, to_responses
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["CompactingSession", "ContextLedgerSession"]
+
+Item = dict[str, Any]
 
 
 class ContextLedgerSession:

@@ -1,4 +1,9 @@
-"""Responses API input items and contextledger messages, converted both ways (see the package docstring)."""
+"""Responses API input items and contextledger messages, converted both ways.
+
+The OpenAI Agents SDK integration and the proxy's ``/v1/responses`` read and write items with
+these two functions, so an item means the same thing wherever it is compacted (the mapping is
+described in :mod:`contextledger.integrations.openai_agents`).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextledger.exceptions import InvalidMessageError
-from contextledger.integrations._shared import plain
-from contextledger.messages import (
+from contextledger.messages._contents import (
     ApprovalRequestContent,
     ApprovalResponseContent,
     Content,
@@ -16,12 +20,13 @@ from contextledger.messages import (
     FunctionResultContent,
     HostedCallContent,
     HostedResultContent,
-    Message,
     OpaqueContent,
     ReasoningContent,
     TextContent,
-    result_text,
 )
+from contextledger.messages._contents import _thaw as plain
+from contextledger.messages._message import Message
+from contextledger.messages._openai import result_text
 
 __all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "to_responses"]
 
