@@ -238,6 +238,101 @@ async def chat(request: Request) -> Response:
     )
 
 
+def _responses_output(payload: dict[str, Any], serial: str) -> list[dict[str, Any]]:
+    """A reasoning item, then a call to ``lookup`` when the last input asks for a tool (a user
+    message mentioning one), else a message echoing the last user text."""
+    items = payload.get("input")
+    last = items[-1] if isinstance(items, list) and items else {"role": "user", "content": str(items)}
+    content = last.get("content") if isinstance(last, dict) else None
+    text = content if isinstance(content, str) else json.dumps(content)
+    output: list[dict[str, Any]] = [
+        {
+            "type": "reasoning",
+            "id": f"rs_{serial}",
+            "summary": [{"type": "summary_text", "text": "thinking"}],
+            "encrypted_content": f"opaque-{serial}",
+        }
+    ]
+    if isinstance(last, dict) and last.get("role") == "user" and "tool" in text:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{serial}",
+                "call_id": f"call_{serial}",
+                "name": "lookup",
+                "arguments": json.dumps({"item": serial}),
+                "status": "completed",
+            }
+        )
+    else:
+        reply = {"type": "output_text", "text": "echo: " + text[-40:], "annotations": []}
+        output.append(
+            {"type": "message", "id": f"msg_{serial}", "role": "assistant", "status": "completed", "content": [reply]}
+        )
+    return output
+
+
+async def responses(request: Request) -> Response:
+    """The Responses API: ``fake-500`` fails, ``fake-broken`` drops its stream half-way."""
+    raw = await request.body()
+    payload = json.loads(raw)
+    model = str(payload.get("model", "fake"))
+    RECEIVED.append(
+        {
+            "path": "/v1/responses",
+            "authorization": request.headers.get("authorization"),
+            "body": payload,
+            "strict": _strict_problem(raw),
+        }
+    )
+    headers = {**RATE_LIMITS, "x-request-id": f"req_{len(RECEIVED)}"}
+    if model == "fake-500":
+        error = {"error": {"message": "the fake model fell over", "type": "server_error", "param": None, "code": None}}
+        return JSONResponse(error, status_code=500, headers=headers)
+    serial = f"{len(RECEIVED)}"
+    output = _responses_output(payload, serial)
+    usage = {
+        "input_tokens": len(raw) // 4,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 1},
+        "total_tokens": len(raw) // 4 + 5,
+    }
+    response = {
+        "id": f"resp_{serial}",
+        "object": "response",
+        "created_at": 1700000000,
+        "model": model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+    if not payload.get("stream"):
+        return JSONResponse(response, headers=headers)
+
+    def event(kind: str, number: int, **fields: Any) -> bytes:
+        body = {"type": kind, "sequence_number": number, **fields}
+        return f"event: {kind}\ndata: {json.dumps(body)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        yield event("response.created", 0, response=started)
+        number = 1
+        for index, item in enumerate(output):
+            yield event("response.output_item.added", number, output_index=index, item=item)
+            number += 1
+            if model == "fake-broken" and index == 0:
+                raise _Broken("the fake upstream drops the connection")
+            yield event("response.output_item.done", number, output_index=index, item=item)
+            number += 1
+        yield event("response.completed", number, response=response)
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
 async def models(request: Request) -> Response:
     RECEIVED.append({"path": "/v1/models", "authorization": request.headers.get("authorization"), "body": None})
     return JSONResponse({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "t"}]})
@@ -253,6 +348,7 @@ async def received(request: Request) -> Response:
 app = Starlette(
     routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/_received", received, methods=["GET", "DELETE"]),
     ]

@@ -33,7 +33,8 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   result given as parts, read the same way in every format);
 - the Responses API's input items, ``_responses.py``: :func:`from_responses` and
   :func:`to_responses` (items become messages and come back as the very same items; what has no
-  field here is kept under :data:`RESPONSES_PROPERTY`), and :func:`item_dict`;
+  field here is kept under :data:`RESPONSES_PROPERTY`), :func:`item_dict`, and
+  :func:`kept_as_given` (a compacted item list with every kept item the object it came from);
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
 - validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
@@ -72,7 +73,13 @@ from contextledger.messages._openai import (
     result_text,
     to_openai,
 )
-from contextledger.messages._responses import RESPONSES_PROPERTY, from_responses, item_dict, to_responses
+from contextledger.messages._responses import (
+    RESPONSES_PROPERTY,
+    from_responses,
+    item_dict,
+    kept_as_given,
+    to_responses,
+)
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
@@ -98,6 +105,7 @@ __all__ = [
     "from_openai",
     "from_responses",
     "item_dict",
+    "kept_as_given",
     "load_jsonl",
     "message_from_openai",
     "message_to_openai",

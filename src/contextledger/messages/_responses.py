@@ -28,7 +28,7 @@ from contextledger.messages._contents import _thaw as plain
 from contextledger.messages._message import Message
 from contextledger.messages._openai import result_text
 
-__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "to_responses"]
+__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "kept_as_given", "to_responses"]
 
 RESPONSES_PROPERTY = "_responses"
 """``additional_properties`` key holding, per item a message came from, what the item had that
@@ -422,3 +422,28 @@ def item_dict(item: Any) -> Any:
     if hasattr(item, "model_dump"):
         return item.model_dump(exclude_unset=True)
     return item
+
+
+def kept_as_given(projected: Sequence[Item], items: Sequence[Item], given: Sequence[Any] | None = None) -> list[Any]:
+    """``projected`` (what :func:`to_responses` wrote for a compaction of ``items``: the kept items
+    in order, and summaries) with each kept item replaced by the object it came from, ``given[i]``
+    for ``items[i]`` (``items`` themselves by default).  Callers that track items by identity (the
+    Agents SDK) or forward them byte for byte (the proxy) get back exactly what they sent."""
+    originals = items if given is None else given
+    positions: dict[str, list[int]] = {}
+    for number, item in enumerate(items):
+        positions.setdefault(_fingerprint(item), []).append(number)
+    out: list[Any] = []
+    after = 0
+    for item in projected:
+        found = next((n for n in positions.get(_fingerprint(item), ()) if n >= after), None)
+        if found is None:
+            out.append(item)  # a summary the strategy wrote
+            continue
+        out.append(originals[found])
+        after = found + 1
+    return out
+
+
+def _fingerprint(item: Item) -> str:
+    return json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)

@@ -72,6 +72,7 @@ from contextledger.serve._requests import (  # noqa: E402
     user_text,
     without_metadata,
 )
+from contextledger.serve._responses import ResponsesRoute  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers  # noqa: E402
@@ -124,6 +125,7 @@ class Proxy:
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
         self.turns = SessionTurns(self.sessions, self.kept, self.metrics)
         self.readiness = Readiness(self.sessions, self.upstream, check_upstream=config.ready_checks_upstream)
+        self.responses_route = ResponsesRoute(self.upstream, self.metrics, self.strategy, self.tokenizer, config)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -143,6 +145,17 @@ class Proxy:
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))
+        return response
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``, stateless (see ``_responses.py``)."""
+        try:
+            body = await self._read_body(request)
+            upstream_headers = self.upstream.headers(request.headers)
+            response = await self.responses_route.answer(request.headers, body, upstream_headers)
+        except (ProxyError, HistoryError, FactsError) as error:
+            response = _error_response(error)
+        self.metrics.count(self.metrics.requests, "responses", "stateless", str(response.status_code))
         return response
 
     async def models(self, request: Request) -> Response:
@@ -562,6 +575,7 @@ def create_app(config: ServeConfig) -> Starlette:
         exception_handlers={HTTPException: http_error},
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+            Route("/v1/responses", proxy.responses, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/readyz", proxy.readyz, methods=["GET"]),

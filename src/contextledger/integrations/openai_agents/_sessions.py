@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryProvider
-from contextledger.messages import Message, from_responses, item_dict, to_responses
+from contextledger.messages import Message, from_responses, item_dict, kept_as_given, to_responses
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["CompactingSession", "ContextLedgerSession"]
@@ -114,26 +113,4 @@ class CompactingSession(ContextLedgerSession):
         result = await compact_with_report(from_responses(items), strategy=self.strategy, tokenizer=self.tokenizer)
         if not result.events:
             return model_data
-        return dataclasses.replace(model_data, input=_as_given(to_responses(result.messages), items, given))
-
-
-def _as_given(projected: list[Item], items: list[Item], given: list[Any]) -> list[Any]:
-    """``projected`` (kept items, in order, and new summaries) with each kept item replaced by the
-    object it came from: ``items[i]`` is ``given[i]`` as a dict."""
-    positions: dict[str, list[int]] = {}
-    for n, item in enumerate(items):
-        positions.setdefault(_fingerprint(item), []).append(n)
-    out: list[Any] = []
-    after = 0
-    for item in projected:
-        found = next((n for n in positions.get(_fingerprint(item), ()) if n >= after), None)
-        if found is None:
-            out.append(item)  # a summary the strategy wrote
-            continue
-        out.append(given[found])
-        after = found + 1
-    return out
-
-
-def _fingerprint(item: Item) -> str:
-    return json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
+        return dataclasses.replace(model_data, input=kept_as_given(to_responses(result.messages), items, given))
