@@ -11,12 +11,17 @@ its reason, and errors come in the API's shape.
 
 from __future__ import annotations
 
+import http.client
 import json
+import random
+from collections import Counter
 from typing import Any
 
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
+from tests.serve.near_valid import _mutate as mutate
+from tests.serve.near_valid import dump
 
 from contextledger.messages import from_responses, validate
 
@@ -153,3 +158,82 @@ def test_session_mode_bad_input_and_upstream_errors_answer_in_the_apis_shape(
         broken = client.responses.stream(model="fake-broken", input=[{"role": "user", "content": "hi"}])
         with pytest.raises(openai.APIError, match="stream"), broken as events:
             events.get_final_response()
+
+
+# Hostile input -------------------------------------------------------------------------------
+
+FUZZ_BODIES = 1_500
+
+
+def responses_input(rng: random.Random) -> list[dict[str, Any]]:
+    call = f"call_{rng.randint(0, 999)}"
+    shapes: list[list[dict[str, Any]]] = [
+        [{"role": "user", "content": "hello 東京 \u200b"}],
+        [
+            {"role": "developer", "content": "Be exact."},
+            {"role": "user", "content": [{"type": "input_text", "text": "price of item 4?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "id": "fc_1", "call_id": call, "name": "price", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": call, "output": "12 EUR"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "12 EUR"}]},
+            {"role": "user", "content": "and item 5?"},
+        ],
+        [{"type": "web_search_call", "id": "ws_1", "status": "completed"}, {"role": "user", "content": "next"}],
+    ]
+    return json.loads(json.dumps(rng.choice(shapes)))  # type: ignore[no-any-return]
+
+
+def near_valid_responses(count: int, seed: int) -> list[bytes]:
+    """Valid Responses bodies with one to three mutations each (a tenth left valid)."""
+    rng = random.Random(seed)
+    bodies: list[bytes] = []
+    for _ in range(count):
+        body: Any = {"model": "fake", "input": responses_input(rng), "instructions": "Be brief."}
+        if rng.random() < 0.3:
+            body["stream"] = True
+        if rng.random() >= 0.1:
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                if not isinstance(body, dict) or not body:
+                    break
+                body = mutate(rng, body)
+        bodies.append(dump(body).encode("utf-8", "surrogatepass"))
+    return bodies
+
+
+def test_near_valid_responses_bodies_never_get_a_500_and_nothing_invalid_goes_upstream(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.clear()
+    statuses: Counter[int] = Counter()
+    leaks: list[str] = []
+    with start_proxy(*TRUNCATION) as proxy:
+        host, port = proxy.root.removeprefix("http://").split(":")
+        headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        for number, body in enumerate(near_valid_responses(FUZZ_BODIES, seed=25)):
+            connection = http.client.HTTPConnection(host, int(port), timeout=60)
+            connection.request("POST", "/v1/responses", body, headers)
+            reply = connection.getresponse()
+            raw = reply.read()
+            connection.close()
+            statuses[reply.status] += 1
+            text = raw.decode("utf-8", "replace")
+            if reply.status >= 500 or "Traceback" in text:
+                leaks.append(f"body {number}: {reply.status} {text[:200]} <- {body[:200]!r}")
+            elif reply.status >= 400:
+                assert set(json.loads(raw)) == {"error"}, (number, text[:200])
+        log = proxy.log.read_text(errors="replace")
+    forwarded = [r for r in fake_upstream.received() if r["path"] == "/v1/responses"]
+    refused: list[str] = []
+    for record in forwarded:
+        body = record["body"]
+        if record["strict"] is not None or not isinstance(body.get("model"), str):
+            refused.append(f"{record['strict']} / model {body.get('model')!r}")
+        elif isinstance(body.get("input"), list) and body.get("previous_response_id") is None:
+            problems = validate(from_responses(body["input"]))
+            if problems:
+                refused.append(str(problems[0]))
+    print(f"responses: {dict(sorted(statuses.items()))}; {len(forwarded)} forwarded")
+    assert not leaks, leaks[:5]
+    assert "Traceback" not in log
+    assert not refused, refused[:5]
+    assert statuses[200] > FUZZ_BODIES // 20

@@ -121,6 +121,8 @@ def _item_message(item: Any, where: str) -> tuple[Message, Item] | None:
     if not isinstance(item, Mapping):
         raise InvalidMessageError(f"{where} is {type(item).__name__}, not a Responses API item (a dict)")
     kind = item.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise InvalidMessageError(f"{where}: 'type' must be a string, got {kind!r}")
     if "role" in item and kind in (None, "message"):
         return _message_item(item, where)
     if kind == "function_call_output":
