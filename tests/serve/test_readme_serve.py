@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.serve.conftest import StartProxy
@@ -39,12 +40,32 @@ def test_the_command_shown_parses() -> None:
 def test_the_python_client_example_runs(
     start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (code,) = blocks("py")
+    sessions, responses = blocks("py")
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with start_proxy() as proxy:
-        exec(compile(code.replace("http://127.0.0.1:8080/v1", proxy.base_url), "README.md", "exec"), {})
+        namespace: dict[str, Any] = {}
+        exec(compile(sessions.replace("http://127.0.0.1:8080/v1", proxy.base_url), "README.md", "exec"), namespace)
         assert proxy.facts("ticket-42", KEY) == {"module": "Billing", "database": "SQL Server 2022"}
+        # The Responses example goes on with the first one's key, as a reader's script would.
+        exec(compile(responses.replace("http://127.0.0.1:8080/v1", proxy.base_url), "README.md", "exec"), namespace)
+        first, *answer = namespace["items"]
+        assert first == {"role": "user", "content": "Summarise ticket 42"}
+        assert [item["type"] for item in answer] == ["reasoning", "message"]
     assert capsys.readouterr().out == "echo: Which database do we use?\n"
+
+
+def test_the_responses_curl_line_runs(start_proxy: StartProxy) -> None:
+    script = blocks("sh")[2]
+    with start_proxy() as proxy:
+        done = subprocess.run(
+            ["bash", "-euc", script.replace("http://127.0.0.1:8080", proxy.root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"OPENAI_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
+            check=True,
+        )
+    assert done.stdout.strip().lower() == "x-contextledger-compaction: skipped; text input"
 
 
 def test_the_curl_lines_run(start_proxy: StartProxy) -> None:

@@ -73,8 +73,9 @@ def wait_for_upstream(upstream: FakeUpstream, text: str) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for record in upstream.received():
-            messages = (record.get("body") or {}).get("messages", [])
-            if messages and messages[-1].get("content") == text:
+            messages = (record.get("body") or {}).get("messages")
+            last = messages[-1] if isinstance(messages, list) and messages else None
+            if isinstance(last, dict) and last.get("content") == text:
                 return
         time.sleep(0.02)
     raise AssertionError(f"the upstream was never sent {text!r}")
