@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -293,7 +293,7 @@ def history(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 # had run, so the turn was lost): a tool output given as parts, a function call and a hosted or
 # approval call in one response, a local shell output keyed as SDK 0.24 keys it, a reasoning summary
 # of several parts, and the envelopes the SDK's EncryptedSession stores.
-SDK_ITEMS = {
+SDK_ITEMS: dict[str, list[dict[str, Any]]] = {
     "structured tool output": [
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1", "status": "completed"},
         {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "hello"}]},
@@ -362,9 +362,10 @@ def test_the_sdks_encrypted_session_wraps_ours(tmp_path: Path) -> None:
     async def scenario() -> None:
         history = SQLiteHistoryProvider(tmp_path / "history.db")
         inner = ContextLedgerSession(history, "encrypted")
-        session = EncryptedSession(session_id="encrypted", underlying_session=inner, encryption_key="k" * 32)
+        # The SDK types the wrapped session as its own base class; ours is a Session by shape.
+        session = EncryptedSession(session_id="encrypted", underlying_session=cast(Any, inner), encryption_key="k" * 32)
         try:
-            await session.add_items([dict(item) for item in items])
+            await session.add_items(cast(Any, [dict(item) for item in items]))
             assert await session.get_items() == items
             stored = await inner.get_items()
             assert all("payload" in item and "call_id" not in item for item in stored)  # only envelopes
@@ -738,7 +739,7 @@ def test_every_model_call_of_a_long_tool_loop_is_compacted_and_the_session_keeps
     async def scenario() -> None:
         try:
             text = "Read the whole archive."
-            result = await Runner.run(agent, text, session=session, run_config=config, max_turns=60)
+            result = await Runner.run(agent, text, session=cast(Any, session), run_config=config, max_turns=60)
             assert result.final_output == f"Read {LOOP_STEPS} pages."
             stored = await session.all_items()
         finally:
