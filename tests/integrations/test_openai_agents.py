@@ -412,6 +412,28 @@ def test_the_session_keeps_items_as_they_came(history: Any) -> None:
 # A Runner on the Responses API against a server on 127.0.0.1 --------------------------------
 
 
+def response_envelope(body: dict[str, Any], serial: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+    """A completed Responses API reply carrying ``output``."""
+    return {
+        "id": f"resp_{serial}",
+        "object": "response",
+        "created_at": 0,
+        "model": body["model"],
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 60,
+            "output_tokens": 8,
+            "total_tokens": 68,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 4},
+        },
+    }
+
+
 def responses_reply(body: dict[str, Any]) -> dict[str, Any]:
     """The scripted model, speaking the Responses API: a reasoning item before every answer or call."""
     items = body["input"]
@@ -458,24 +480,7 @@ def responses_reply(body: dict[str, Any]) -> dict[str, Any]:
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
         )
-    return {
-        "id": f"resp_{serial}",
-        "object": "response",
-        "created_at": 0,
-        "model": body["model"],
-        "status": "completed",
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {
-            "input_tokens": 60,
-            "output_tokens": 8,
-            "total_tokens": 68,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 4},
-        },
-    }
+    return response_envelope(body, serial, output)
 
 
 def check_request(body: dict[str, Any]) -> None:
@@ -697,18 +702,7 @@ def loop_reply(body: dict[str, Any]) -> dict[str, Any]:
                 "content": [{"type": "output_text", "text": f"Read {done} pages.", "annotations": []}],
             }
         )
-    return {
-        "id": f"resp_{serial}",
-        "object": "response",
-        "created_at": 0,
-        "model": body["model"],
-        "status": "completed",
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
-    }
+    return response_envelope(body, serial, output)
 
 
 def fetch_page(page: int) -> str:

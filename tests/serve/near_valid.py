@@ -9,6 +9,7 @@ tool results without their calls, the proxy's own metadata key.  Bodies are writ
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 from collections.abc import Iterator
@@ -197,3 +198,40 @@ def strict_refusal(received: dict[str, Any]) -> str | None:
         return "the _contextledger key went upstream"
     problems = validate(messages)
     return "; ".join(str(p) for p in problems)[:300] if problems else None
+
+
+FUZZ_KEY = "sk-fuzz-tenant-8"
+
+
+class Client:
+    """One keep-alive connection; ``broken`` counts the answers after which it was unusable."""
+
+    def __init__(self, root: str, headers: dict[str, str], path: str = "/v1/chat/completions") -> None:
+        self.path = path
+        host, port = root.removeprefix("http://").split(":")
+        self.address = (host, int(port))
+        self.headers = {"authorization": f"Bearer {FUZZ_KEY}", "content-type": "application/json", **headers}
+        self.http = self._open()
+        self.broken = 0
+
+    def _open(self) -> http.client.HTTPConnection:
+        connection = http.client.HTTPConnection(*self.address, timeout=60)
+        connection.auto_open = False
+        connection.connect()
+        return connection
+
+    def post(self, body: bytes) -> tuple[int, bytes]:
+        """The status and the body; a connection the server closed saying so is opened again."""
+        try:
+            self.http.request("POST", self.path, body, self.headers)
+            reply = self.http.getresponse()
+            raw = reply.read()
+        except (http.client.HTTPException, OSError):
+            self.broken += 1  # the previous answer left the connection unusable without saying so
+            self.http.close()
+            self.http = self._open()
+            return self.post(body)
+        if (reply.getheader("connection") or "").lower() == "close":
+            self.http.close()
+            self.http = self._open()
+        return reply.status, raw

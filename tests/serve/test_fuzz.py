@@ -9,7 +9,6 @@ body upstream that a strict upstream would refuse (not strict JSON, no model, a 
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,44 +17,11 @@ from typing import Any
 import pytest
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, StartProxy
-from tests.serve.near_valid import near_valid_bodies, strict_refusal
+from tests.serve.near_valid import FUZZ_KEY, Client, near_valid_bodies, strict_refusal
 
-KEY = "sk-fuzz-tenant-8"
+KEY = FUZZ_KEY
 BODIES = 2_000
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
-
-
-class Client:
-    """One keep-alive connection; ``broken`` counts the answers after which it was unusable."""
-
-    def __init__(self, root: str, headers: dict[str, str]) -> None:
-        host, port = root.removeprefix("http://").split(":")
-        self.address = (host, int(port))
-        self.headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json", **headers}
-        self.http = self._open()
-        self.broken = 0
-
-    def _open(self) -> http.client.HTTPConnection:
-        connection = http.client.HTTPConnection(*self.address, timeout=60)
-        connection.auto_open = False
-        connection.connect()
-        return connection
-
-    def post(self, body: bytes) -> tuple[int, bytes]:
-        """The status and the body; a connection the server closed saying so is opened again."""
-        try:
-            self.http.request("POST", "/v1/chat/completions", body, self.headers)
-            reply = self.http.getresponse()
-            raw = reply.read()
-        except (http.client.HTTPException, OSError):
-            self.broken += 1  # the previous answer left the connection unusable without saying so
-            self.http.close()
-            self.http = self._open()
-            return self.post(body)
-        if (reply.getheader("connection") or "").lower() == "close":
-            self.http.close()
-            self.http = self._open()
-        return reply.status, raw
 
 
 @pytest.mark.parametrize("store", ["sqlite", "redis"])

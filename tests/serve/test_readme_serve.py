@@ -54,30 +54,26 @@ def test_the_python_client_example_runs(
     assert capsys.readouterr().out == "echo: Which database do we use?\n"
 
 
+def run_shell_block(number: int, root: str) -> subprocess.CompletedProcess[str]:
+    """The section's shell block ``number``, run against the proxy at ``root``."""
+    return subprocess.run(
+        ["bash", "-euc", blocks("sh")[number].replace("http://127.0.0.1:8080", root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"OPENAI_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+
+
 def test_the_responses_curl_line_runs(start_proxy: StartProxy) -> None:
-    script = blocks("sh")[2]
     with start_proxy() as proxy:
-        done = subprocess.run(
-            ["bash", "-euc", script.replace("http://127.0.0.1:8080", proxy.root)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={"OPENAI_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
-            check=True,
-        )
+        done = run_shell_block(2, proxy.root)
     assert done.stdout.strip().lower() == "x-contextledger-compaction: skipped; text input"
 
 
 def test_the_curl_lines_run(start_proxy: StartProxy) -> None:
-    script = blocks("sh")[1]
     with start_proxy() as proxy:
-        done = subprocess.run(
-            ["bash", "-euc", script.replace("http://127.0.0.1:8080", proxy.root)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={"OPENAI_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
-            check=True,
-        )
+        done = run_shell_block(1, proxy.root)
         assert proxy.facts("ticket-7", KEY) == {"database": "PostgreSQL"}  # after forget module
     assert '"forgotten":[{"key":"module","value":"Reporting"}]' in done.stdout

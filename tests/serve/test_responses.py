@@ -11,7 +11,6 @@ its reason, and errors come in the API's shape.
 
 from __future__ import annotations
 
-import http.client
 import json
 import random
 from collections import Counter
@@ -20,8 +19,8 @@ from typing import Any
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
+from tests.serve.near_valid import Client, dump
 from tests.serve.near_valid import _mutate as mutate
-from tests.serve.near_valid import dump
 
 from contextledger.messages import from_responses, validate
 
@@ -207,19 +206,14 @@ def test_near_valid_responses_bodies_never_get_a_500_and_nothing_invalid_goes_up
     statuses: Counter[int] = Counter()
     leaks: list[str] = []
     with start_proxy(*TRUNCATION) as proxy:
-        host, port = proxy.root.removeprefix("http://").split(":")
-        headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        client = Client(proxy.root, {}, path="/v1/responses")  # one keep-alive connection throughout
         for number, body in enumerate(near_valid_responses(FUZZ_BODIES, seed=25)):
-            connection = http.client.HTTPConnection(host, int(port), timeout=60)
-            connection.request("POST", "/v1/responses", body, headers)
-            reply = connection.getresponse()
-            raw = reply.read()
-            connection.close()
-            statuses[reply.status] += 1
+            status, raw = client.post(body)
+            statuses[status] += 1
             text = raw.decode("utf-8", "replace")
-            if reply.status >= 500 or "Traceback" in text:
-                leaks.append(f"body {number}: {reply.status} {text[:200]} <- {body[:200]!r}")
-            elif reply.status >= 400:
+            if status >= 500 or "Traceback" in text:
+                leaks.append(f"body {number}: {status} {text[:200]} <- {body[:200]!r}")
+            elif status >= 400:
                 assert set(json.loads(raw)) == {"error"}, (number, text[:200])
         log = proxy.log.read_text(errors="replace")
     forwarded = [r for r in fake_upstream.received() if r["path"] == "/v1/responses"]
@@ -236,5 +230,6 @@ def test_near_valid_responses_bodies_never_get_a_500_and_nothing_invalid_goes_up
     print(f"responses: {dict(sorted(statuses.items()))}; {len(forwarded)} forwarded")
     assert not leaks, leaks[:5]
     assert "Traceback" not in log
+    assert client.broken == 0, statuses
     assert not refused, refused[:5]
     assert statuses[200] > FUZZ_BODIES // 20
