@@ -71,9 +71,10 @@ def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
 class Upstream:
     """A pooled ``httpx`` client for one upstream base URL."""
 
-    def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None) -> None:
+    def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None, anthropic: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
         self._upstream_key = upstream_key
+        self._anthropic = anthropic
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         # TCP_NODELAY: the request goes out as headers then body, and without it the body waits for
         # the upstream to acknowledge the headers (Nagle against delayed ACKs), several ms a call.
@@ -84,12 +85,29 @@ class Upstream:
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
         """What the upstream gets: the configured key or the client's own, and ``OpenAI-*`` headers."""
         headers = {"content-type": "application/json", "accept": incoming.get("accept", "application/json")}
+        if self._anthropic:
+            return self._anthropic_headers(incoming, headers)
         if self._upstream_key is not None:
             headers["authorization"] = f"Bearer {self._upstream_key}"
         elif "authorization" in incoming:
             headers["authorization"] = incoming["authorization"]
         for name, value in incoming.items():
             if name.lower().startswith(_FORWARDED_PREFIXES):
+                headers[name] = value
+        return headers
+
+    def _anthropic_headers(self, incoming: Mapping[str, str], headers: dict[str, str]) -> dict[str, str]:
+        """An Anthropic upstream's: the configured key as ``x-api-key``, or the client's own key as
+        the client sent it (``x-api-key`` or a bearer token), and the ``anthropic-*`` headers
+        (``anthropic-version``, ``anthropic-beta``) as they came."""
+        if self._upstream_key is not None:
+            headers["x-api-key"] = self._upstream_key
+        else:
+            for name in ("x-api-key", "authorization"):
+                if name in incoming:
+                    headers[name] = incoming[name]
+        for name, value in incoming.items():
+            if name.lower().startswith("anthropic-"):
                 headers[name] = value
         return headers
 
