@@ -42,41 +42,11 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import bad_request, json_object, refuse_invalid
-from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._upstream import _TYPES, Upstream, anthropic_error, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["MESSAGES_WIRE", "MessagesFormat", "anthropic_error", "anthropic_error_response", "parse_messages_payload"]
-
-# Anthropic's error types by status, for the proxy's own refusals.
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    408: "timeout_error",
-    409: "invalid_request_error",
-    413: "request_too_large",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-_KNOWN_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error"})
-_BREAKPOINTS = 4
-
-
-def anthropic_error(
-    message: str, status: int, error_type: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    """Anthropic's error shape, ``{"type": "error", "error": {"type", "message"}}``; the proxy's
-    own code, where it has one, rides beside them."""
-    kind = error_type if error_type in _KNOWN_TYPES else _TYPES.get(status, "api_error")
-    error: dict[str, Any] = {"type": kind, "message": message}
-    if code is not None:
-        error["code"] = code
-    return {"type": "error", "error": error}
+__all__ = ["MESSAGES_WIRE", "MessagesFormat", "anthropic_error_response", "parse_messages_payload"]
 
 
 def anthropic_error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
@@ -221,6 +191,15 @@ def _with_system(given: Any, added: str | list[dict[str, Any]] | None) -> Any:
     return [*([{"type": "text", "text": given}] if isinstance(given, str) else given), *extra]
 
 
+def _thawed(value: Any) -> Any:
+    """Stored (read-only) data as plain dicts and lists, as JSON writes them."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(item) for item in value]
+    return value
+
+
 class MessagesFormat:
     """The Messages API: its stateless handling, and its side of a session turn."""
 
@@ -337,7 +316,7 @@ class MessagesFormat:
         message = done.reply[-1]
         aside = dict(message.additional_properties.get(REPLY_PROPERTY) or {})
         told: dict[str, Any] = {"id": f"msg_{done.turn_id}", "type": "message", "role": "assistant", "model": ""}
-        told.update(json.loads(json.dumps(aside)))  # thawed: plain dicts and lists
+        told.update(_thawed(aside))
         told["content"] = message_blocks(message)
         if not streaming:
             return JSONResponse(told)

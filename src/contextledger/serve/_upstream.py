@@ -17,7 +17,7 @@ import httpx
 
 from contextledger.exceptions import ProxyError
 
-__all__ = ["Upstream", "error_body", "passed_back", "upstream_error", "upstream_failure"]
+__all__ = ["Upstream", "anthropic_error", "error_body", "passed_back", "upstream_error", "upstream_failure"]
 
 _FORWARDED_PREFIXES = ("openai-",)
 
@@ -52,6 +52,39 @@ def upstream_error(status: int, content: bytes, headers: Mapping[str, str]) -> P
 def error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
     """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+# Anthropic's error types by status, for the proxy's own refusals.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_BY_STATUS = frozenset({401, 403, 404, 408, 413, 429, 504, 529})
+_KNOWN_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error"})
+
+
+def anthropic_error(
+    message: str, status: int, error_type: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """Anthropic's error shape, ``{"type": "error", "error": {"type", "message"}}``; the proxy's
+    own code, where it has one, rides beside them."""
+    kind = error_type if error_type in _KNOWN_TYPES else _TYPES.get(status, "api_error")
+    if status in _BY_STATUS:  # the status says more than the proxy's generic type
+        kind = _TYPES[status]
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        error["code"] = code
+    return {"type": "error", "error": error}
 
 
 def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
