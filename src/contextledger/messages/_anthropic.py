@@ -141,6 +141,8 @@ def _message(item: Any, position: int) -> list[Message]:
         return [Message(role, (TextContent(content),), additional_properties={ANTHROPIC_PROPERTY: record})]
     if not isinstance(content, list):
         raise InvalidMessageError(f"{where}: 'content' must be a string or a list of content blocks")
+    if not content:
+        raise InvalidMessageError(f"{where}: 'content' is empty; a message needs at least one content block")
     results: list[Content] = []
     result_blocks: list[Block | None] = []
     rest: list[Content] = []
@@ -227,6 +229,8 @@ def _block(content: Content, kept: Mapping[str, Any] | None) -> Block | None:
     """The block for one content (from what was kept of it, when there is something); None for
     reasoning that has no block to go back to (a signature cannot be made up)."""
     if isinstance(content, TextContent):
+        if kept is None and not content.text:
+            return None  # the API refuses empty text blocks; one of ours (an empty reply's) has nothing to say
         return _filled(kept, "text", content.text) if kept is not None else {"type": "text", "text": content.text}
     if isinstance(content, ReasoningContent):
         if kept is None:

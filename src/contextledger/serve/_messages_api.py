@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
-from contextledger.messages import Message, from_anthropic, message_blocks, system_messages, to_anthropic
+from contextledger.messages import Message, TextContent, from_anthropic, message_blocks, system_messages, to_anthropic
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
@@ -299,6 +299,9 @@ class MessagesFormat:
         return reply, reply, {}
 
     def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
+        if message.get("content") == []:  # an empty reply (stopped at once): stored as empty text
+            aside = {key: value for key, value in message.items() if key != "content"}
+            return Message("assistant", (TextContent(""),), additional_properties={REPLY_PROPERTY: aside})
         try:
             [stored] = from_anthropic([{"role": "assistant", "content": message.get("content")}])
         except (InvalidMessageError, ValueError):
