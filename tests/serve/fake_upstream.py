@@ -28,6 +28,9 @@ it behaves, so tests need no shared switch:
 A streamed request with ``stream_options.include_usage`` gets the usage in a last chunk with no
 choices, as OpenAI sends it.  Each record also holds the ``usage`` the answer reported.
 
+Anthropic's Messages API is served too (``/v1/messages``, ``/v1/messages/count_tokens``; see
+``fake_anthropic.py``), so ``--anthropic-upstream`` can point at this fake's root.
+
 ``GET /_received`` returns what it was sent (path, Authorization header, JSON body, and
 ``strict``: why a strict JSON parser would refuse the raw body, or ``None``) in order;
 ``DELETE /_received`` empties the record.
@@ -47,6 +50,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from tests.serve import fake_anthropic
 
 RECEIVED: list[dict[str, Any]] = []
 CACHED_PREFIXES: dict[str, None] = {}  # insertion-ordered; the oldest go past _CACHE_ENTRIES
@@ -338,6 +342,15 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "t"}]})
 
 
+async def anthropic_messages(request: Request) -> Response:
+    """Anthropic's Messages API (see ``fake_anthropic.py``)."""
+    return await fake_anthropic.messages(request, RECEIVED, _strict_problem)
+
+
+async def anthropic_count_tokens(request: Request) -> Response:
+    return await fake_anthropic.count_tokens(request, RECEIVED)
+
+
 async def received(request: Request) -> Response:
     if request.method == "DELETE":
         RECEIVED.clear()
@@ -350,6 +363,8 @@ app = Starlette(
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/messages", anthropic_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"]),
         Route("/_received", received, methods=["GET", "DELETE"]),
     ]
 )

@@ -40,7 +40,7 @@ def test_the_command_shown_parses() -> None:
 def test_the_python_client_example_runs(
     start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sessions, responses = blocks("py")
+    sessions, responses, *_ = blocks("py")  # the Messages API example: tests/serve/test_anthropic_sdk.py
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with start_proxy() as proxy:
         namespace: dict[str, Any] = {}

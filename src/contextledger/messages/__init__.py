@@ -37,10 +37,23 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   :func:`kept_as_given` (a compacted item list with every kept item the object it came from);
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
+- Anthropic's Messages API, ``_anthropic.py``: :func:`from_anthropic` and :func:`to_anthropic`
+  (blocks become contents and come back byte for byte, what has no field here kept under
+  :data:`ANTHROPIC_PROPERTY`; a ``tool_use`` pairs with its ``tool_result`` blocks by id),
+  :func:`message_blocks`, :func:`system_messages` and :func:`system_blocks` (the top-level
+  ``system``);
 - validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
   chat-completions API would reject.
 """
 
+from contextledger.messages._anthropic import (
+    ANTHROPIC_PROPERTY,
+    from_anthropic,
+    message_blocks,
+    system_blocks,
+    system_messages,
+    to_anthropic,
+)
 from contextledger.messages._contents import (
     HOSTED_TOOLS,
     ApprovalRequestContent,
@@ -83,6 +96,7 @@ from contextledger.messages._responses import (
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
+    "ANTHROPIC_PROPERTY",
     "HOSTED_TOOLS",
     "RESPONSES_PROPERTY",
     "ROLES",
@@ -102,16 +116,21 @@ __all__ = [
     "TextContent",
     "answered_ids",
     "dump_jsonl",
+    "from_anthropic",
     "from_openai",
     "from_responses",
     "item_dict",
     "kept_as_given",
     "load_jsonl",
+    "message_blocks",
     "message_from_openai",
     "message_to_openai",
     "opened_ids",
     "read_jsonl",
     "result_text",
+    "system_blocks",
+    "system_messages",
+    "to_anthropic",
     "to_openai",
     "to_responses",
     "validate",

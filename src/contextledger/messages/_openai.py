@@ -139,7 +139,10 @@ def result_text(parts: Iterable[Any]) -> str:
     return "".join(
         part["text"]
         for part in parts
-        if isinstance(part, Mapping) and part.get("type") in RESULT_TEXT_PARTS and isinstance(part.get("text"), str)
+        if isinstance(part, Mapping)
+        and isinstance(part.get("type"), str)  # a type that is an object is no text part (and unhashable)
+        and part["type"] in RESULT_TEXT_PARTS
+        and isinstance(part.get("text"), str)
     )
 
 

@@ -1,24 +1,16 @@
-"""The proxy as an ASGI application: OpenAI's chat-completions API in front of any compatible upstream.
+"""The proxy as an ASGI application: its endpoints, and the session resources beside them.
 
-Stateless mode (no session header): the client sends its whole history; the configured strategy
-compacts it and the projection goes upstream; nothing is kept.  Session mode (header
-``X-Contextledger-Session``): the client sends only the new messages; the proxy adds the stored
-history (through the request-view strategy) and the controlled-facts block, forwards, and after
-a successful reply stores the turn, compacts the retained history and admits the user's facts.
-A failed, timed-out or broken reply stores nothing and admits nothing.
-
-System messages a client sends in session mode are the instructions for that call: they are put
-first in the request and not stored, so a client that sends its system prompt every time (as
-OpenAI clients do) does not pile up copies of it.
+``/v1/chat/completions`` (``_chat.py``) and ``/v1/messages`` (``_messages_api.py``, Anthropic's
+Messages API, with ``--anthropic-upstream``) compact statelessly, or run session turns through the
+one session flow (``_flow.py``); ``/v1/responses`` (``_responses.py``) is stateless.  The session
+resources (create, read, facts, forget, delete) are the same whichever API a session's turns
+came through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,7 +29,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from contextledger.compaction import compact_with_report, resolve_tokenizer  # noqa: E402
+from contextledger.compaction import resolve_tokenizer  # noqa: E402
 from contextledger.cost import price_profile  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
     FactsError,
@@ -45,44 +37,39 @@ from contextledger.exceptions import (  # noqa: E402
     ProxyError,
 )
 from contextledger.facts import (  # noqa: E402
-    FactMemory,
-    FactsHost,
-    FactsTurn,
-    Ticket,
     forget_facts,
     history_target,
-    place_facts_block,
 )
-from contextledger.messages import Message, to_openai  # noqa: E402
+from contextledger.messages import to_openai  # noqa: E402
+from contextledger.serve._chat import ChatFormat  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E402
+from contextledger.serve._flow import SessionFlow, unknown_session  # noqa: E402
 from contextledger.serve._health import Readiness, metrics_refusal  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
+from contextledger.serve._messages_api import (  # noqa: E402
+    MessagesFormat,
+    anthropic_error_response,
+    parse_messages_payload,
+)
 from contextledger.serve._metrics import Metrics  # noqa: E402
-from contextledger.serve._relay import Relay, completion  # noqa: E402
-from contextledger.serve._replies import reply_message  # noqa: E402
+from contextledger.serve._relay import Relay  # noqa: E402
 from contextledger.serve._requests import (  # noqa: E402
-    MessageReader,
     bad_request,
     json_object,
-    open_block,
     parse_payload,
-    refuse_invalid,
-    turn_id_of,
-    user_text,
-    without_metadata,
 )
 from contextledger.serve._responses import ResponsesRoute  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
-from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of  # noqa: E402
-from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers  # noqa: E402
+from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
+from contextledger.serve._turns import SessionTurns  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
     Upstream,
     error_body,
     passed_back,
     upstream_error,
 )
-from contextledger.serve._usage import CostMeter, with_usage_requested  # noqa: E402
+from contextledger.serve._usage import CostMeter  # noqa: E402
 
 __all__ = ["Proxy", "create_app"]
 
@@ -121,14 +108,37 @@ class Proxy:
             lock_lease=config.lock_lease,
             schema=config.fact_schema(),
         )
-        self.reader = MessageReader()
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
         self.turns = SessionTurns(self.sessions, self.kept, self.metrics)
+        self.flow = SessionFlow(
+            config,
+            self.sessions,
+            self.kept,
+            self.turns,
+            self.metrics,
+            self.cost,
+            self.tokenizer,
+            self.strategy is not None,
+        )
+        self.chat = ChatFormat(
+            config, self.upstream, self.relay, self.metrics, self.cost, self.strategy, self.tokenizer
+        )
+        self.anthropic: MessagesFormat | None = None
+        if config.anthropic_upstream is not None:
+            anthropic = Upstream(
+                config.anthropic_upstream,
+                timeout=config.upstream_timeout,
+                upstream_key=config.upstream_key,
+                anthropic=True,
+            )
+            self.anthropic = MessagesFormat(config, anthropic, self.metrics, self.cost, self.strategy, self.tokenizer)
         self.readiness = Readiness(self.sessions, self.upstream, check_upstream=config.ready_checks_upstream)
         self.responses_route = ResponsesRoute(self.upstream, self.metrics, self.strategy, self.tokenizer, config)
 
     async def close(self) -> None:
         await self.upstream.close()
+        if self.anthropic is not None:
+            await self.anthropic.upstream.close()
         await self.sessions.close()
 
     # Endpoints --------------------------------------------------------------------------------
@@ -139,13 +149,49 @@ class Proxy:
             body = await self._read_body(request)
             payload = parse_payload(body)
             if mode == "session":
-                response = await self._session_turn(request, payload)
+                response = await self.flow.turn(self.chat, request, payload)
             else:
-                response = await self._stateless(request, payload, body)
+                response = await self.chat.stateless(request, payload, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))
         return response
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: Anthropic's Messages API (``_messages_api.py``), through the same flows."""
+        mode = "session" if SESSION_HEADER in request.headers else "stateless"
+        try:
+            form = self._anthropic()
+            body = await self._read_body(request)
+            payload = parse_messages_payload(body)
+            if mode == "session":
+                response = await self.flow.turn(form, request, payload)
+            else:
+                response = await form.stateless(request, payload)
+        except (ProxyError, HistoryError, FactsError) as error:
+            response = anthropic_error_response(error)
+        self.metrics.count(self.metrics.requests, "messages", mode, str(response.status_code))
+        return response
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``, passed through."""
+        try:
+            form = self._anthropic()
+            response = await form.count_tokens(request, await self._read_body(request))
+        except ProxyError as error:
+            response = anthropic_error_response(error)
+        self.metrics.count(self.metrics.requests, "count_tokens", "stateless", str(response.status_code))
+        return response
+
+    def _anthropic(self) -> MessagesFormat:
+        if self.anthropic is None:
+            raise ProxyError(
+                "this proxy has no Anthropic upstream: start it with --anthropic-upstream URL to serve /v1/messages",
+                status=404,
+                error_type="not_found_error",
+                code="no_anthropic_upstream",
+            )
+        return self.anthropic
 
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``, stateless (see ``_responses.py``)."""
@@ -286,12 +332,12 @@ class Proxy:
 
     async def delete_session(self, request: Request) -> Response:
         async def delete(tenant: str) -> Response:
-            key, session_id = await self._address(tenant, request.path_params["session_id"])
+            key, session_id = await self.flow.address(tenant, request.path_params["session_id"])
             async with self.sessions.lock(key):
                 self.kept.rewritten(key)
                 existed = await self.sessions.delete(key)
                 if not existed:
-                    raise self._unknown(session_id)
+                    raise unknown_session(session_id)
             return JSONResponse({"id": session_id, "object": "contextledger.session", "deleted": True})
 
         return await self._resource(request, "delete_session", delete)
@@ -308,34 +354,10 @@ class Proxy:
         return response
 
     async def _known(self, request: Request, tenant: str) -> tuple[str, str]:
-        key, session_id = await self._address(tenant, request.path_params["session_id"])
+        key, session_id = await self.flow.address(tenant, request.path_params["session_id"])
         if not await self.sessions.exists(key):
-            raise self._unknown(session_id)
+            raise unknown_session(session_id)
         return key, session_id
-
-    async def _address(self, tenant: str, given: str) -> tuple[str, str]:
-        """The session key and id that ``given`` (a header or a URL segment) names.
-
-        An id outside the grammar is refused, unless a session created under it by an earlier
-        version exists: that one stays usable, readable and deletable wherever its id can travel.
-        """
-        try:
-            session_id = session_id_of(given)
-        except ProxyError as refusal:
-            earlier = earlier_session_id(given)
-            if earlier is None or not await self.sessions.exists(session_key(tenant, earlier)):
-                raise refusal from None
-            session_id = earlier
-        return session_key(tenant, session_id), session_id
-
-    @staticmethod
-    def _unknown(session_id: str) -> ProxyError:
-        return ProxyError(
-            f"no session {session_id!r} for this key; create it first with POST /v1/contextledger/sessions",
-            status=404,
-            error_type="not_found_error",
-            code="session_not_found",
-        )
 
     # Reading the request ----------------------------------------------------------------------
 
@@ -370,173 +392,6 @@ class Proxy:
                 headers={"connection": "close"},  # the rest of the body may still come: not another request
             ) from None
         return b"".join(chunks)
-
-    # Stateless mode ---------------------------------------------------------------------------
-
-    async def _stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
-        # Every message is read, strategy or not, so a malformed one is refused here and not upstream
-        # (the reader remembers what it has read: a repeated history costs little).  With no strategy
-        # the body then goes as it came.
-        incoming = self.reader.read(payload["messages"])
-        refuse_invalid(incoming)
-        plain = without_metadata(payload["messages"])
-        if plain is not None:
-            payload = {**payload, "messages": plain}
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        keyed, hide_usage = with_usage_requested(self._cache_key(payload, request, None))
-        if keyed is not payload:
-            payload = keyed
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        if self.strategy is not None:
-            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
-            incoming = result.messages
-            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-            if result.changed:
-                messages = to_openai(result.messages)
-                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
-        expected = self.cost.expect("stateless", payload, incoming)
-        headers = self.upstream.headers(request.headers)
-        if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, expected)
-            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage, hide_usage=hide_usage)
-        upstream = await self.relay.call(headers, body)
-        reply, _ = completion(upstream)  # one rule in both modes: a 200 that is no completion is the upstream's fault
-        self.cost.answered(expected, reply.get("usage"))
-        return Response(
-            upstream.content,
-            status_code=upstream.status_code,
-            media_type=upstream.headers.get("content-type", "application/json"),
-            headers=passed_back(upstream.headers),
-        )
-
-    def _cache_key(self, payload: dict[str, Any], request: Request, session: str | None) -> dict[str, Any]:
-        """``payload`` with a ``prompt_cache_key`` as ``--prompt-cache-key`` asks, unless the client
-        set one: OpenAI routes requests with one key to the same cache, so a session's or a
-        conversation's requests find their prefix (some compatible servers refuse fields they do
-        not know, hence off by default).  ``session``: a hash of the tenant and session; ``prefix``:
-        a hash of the conversation's first messages (its instructions and first user message), the
-        same for every request of one conversation.  Keys are hashes: nothing of the tenant's key
-        or text is sent."""
-        mode = self.config.prompt_cache_key
-        if mode == "off" or "prompt_cache_key" in payload:
-            return payload
-        if mode == "session" and session is not None:
-            seed = "session\0" + session
-        else:
-            messages = [m for m in payload["messages"] if isinstance(m, dict)]
-            lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
-            first_user = next((m for m in messages if m.get("role") == "user"), None)
-            try:
-                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
-            except ProxyError:  # a keyless stateless client: the conversation alone names the key
-                tenant = ""
-            # The instructions and the first user message: what every request of the conversation
-            # starts with, whatever was cut or placed (a facts block) after them.
-            seed = "prefix\0" + tenant + json.dumps([*messages[:lead], first_user], sort_keys=True)
-        digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return {**payload, "prompt_cache_key": "cl-" + digest}
-
-    # Session mode -----------------------------------------------------------------------------
-
-    async def _session_turn(self, request: Request, payload: dict[str, Any]) -> Response:
-        tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
-        key, session_id = await self._address(tenant, request.headers[SESSION_HEADER])
-        given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
-        turn_id = given_turn_id or uuid.uuid4().hex
-        incoming = self.reader.read(payload["messages"])
-        instructions = [message for message in incoming if message.role == "system"]
-        new_turn = [message for message in incoming if message.role != "system"]
-        if not new_turn:
-            raise bad_request(
-                "a session turn needs at least one new message besides system messages", "invalid_messages"
-            )
-        streaming = payload.get("stream") is True
-        lock = contextlib.AsyncExitStack()
-        await lock.enter_async_context(self.sessions.lock(key))
-        stack: contextlib.AsyncExitStack[bool | None] | None = lock
-        try:
-            if not await self.sessions.exists(key):
-                raise self._unknown(session_id)
-            if given_turn_id is not None:
-                done = await self.sessions.history.load_turn(key, turn_id)
-                if done is not None:
-                    return self.turns.replay(done, new_turn, streaming)
-            kept = await self.kept.history(key)
-            refuse_invalid(new_turn, before=open_block(kept.messages))
-            view = await self.kept.request_view(key, kept.messages, new_turn)
-            before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
-            after = before if self.strategy is None else sum(self.tokenizer.count_messages(list(view)))
-            store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
-            ticket: Ticket | None = None
-            outcome: list[FactsTurn] = []
-            sent: list[Message] = [*instructions, *view]
-            if store is not None:
-                block = await self.sessions.run_facts(store.to_prompt_block)
-                sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
-                text = user_text(new_turn)
-                if text is not None:
-                    begun = await self.sessions.run_facts(lambda: self._begin(store, text))
-                    if begun is not None and begun.rejection is not None:
-                        outcome.append(begun)  # refused before the call: the client hears of it too
-                    ticket = None if begun is None else begun.ticket
-            self.metrics.count(self.metrics.tokens_before, "session", amount=before)
-            self.metrics.count(self.metrics.tokens_after, "session", amount=after)
-            payload = self._cache_key({**payload, "messages": to_openai(sent)}, request, key)
-            payload, hide_usage = with_usage_requested(payload)
-            expected = self.cost.expect("session", payload, sent, session=key)
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            headers = self.upstream.headers(request.headers)
-
-            async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = SessionTurn(key, turn_id, kept, new_turn, reply_message(message, reply))
-                return await self.turns.store(turn, store, ticket, outcome)
-
-            def trailer() -> bytes:
-                # A streamed answer's headers left before the facts were admitted: an SSE comment,
-                # which clients skip, says it at the end.
-                said = facts_headers(outcome[-1] if outcome else None)
-                return "".join(f": {name}: {value}\n" for name, value in said.items()).encode() + b"\n" if said else b""
-
-            if streaming:
-                stack = None  # the stream releases the lock when it ends
-                usage = functools.partial(self.cost.answered, expected)
-                return await self.relay.stream(
-                    headers,
-                    body,
-                    finish=finish,
-                    release=lock.aclose,
-                    trailer=trailer,
-                    usage=usage,
-                    hide_usage=hide_usage,
-                )
-            upstream = await self.relay.call(headers, body)
-            reply, message = completion(upstream)
-            self.cost.answered(expected, reply.get("usage"))
-            meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
-            meta["finish_reason"] = reply["choices"][0].get("finish_reason")
-            if not await finish(message, meta):
-                # Another holder stored this turn id first (its lock lease had run out): its reply stands.
-                done = await self.sessions.history.load_turn(key, turn_id)
-                if done is not None:
-                    return self.turns.replay(done, new_turn, streaming=False)
-            return Response(
-                upstream.content,
-                status_code=200,
-                media_type=upstream.headers.get("content-type", "application/json"),
-                headers={**passed_back(upstream.headers), **facts_headers(outcome[-1] if outcome else None)},
-            )
-        finally:
-            if stack is not None:
-                await stack.aclose()
-
-    def _begin(self, store: FactMemory, text: str) -> FactsTurn | None:
-        """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
-        rejected, and the turn goes on with the facts unchanged."""
-        begun = FactsHost(store, host="the proxy").begin(text)
-        if begun is not None and begun.rejection is not None:
-            self.metrics.count(self.metrics.facts, "rejected")
-        return begun
 
 
 class _AnyText(Convertor[str]):
@@ -576,6 +431,8 @@ def create_app(config: ServeConfig) -> Starlette:
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/v1/responses", proxy.responses, methods=["POST"]),
+            Route("/v1/messages", proxy.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/readyz", proxy.readyz, methods=["GET"]),

@@ -39,6 +39,12 @@ def add_serve_command(commands: Any) -> None:
         ),
     )
     serve.add_argument("--upstream", metavar="URL", help="base URL of the upstream API, e.g. http://127.0.0.1:8000/v1")
+    serve.add_argument(
+        "--anthropic-upstream",
+        metavar="URL",
+        help="base URL of an Anthropic-compatible API for POST /v1/messages, as Anthropic's clients take it "
+        "(e.g. https://api.anthropic.com); without it /v1/messages answers 404",
+    )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument(
@@ -136,6 +142,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     settings = load_config_file(args.config) if args.config else {}
     flags: dict[str, Any] = {
         "upstream": args.upstream,
+        "anthropic_upstream": args.anthropic_upstream,
         "host": args.host,
         "port": args.port,
         "store": args.store,

@@ -101,7 +101,9 @@ class ServeConfig:
     client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
     upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
     ``price_profile`` (``openai``, ``anthropic`` or ``none``) is the provider's cache the
-    estimate on ``/metrics`` assumes.
+    estimate on ``/metrics`` assumes.  ``anthropic_upstream``, when set, is the base URL of an
+    Anthropic-compatible API (as Anthropic's clients take it, without ``/v1``) that ``POST
+    /v1/messages`` goes to.
     """
 
     upstream: str
@@ -126,6 +128,7 @@ class ServeConfig:
     prompt_cache_key: str = "off"
     metrics_token: str | None = field(default=None, repr=False)
     price_profile: str = "openai"
+    anthropic_upstream: str | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -134,6 +137,14 @@ class ServeConfig:
                 f"upstream must be the base URL of an OpenAI-compatible API such as http://127.0.0.1:8000/v1, "
                 f"got {self.upstream!r}"
             )
+        if self.anthropic_upstream is not None:
+            parts = urlsplit(self.anthropic_upstream) if isinstance(self.anthropic_upstream, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigurationError(
+                    "anthropic_upstream must be the base URL of an Anthropic-compatible API, as Anthropic's clients "
+                    f"take it (the proxy calls URL/v1/messages), such as https://api.anthropic.com; got "
+                    f"{self.anthropic_upstream!r}"
+                )
         if not self.store.startswith(("sqlite:", "redis://", "rediss://", "unix://")) or self.store == "sqlite:":
             raise ConfigurationError(f"store must be sqlite:PATH or a redis:// URL, got {self.store!r}")
         for name in ("max_body_bytes", "port", "max_connections"):
@@ -165,6 +176,11 @@ class ServeConfig:
         return "\n".join(
             [
                 f"contextledger serve: http://{self.host}:{self.port}/v1 -> {self.upstream_base} (store {store})",
+                *(
+                    [f"  /v1/messages -> {self.anthropic_upstream.rstrip('/')}/v1/messages"]
+                    if self.anthropic_upstream
+                    else []
+                ),
                 f"  what is sent is compacted by: {self.strategy.describe()}",
                 f"  a session keeps: {retain}; facts {'on' if self.facts else 'off'}",
             ]

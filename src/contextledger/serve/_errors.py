@@ -1,6 +1,7 @@
 """Answers the proxy gives when no handler could: unexpected failures, unknown paths, wrong methods.
 
-Every one is in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), as
+Every one is in OpenAI's error shape (in Anthropic's, ``{"type": "error", "error": {"type",
+"message"}}``, under ``/v1/messages``) (``{"error": {"message", "type", "param", "code"}}``), as
 SDK clients parse it, never a text page.  An unexpected failure is logged with its traceback and
 answered 500 without raising it further: raised, it would make the server close the connection
 after the answer, and a client reusing that keep-alive connection for its next request would get
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contextledger.serve._upstream import error_body
+from contextledger.serve._upstream import anthropic_error, error_body
 
 __all__ = ["UnexpectedErrors", "http_error"]
 
@@ -48,12 +49,20 @@ class UnexpectedErrors:
             if started:
                 raise
             _log.exception("the proxy failed answering %s %s", scope.get("method"), scope.get("path"))
-            body = error_body(
+            said = (
                 "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
-                "Idempotency-Key is stored at most once",
-                "server_error",
+                "Idempotency-Key is stored at most once"
             )
+            if _anthropic_path(scope.get("path", "")):
+                body = anthropic_error(said, 500)
+            else:
+                body = error_body(said, "server_error")
             await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
+def _anthropic_path(path: str) -> bool:
+    """Whether a path is Anthropic's API, whose clients read errors in Anthropic's shape."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 async def http_error(request: Request, error: Exception) -> Response:
@@ -68,5 +77,9 @@ async def http_error(request: Request, error: Exception) -> Response:
         code = "method_not_allowed"
     else:
         message, code = str(error.detail), None
+    if _anthropic_path(request.url.path):
+        return JSONResponse(
+            anthropic_error(message, error.status_code), status_code=error.status_code, headers=error.headers
+        )
     body = error_body(message, "invalid_request_error", code)
     return JSONResponse(body, status_code=error.status_code, headers=error.headers)

@@ -2,16 +2,19 @@
 
 Both count the upstream's latency in the metrics and turn its errors into :class:`ProxyError`
 with its retry headers.  A stream is relayed event by event while an assembler rebuilds the
-reply; ``finish`` (a session's turn write) runs after the last event and before ``[DONE]``, so a
-client that saw ``[DONE]`` knows its turn is stored, and a turn that could not be stored ends the
-stream with an error event instead.
+reply; ``finish`` (a session's turn write) runs after the last event and before the stream's
+closing event (``[DONE]``, or the Messages API's ``message_stop``), so a client that saw it knows
+its turn is stored, and a turn that could not be stored ends the stream with an error event
+instead.  What differs between the APIs (the upstream path, how events are assembled, the error
+event's shape) is the :class:`Wire` a call is made with.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 from starlette.responses import Response, StreamingResponse
@@ -19,13 +22,55 @@ from starlette.types import Receive, Scope, Send
 
 from contextledger.exceptions import ContextLedgerError, ProxyError
 from contextledger.serve._metrics import Metrics
-from contextledger.serve._stream import DONE_EVENT, StreamAssembler, sse_event
+from contextledger.serve._stream import StreamAssembler, sse_event
 from contextledger.serve._upstream import Upstream, error_body, passed_back, timeout_error, upstream_error
 
-__all__ = ["Finish", "Relay", "completion"]
+__all__ = ["CHAT_WIRE", "Assembly", "Finish", "Relay", "Wire", "completion"]
 
 Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 """Stores a streamed turn: called with the assembled message and the reply's fields."""
+
+
+class Assembly(Protocol):
+    """What the relay reads a stream with: whole events out, the reply kept (see ``_stream.py``)."""
+
+    error: dict[str, Any] | None
+    usage: dict[str, Any] | None
+
+    def feed(self, data: bytes) -> list[bytes]: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    def message(self) -> dict[str, Any]: ...
+
+    def meta(self) -> dict[str, Any]: ...
+
+    def closing(self) -> bytes:
+        """The stream's last event, held back until the turn is stored."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """One API as the relay speaks it: the metrics' endpoint label, the upstream path, the
+    assembler of its streams, its error event and how it reads an upstream error."""
+
+    endpoint: str
+    path: str
+    assembler: Callable[[bool], Assembly]
+    error_event: Callable[[ProxyError], bytes]
+    upstream_error: Callable[[int, bytes, Mapping[str, str]], ProxyError] = upstream_error
+
+
+def _chat_error_event(failure: ProxyError) -> bytes:
+    return sse_event(error_body(str(failure), failure.error_type, failure.code))
+
+
+CHAT_WIRE = Wire(
+    "chat_completions", "/chat/completions", lambda hide: StreamAssembler(hide_usage=hide), _chat_error_event
+)
+"""OpenAI's chat completions."""
 
 
 class _CleanupStream(StreamingResponse):
@@ -46,21 +91,22 @@ class _CleanupStream(StreamingResponse):
 class Relay:
     """Sends requests to the upstream for the proxy's handlers."""
 
-    def __init__(self, upstream: Upstream, metrics: Metrics) -> None:
+    def __init__(self, upstream: Upstream, metrics: Metrics, wire: Wire = CHAT_WIRE) -> None:
         self.upstream = upstream
         self.metrics = metrics
+        self.wire = wire
 
     async def call(self, headers: dict[str, str], body: bytes) -> httpx.Response:
         started = time.perf_counter()
-        upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=False)
+        upstream = await self.upstream.send("POST", self.wire.path, headers, body, stream=False)
         self.metrics.observe(
             self.metrics.upstream_seconds,
             time.perf_counter() - started,
-            "chat_completions",
+            self.wire.endpoint,
             "answered" if upstream.status_code < 400 else "error",
         )
         if upstream.status_code >= 400:
-            raise upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            raise self.wire.upstream_error(upstream.status_code, upstream.content, upstream.headers)
         return upstream
 
     async def stream(
@@ -82,18 +128,18 @@ class Relay:
         """
         started = time.perf_counter()
         try:
-            upstream = await self.upstream.send("POST", "/chat/completions", headers, body, stream=True)
+            upstream = await self.upstream.send("POST", self.wire.path, headers, body, stream=True)
             if upstream.status_code >= 400:
                 content = await upstream.aread()
                 await upstream.aclose()
-                raise upstream_error(upstream.status_code, content, upstream.headers)
+                raise self.wire.upstream_error(upstream.status_code, content, upstream.headers)
         except BaseException:
             if release is not None:
                 await release()
             raise
 
         async def events() -> Any:
-            assembler = StreamAssembler(hide_usage=hide_usage)
+            assembler = self.wire.assembler(hide_usage)
             failure: ProxyError | None = None
             try:
                 async for data in upstream.aiter_bytes():
@@ -111,15 +157,8 @@ class Relay:
             if failure is None and outcome == "answered" and usage is not None:
                 usage(assembler.usage)
             if failure is None and outcome == "answered" and finish is not None:
-                meta = {
-                    "finish_reason": assembler.finish_reason,
-                    "id": assembler.response_id,
-                    "model": assembler.model,
-                    "created": assembler.created,
-                    "usage": assembler.usage,
-                }
                 try:
-                    await finish(assembler.message(), meta)
+                    await finish(assembler.message(), assembler.meta())
                 except ProxyError as error:
                     failure = error
                 except ContextLedgerError as error:
@@ -133,13 +172,13 @@ class Relay:
                 outcome = "broken"
                 if finish is not None:
                     self.metrics.count(self.metrics.turns, "failed")
-                yield sse_event(error_body(str(failure), failure.error_type, failure.code))
+                yield self.wire.error_event(failure)
             elif outcome == "answered":
                 if trailer is not None and (said := trailer()):
                     yield said
-                yield DONE_EVENT
+                yield assembler.closing()
             self.metrics.observe(
-                self.metrics.upstream_seconds, time.perf_counter() - started, "chat_completions", outcome
+                self.metrics.upstream_seconds, time.perf_counter() - started, self.wire.endpoint, outcome
             )
 
         async def cleanup() -> None:

@@ -113,6 +113,19 @@ class StreamAssembler:
                     slot.arguments.append(function["arguments"])
         return True
 
+    def meta(self) -> dict[str, Any]:
+        """The reply's fields a session keeps beside the message."""
+        return {
+            "finish_reason": self.finish_reason,
+            "id": self.response_id,
+            "model": self.model,
+            "created": self.created,
+            "usage": self.usage,
+        }
+
+    def closing(self) -> bytes:
+        return DONE_EVENT
+
     @property
     def complete(self) -> bool:
         """Whether the upstream ended the stream properly, with nothing unreadable or erroneous in it."""

@@ -44,20 +44,25 @@ def _digest(kind: str, value: str) -> str:
     return kind + hashlib.sha256(value.encode("utf-8")).hexdigest()[:32]
 
 
-def tenant_of(headers: Mapping[str, str], *, trust_tenant_header: bool) -> str:
+def tenant_of(headers: Mapping[str, str], *, trust_tenant_header: bool, x_api_key: bool = False) -> str:
     """The tenant id for a session request, or :class:`ProxyError` 401 when there is none.
 
     Key tenants start with ``k``, header tenants with ``h``: a header can never name a key's tenant.
+    With ``x_api_key`` (Anthropic's clients send their key so) an ``x-api-key`` header names the
+    tenant too; one key is one tenant whichever header carries it.
     """
     if trust_tenant_header:
         claimed = headers.get(TENANT_HEADER, "").strip()
         if claimed:
             return _digest("h", claimed)
     key = bearer_key(headers)
+    if key is None and x_api_key:
+        key = headers.get("x-api-key", "").strip() or None
     if key is None:
         header = f" or an {TENANT_HEADER} header (trusted with --trust-tenant-header)" if trust_tenant_header else ""
         raise ProxyError(
-            f"session requests need the client's own key (Authorization: Bearer KEY){header}: the key names the "
+            f"session requests need the client's own key (Authorization: Bearer KEY"
+            f"{', or x-api-key: KEY' if x_api_key else ''}){header}: the key names the "
             "tenant whose sessions this request may read and write",
             status=401,
             error_type="authentication_error",

@@ -10,6 +10,7 @@ retried turn gets the stored reply, with no upstream call and no fact admitted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -18,7 +19,7 @@ from contextledger._forgotten import same_input
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
 
-from starlette.responses import JSONResponse, Response  # noqa: E402
+from starlette.responses import Response  # noqa: E402
 
 from contextledger.exceptions import HistoryError, LeaseLostError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
@@ -26,7 +27,6 @@ from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
-from contextledger.serve._replies import completion_events, stored_completion  # noqa: E402
 from contextledger.serve._sessions import Sessions  # noqa: E402
 
 __all__ = ["FACTS_ADMITTED_HEADER", "FACTS_REJECTED_HEADER", "SessionTurn", "SessionTurns", "facts_headers"]
@@ -52,8 +52,11 @@ class SessionTurns:
         self.kept = kept
         self.metrics = metrics
 
-    def replay(self, done: StoredTurn, new_turn: list[Message], streaming: bool) -> Response:
-        """The stored reply to a retried turn, without calling the upstream or touching the facts."""
+    def replay(
+        self, done: StoredTurn, new_turn: list[Message], streaming: bool, tell: Callable[[StoredTurn, bool], Response]
+    ) -> Response:
+        """The stored reply to a retried turn (told by ``tell``, in the API the turn came through),
+        without calling the upstream or touching the facts."""
         if not same_input(done.inputs, new_turn):  # equal, or equal but for what a forget took out
             raise ProxyError(
                 f"Idempotency-Key {done.turn_id!r} was already used for a turn with other messages; a key names one "
@@ -62,11 +65,9 @@ class SessionTurns:
                 code="idempotency_key_reused",
             )
         self.metrics.count(self.metrics.turns, "replayed")
-        completion = stored_completion(done)
-        headers = {"x-contextledger-replayed": "true"}
-        if not streaming:
-            return JSONResponse(completion, headers=headers)
-        return Response(completion_events(completion), media_type="text/event-stream", headers=headers)
+        told = tell(done, streaming)
+        told.headers["x-contextledger-replayed"] = "true"
+        return told
 
     async def store(
         self,

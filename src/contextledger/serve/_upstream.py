@@ -17,7 +17,7 @@ import httpx
 
 from contextledger.exceptions import ProxyError
 
-__all__ = ["Upstream", "error_body", "passed_back", "upstream_error", "upstream_failure"]
+__all__ = ["Upstream", "anthropic_error", "error_body", "passed_back", "upstream_error", "upstream_failure"]
 
 _FORWARDED_PREFIXES = ("openai-",)
 
@@ -54,6 +54,39 @@ def error_body(message: str, error_type: str, code: str | None = None) -> dict[s
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
+# Anthropic's error types by status, for the proxy's own refusals.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_BY_STATUS = frozenset({401, 403, 404, 408, 413, 429, 504, 529})
+_KNOWN_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error"})
+
+
+def anthropic_error(
+    message: str, status: int, error_type: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """Anthropic's error shape, ``{"type": "error", "error": {"type", "message"}}``; the proxy's
+    own code, where it has one, rides beside them."""
+    kind = error_type if error_type in _KNOWN_TYPES else _TYPES.get(status, "api_error")
+    if status in _BY_STATUS:  # the status says more than the proxy's generic type
+        kind = _TYPES[status]
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        error["code"] = code
+    return {"type": "error", "error": error}
+
+
 def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
     """The status and OpenAI-shaped body to answer with when the upstream answered ``status``."""
     try:
@@ -71,9 +104,10 @@ def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
 class Upstream:
     """A pooled ``httpx`` client for one upstream base URL."""
 
-    def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None) -> None:
+    def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None, anthropic: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
         self._upstream_key = upstream_key
+        self._anthropic = anthropic
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         # TCP_NODELAY: the request goes out as headers then body, and without it the body waits for
         # the upstream to acknowledge the headers (Nagle against delayed ACKs), several ms a call.
@@ -84,12 +118,29 @@ class Upstream:
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
         """What the upstream gets: the configured key or the client's own, and ``OpenAI-*`` headers."""
         headers = {"content-type": "application/json", "accept": incoming.get("accept", "application/json")}
+        if self._anthropic:
+            return self._anthropic_headers(incoming, headers)
         if self._upstream_key is not None:
             headers["authorization"] = f"Bearer {self._upstream_key}"
         elif "authorization" in incoming:
             headers["authorization"] = incoming["authorization"]
         for name, value in incoming.items():
             if name.lower().startswith(_FORWARDED_PREFIXES):
+                headers[name] = value
+        return headers
+
+    def _anthropic_headers(self, incoming: Mapping[str, str], headers: dict[str, str]) -> dict[str, str]:
+        """An Anthropic upstream's: the configured key as ``x-api-key``, or the client's own key as
+        the client sent it (``x-api-key`` or a bearer token), and the ``anthropic-*`` headers
+        (``anthropic-version``, ``anthropic-beta``) as they came."""
+        if self._upstream_key is not None:
+            headers["x-api-key"] = self._upstream_key
+        else:
+            for name in ("x-api-key", "authorization"):
+                if name in incoming:
+                    headers[name] = incoming[name]
+        for name, value in incoming.items():
+            if name.lower().startswith("anthropic-"):
                 headers[name] = value
         return headers
 

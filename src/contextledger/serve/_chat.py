@@ -1,0 +1,154 @@
+"""``POST /v1/chat/completions``: OpenAI's chat completions through the proxy.
+
+Stateless mode (no session header): the client sends its whole history; the configured strategy
+compacts it and the projection goes upstream; nothing is kept.  Session mode runs the one session
+flow (:mod:`contextledger.serve._flow`) with :class:`ChatFormat` reading and writing the messages.
+
+System messages a client sends in session mode are the instructions for that call: they are put
+first in the request and not stored, so a client that sends its system prompt every time (as
+OpenAI clients do) does not pile up copies of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contextledger.compaction import CompactionStrategy, compact_with_report
+from contextledger.exceptions import ProxyError
+from contextledger.history import StoredTurn
+from contextledger.messages import Message, to_openai
+from contextledger.serve._config import ServeConfig
+from contextledger.serve._metrics import Metrics
+from contextledger.serve._relay import Relay, completion
+from contextledger.serve._replies import completion_events, reply_message, stored_completion
+from contextledger.serve._requests import MessageReader, refuse_invalid, without_metadata
+from contextledger.serve._tenants import tenant_of
+from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._usage import CostMeter, with_usage_requested
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["ChatFormat"]
+
+
+class ChatFormat:
+    """Chat completions: its stateless handling, and its side of a session turn."""
+
+    keys_in_x_api_key = False
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        upstream: Upstream,
+        relay: Relay,
+        metrics: Metrics,
+        cost: CostMeter,
+        strategy: CompactionStrategy | None,
+        tokenizer: Tokenizer,
+    ) -> None:
+        self.config = config
+        self.upstream = upstream
+        self.relay = relay
+        self.metrics = metrics
+        self.cost = cost
+        self.strategy = strategy
+        self.tokenizer = tokenizer
+        self.reader = MessageReader()
+
+    # Stateless mode ---------------------------------------------------------------------------
+
+    async def stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
+        # Every message is read, strategy or not, so a malformed one is refused here and not upstream
+        # (the reader remembers what it has read: a repeated history costs little).  With no strategy
+        # the body then goes as it came.
+        incoming = self.reader.read(payload["messages"])
+        refuse_invalid(incoming)
+        plain = without_metadata(payload["messages"])
+        if plain is not None:
+            payload = {**payload, "messages": plain}
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None))
+        if keyed is not payload:
+            payload = keyed
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        if self.strategy is not None:
+            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+            incoming = result.messages
+            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+            if result.changed:
+                messages = to_openai(result.messages)
+                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
+        expected = self.cost.expect("stateless", payload, incoming)
+        headers = self.upstream.headers(request.headers)
+        if payload.get("stream") is True:
+            usage = functools.partial(self.cost.answered, expected)
+            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage, hide_usage=hide_usage)
+        upstream = await self.relay.call(headers, body)
+        reply, _ = completion(upstream)  # one rule in both modes: a 200 that is no completion is the upstream's fault
+        self.cost.answered(expected, reply.get("usage"))
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+            headers=passed_back(upstream.headers),
+        )
+
+    def cache_key(self, payload: dict[str, Any], request: Request, session: str | None) -> dict[str, Any]:
+        """``payload`` with a ``prompt_cache_key`` as ``--prompt-cache-key`` asks, unless the client
+        set one: OpenAI routes requests with one key to the same cache, so a session's or a
+        conversation's requests find their prefix (some compatible servers refuse fields they do
+        not know, hence off by default).  ``session``: a hash of the tenant and session; ``prefix``:
+        a hash of the conversation's first messages (its instructions and first user message), the
+        same for every request of one conversation.  Keys are hashes: nothing of the tenant's key
+        or text is sent."""
+        mode = self.config.prompt_cache_key
+        if mode == "off" or "prompt_cache_key" in payload:
+            return payload
+        if mode == "session" and session is not None:
+            seed = "session\0" + session
+        else:
+            messages = [m for m in payload["messages"] if isinstance(m, dict)]
+            lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+            first_user = next((m for m in messages if m.get("role") == "user"), None)
+            try:
+                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+            except ProxyError:  # a keyless stateless client: the conversation alone names the key
+                tenant = ""
+            # The instructions and the first user message: what every request of the conversation
+            # starts with, whatever was cut or placed (a facts block) after them.
+            seed = "prefix\0" + tenant + json.dumps([*messages[:lead], first_user], sort_keys=True)
+        digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return {**payload, "prompt_cache_key": "cl-" + digest}
+
+    # A session turn ---------------------------------------------------------------------------
+
+    def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+        incoming = self.reader.read(payload["messages"])
+        return [m for m in incoming if m.role == "system"], [m for m in incoming if m.role != "system"]
+
+    def upstream_payload(
+        self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
+    ) -> tuple[dict[str, Any], bool]:
+        return with_usage_requested(self.cache_key({**payload, "messages": to_openai(sent)}, request, session))
+
+    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        reply, message = completion(upstream)
+        meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
+        meta["finish_reason"] = reply["choices"][0].get("finish_reason")
+        return reply, message, meta
+
+    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
+        return reply_message(message, meta)
+
+    def replay(self, done: StoredTurn, streaming: bool) -> Response:
+        told = stored_completion(done)
+        if not streaming:
+            return JSONResponse(told)
+        return Response(completion_events(told), media_type="text/event-stream")

@@ -1,0 +1,217 @@
+"""A session turn, whichever API it came through: the one flow both endpoints run.
+
+Session mode (header ``X-Contextledger-Session``): the client sends only the new messages; the
+proxy adds the stored history (through the request-view strategy) and the controlled-facts block,
+forwards, and after a successful reply stores the turn, compacts the retained history and admits
+the user's facts (:mod:`contextledger.serve._turns`).  A failed, timed-out or broken reply stores
+nothing and admits nothing.  What depends on the API (how its messages are read and written, how
+its reply is read, its stream's events, how a stored reply is told again) is a
+:class:`TurnFormat`: ``_chat.py`` for chat completions, ``_messages_api.py`` for Anthropic's
+Messages API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import uuid
+from typing import Any, Protocol
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from contextledger.exceptions import ProxyError
+from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
+from contextledger.history import StoredTurn
+from contextledger.messages import Message
+from contextledger.serve._config import ServeConfig
+from contextledger.serve._kept import KeptSessions
+from contextledger.serve._metrics import Metrics
+from contextledger.serve._relay import Relay
+from contextledger.serve._requests import bad_request, open_block, refuse_invalid, turn_id_of, user_text
+from contextledger.serve._sessions import Sessions, session_key
+from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of
+from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
+from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._usage import CostMeter
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["IDEMPOTENCY_HEADER", "SessionFlow", "TurnFormat", "unknown_session"]
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+
+
+class TurnFormat(Protocol):
+    """An API as session mode needs it (see the module docstring)."""
+
+    relay: Relay
+    upstream: Upstream
+    keys_in_x_api_key: bool  # whether ``x-api-key`` names the tenant too
+
+    def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+        """The call's instructions (sent first, never stored) and the turn's new messages."""
+        ...
+
+    def upstream_payload(
+        self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
+    ) -> tuple[dict[str, Any], bool]:
+        """What goes upstream for ``sent``, and whether usage in a stream is the proxy's to keep."""
+        ...
+
+    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The upstream's reply, its message and the fields a session keeps beside it (or 502)."""
+        ...
+
+    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
+        """The assistant message to store for the reply's ``message``."""
+        ...
+
+    def replay(self, done: StoredTurn, streaming: bool) -> Response:
+        """A stored turn's reply, told as the first answer was (JSON or a stream)."""
+        ...
+
+
+def unknown_session(session_id: str) -> ProxyError:
+    return ProxyError(
+        f"no session {session_id!r} for this key; create it first with POST /v1/contextledger/sessions",
+        status=404,
+        error_type="not_found_error",
+        code="session_not_found",
+    )
+
+
+class SessionFlow:
+    """Runs session turns for every endpoint (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        sessions: Sessions,
+        kept: KeptSessions,
+        turns: SessionTurns,
+        metrics: Metrics,
+        cost: CostMeter,
+        tokenizer: Tokenizer,
+        compacts: bool,
+    ) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.kept = kept
+        self.turns = turns
+        self.metrics = metrics
+        self.cost = cost
+        self.tokenizer = tokenizer
+        self.compacts = compacts
+
+    async def address(self, tenant: str, given: str) -> tuple[str, str]:
+        """The session key and id that ``given`` (a header or a URL segment) names.
+
+        An id outside the grammar is refused, unless a session created under it by an earlier
+        version exists: that one stays usable, readable and deletable wherever its id can travel.
+        """
+        try:
+            session_id = session_id_of(given)
+        except ProxyError as refusal:
+            earlier = earlier_session_id(given)
+            if earlier is None or not await self.sessions.exists(session_key(tenant, earlier)):
+                raise refusal from None
+            session_id = earlier
+        return session_key(tenant, session_id), session_id
+
+    async def turn(self, form: TurnFormat, request: Request, payload: dict[str, Any]) -> Response:
+        tenant = tenant_of(
+            request.headers, trust_tenant_header=self.config.trust_tenant_header, x_api_key=form.keys_in_x_api_key
+        )
+        key, session_id = await self.address(tenant, request.headers[SESSION_HEADER])
+        given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))
+        turn_id = given_turn_id or uuid.uuid4().hex
+        instructions, new_turn = form.read_turn(payload)
+        if not new_turn:
+            raise bad_request(
+                "a session turn needs at least one new message besides system messages", "invalid_messages"
+            )
+        streaming = payload.get("stream") is True
+        lock = contextlib.AsyncExitStack()
+        await lock.enter_async_context(self.sessions.lock(key))
+        stack: contextlib.AsyncExitStack[bool | None] | None = lock
+        try:
+            if not await self.sessions.exists(key):
+                raise unknown_session(session_id)
+            if given_turn_id is not None:
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self.turns.replay(done, new_turn, streaming, form.replay)
+            kept = await self.kept.history(key)
+            refuse_invalid(new_turn, before=open_block(kept.messages))
+            view = await self.kept.request_view(key, kept.messages, new_turn)
+            before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
+            after = before if not self.compacts else sum(self.tokenizer.count_messages(list(view)))
+            store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
+            ticket: Ticket | None = None
+            outcome: list[FactsTurn] = []
+            sent: list[Message] = [*instructions, *view]
+            if store is not None:
+                block = await self.sessions.run_facts(store.to_prompt_block)
+                sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
+                text = user_text(new_turn)
+                if text is not None:
+                    begun = await self.sessions.run_facts(lambda: self._begin(store, text))
+                    if begun is not None and begun.rejection is not None:
+                        outcome.append(begun)  # refused before the call: the client hears of it too
+                    ticket = None if begun is None else begun.ticket
+            self.metrics.count(self.metrics.tokens_before, "session", amount=before)
+            self.metrics.count(self.metrics.tokens_after, "session", amount=after)
+            payload, hide_usage = form.upstream_payload(payload, sent, request, key)
+            expected = self.cost.expect("session", payload, sent, session=key)
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            headers = form.upstream.headers(request.headers)
+
+            async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
+                turn = SessionTurn(key, turn_id, kept, new_turn, form.reply_message(message, reply))
+                return await self.turns.store(turn, store, ticket, outcome)
+
+            def trailer() -> bytes:
+                # A streamed answer's headers left before the facts were admitted: an SSE comment,
+                # which clients skip, says it at the end.
+                said = facts_headers(outcome[-1] if outcome else None)
+                return "".join(f": {name}: {value}\n" for name, value in said.items()).encode() + b"\n" if said else b""
+
+            if streaming:
+                stack = None  # the stream releases the lock when it ends
+                usage = functools.partial(self.cost.answered, expected)
+                return await form.relay.stream(
+                    headers,
+                    body,
+                    finish=finish,
+                    release=lock.aclose,
+                    trailer=trailer,
+                    usage=usage,
+                    hide_usage=hide_usage,
+                )
+            upstream = await form.relay.call(headers, body)
+            reply, message, meta = form.answer(upstream)
+            self.cost.answered(expected, reply.get("usage"))
+            if not await finish(message, meta):
+                # Another holder stored this turn id first (its lock lease had run out): its reply stands.
+                done = await self.sessions.history.load_turn(key, turn_id)
+                if done is not None:
+                    return self.turns.replay(done, new_turn, False, form.replay)
+            return Response(
+                upstream.content,
+                status_code=200,
+                media_type=upstream.headers.get("content-type", "application/json"),
+                headers={**passed_back(upstream.headers), **facts_headers(outcome[-1] if outcome else None)},
+            )
+        finally:
+            if stack is not None:
+                await stack.aclose()
+
+    def _begin(self, store: FactMemory, text: str) -> FactsTurn | None:
+        """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
+        rejected, and the turn goes on with the facts unchanged."""
+        begun = FactsHost(store, host="the proxy").begin(text)
+        if begun is not None and begun.rejection is not None:
+            self.metrics.count(self.metrics.facts, "rejected")
+        return begun

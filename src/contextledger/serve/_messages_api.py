@@ -1,0 +1,326 @@
+"""``POST /v1/messages``: Anthropic's Messages API through the proxy, to an Anthropic-compatible upstream.
+
+The same proxy as chat completions: stateless compaction, or session mode through the one session
+flow (:mod:`contextledger.serve._flow`) with its facts, ``Idempotency-Key``, tenants and streams.
+Messages are read with :func:`contextledger.messages.from_anthropic`, so a ``tool_use`` and the
+``tool_result`` blocks answering it are kept or dropped together, a turn's thinking stays with its
+tool calls, and every block the proxy keeps goes upstream as the client sent it (thinking
+signatures and fields this library does not know included).  The top-level ``system`` is kept as
+it came; the tenant is a hash of the key, sent as ``x-api-key`` or a bearer token; the
+``anthropic-*`` headers go upstream as they came; every error is in Anthropic's shape.
+
+Session mode keeps the client's ``system`` as that call's instructions (never stored, as system
+messages are on chat completions) and puts the facts block as a text block of the newest user
+message (``--facts-placement latest_user``, so what comes before it stays cached) or after the
+system blocks (``start``).
+
+Cache breakpoints (``cache_control``): unless the client placed any, the proxy marks the end of the
+system prompt (or of the tools, without one), which a compaction cut leaves cached, and the last
+block of the request, so the next request of the conversation reads everything up to it (the
+README gives the measurement behind the choice).  A client's own breakpoints are never moved, and
+none is added beside them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contextledger.compaction import CompactionStrategy, compact_with_report
+from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
+from contextledger.history import StoredTurn
+from contextledger.messages import Message, TextContent, from_anthropic, message_blocks, system_messages, to_anthropic
+from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
+from contextledger.serve._config import ServeConfig
+from contextledger.serve._metrics import Metrics
+from contextledger.serve._relay import Relay, Wire
+from contextledger.serve._replies import REPLY_PROPERTY
+from contextledger.serve._requests import bad_request, json_object, refuse_invalid
+from contextledger.serve._upstream import _TYPES, Upstream, anthropic_error, passed_back
+from contextledger.serve._usage import CostMeter
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["MESSAGES_WIRE", "MessagesFormat", "anthropic_error_response", "parse_messages_payload"]
+
+
+def anthropic_error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
+    """The answer to a refused request, in Anthropic's shape; a failing store is a 503."""
+    if not isinstance(error, ProxyError):
+        error = ProxyError(
+            f"the session store failed: {error}", status=503, error_type="api_error", code="store_unavailable"
+        )
+    body = anthropic_error(str(error), error.status, error.error_type, error.code)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def _upstream_error(status: int, content: bytes, headers: Mapping[str, str]) -> ProxyError:
+    """An Anthropic upstream's error, its type and message kept; anything else said in words."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("type") if isinstance(error.get("type"), str) else None
+        return ProxyError(error["message"], status=status, error_type=kind or "api_error", headers=passed_back(headers))
+    excerpt = content[:300].decode("utf-8", "replace")
+    return ProxyError(
+        f"the upstream answered HTTP {status}: {excerpt!r}; nothing was stored",
+        status=status,
+        error_type=_TYPES.get(status, "api_error"),
+        code="upstream_error",
+        headers=passed_back(headers),
+    )
+
+
+def _error_event(failure: ProxyError) -> bytes:
+    return named_event("error", anthropic_error(str(failure), failure.status, failure.error_type, failure.code))
+
+
+MESSAGES_WIRE = Wire("messages", "/v1/messages", MessagesAssembler, _error_event, _upstream_error)
+"""Anthropic's Messages API, as the relay speaks it."""
+
+
+def _bad(message: str, code: str = "invalid_request") -> ProxyError:
+    return bad_request(message, code)
+
+
+def parse_messages_payload(body: bytes) -> dict[str, Any]:
+    """A Messages API request: a JSON object with ``model`` and a non-empty ``messages`` list."""
+    payload = json_object(body, "a Messages API JSON object")
+    if not isinstance(payload.get("messages"), list) or not payload["messages"]:
+        raise _bad("'messages' must be a non-empty list of messages", "invalid_messages")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise _bad("'model' must name the model as a non-empty string", "invalid_model")
+    if "stream" in payload and not isinstance(payload["stream"], bool):
+        raise _bad(f"'stream' must be true or false, got {payload['stream']!r}", "invalid_stream")
+    system = payload.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        raise _bad("'system' must be a string or a list of text blocks", "invalid_system")
+    return payload
+
+
+def _read(payload: Mapping[str, Any]) -> list[Message]:
+    try:
+        return from_anthropic(payload["messages"])
+    except InvalidMessageError as error:
+        raise _bad(f"'messages' is malformed: {error}", "invalid_messages") from None
+
+
+def _system(payload: Mapping[str, Any]) -> list[Message]:
+    try:
+        return system_messages(payload.get("system"))
+    except InvalidMessageError as error:
+        raise _bad(f"'system' is malformed: {error}", "invalid_system") from None
+
+
+def _has_breakpoint(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "cache_control" in value or any(_has_breakpoint(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_breakpoint(item) for item in value)
+    return False
+
+
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+def _mark_last(blocks: list[Any]) -> bool:
+    """Put a breakpoint on the last block that takes one (not thinking, not empty text); False if none does."""
+    for index in range(len(blocks) - 1, -1, -1):
+        block = blocks[index]
+        if not isinstance(block, dict) or block.get("type") in _UNMARKABLE:
+            continue
+        if block.get("type") == "text" and not block.get("text"):
+            continue
+        blocks[index] = {**block, "cache_control": {"type": "ephemeral"}}
+        return True
+    return False
+
+
+def with_breakpoints(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with the proxy's cache breakpoints (see the module docstring), or as it was
+    when the client placed any of its own."""
+    if (
+        any(_has_breakpoint(payload.get(name)) for name in ("system", "tools", "messages"))
+        or "cache_control" in payload
+    ):
+        return payload
+    payload = dict(payload)
+    system, tools = payload.get("system"), payload.get("tools")
+    if isinstance(system, str) and system:
+        payload["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+    elif isinstance(system, list) and system:
+        payload["system"] = list(system)
+        _mark_last(payload["system"])
+    elif isinstance(tools, list) and tools and isinstance(tools[-1], dict):
+        payload["tools"] = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
+    messages = list(payload["messages"])
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            content = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            content = list(content)
+        else:
+            continue
+        if _mark_last(content):
+            messages[position] = {**message, "content": content}
+            break
+    payload["messages"] = messages
+    return payload
+
+
+def _with_system(given: Any, added: str | list[dict[str, Any]] | None) -> Any:
+    """The client's ``system`` with the proxy's system blocks (a facts block placed at the start) after it."""
+    if not added:
+        return given
+    extra = [{"type": "text", "text": added}] if isinstance(added, str) else added
+    if given is None:
+        return extra
+    return [*([{"type": "text", "text": given}] if isinstance(given, str) else given), *extra]
+
+
+def _thawed(value: Any) -> Any:
+    """Stored (read-only) data as plain dicts and lists, as JSON writes them."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(item) for item in value]
+    return value
+
+
+class MessagesFormat:
+    """The Messages API: its stateless handling, and its side of a session turn."""
+
+    keys_in_x_api_key = True
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        upstream: Upstream,
+        metrics: Metrics,
+        cost: CostMeter,
+        strategy: CompactionStrategy | None,
+        tokenizer: Tokenizer,
+    ) -> None:
+        self.config = config
+        self.upstream = upstream
+        self.relay = Relay(upstream, metrics, MESSAGES_WIRE)
+        self.metrics = metrics
+        self.cost = cost
+        self.strategy = strategy
+        self.tokenizer = tokenizer
+
+    async def stateless(self, request: Request, payload: dict[str, Any]) -> Response:
+        incoming = _read(payload)
+        refuse_invalid(incoming)
+        system = _system(payload)
+        if self.strategy is not None:
+            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+            if result.changed:
+                incoming = result.messages
+                _, written = to_anthropic(incoming)
+                payload = {**payload, "messages": written}
+        payload = with_breakpoints(payload)
+        expected = self.cost.expect("stateless", payload, [*system, *incoming])
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        headers = self.upstream.headers(request.headers)
+        if payload.get("stream") is True:
+            usage = functools.partial(self.cost.answered, expected)
+            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
+        upstream = await self.relay.call(headers, body)
+        reply, _, _ = self.answer(upstream)
+        self.cost.answered(expected, reply.get("usage"))
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+            headers=passed_back(upstream.headers),
+        )
+
+    async def count_tokens(self, request: Request, body: bytes) -> Response:
+        """``POST /v1/messages/count_tokens``, passed through as it came."""
+        json_object(body, "a Messages API JSON object")  # strict JSON, or a 400 here
+        upstream = await self.upstream.send(
+            "POST", "/v1/messages/count_tokens", self.upstream.headers(request.headers), body, stream=False
+        )
+        if upstream.status_code >= 400:
+            raise _upstream_error(upstream.status_code, upstream.content, upstream.headers)
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+            headers=passed_back(upstream.headers),
+        )
+
+    # A session turn ---------------------------------------------------------------------------
+
+    def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+        _system(payload)  # checked now; it goes upstream as it came
+        return [], _read(payload)
+
+    def upstream_payload(
+        self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
+    ) -> tuple[dict[str, Any], bool]:
+        added, written = to_anthropic(sent)
+        payload = {**payload, "messages": written}
+        if added:
+            payload["system"] = _with_system(payload.get("system"), added)
+        return with_breakpoints(payload), False
+
+    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The upstream's message, or 502: a client must never take a malformed answer for a
+        message, nor a session store it."""
+        try:
+            reply = upstream.json()
+            if not isinstance(reply, dict) or not isinstance(reply.get("content"), list):
+                raise TypeError
+        except (ValueError, TypeError):
+            raise ProxyError(
+                "the upstream's reply is not a Messages API message with content; nothing was stored",
+                status=502,
+                error_type="api_error",
+                code="upstream_invalid_response",
+                headers=passed_back(upstream.headers),
+            ) from None
+        return reply, reply, {}
+
+    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
+        if message.get("content") == []:  # an empty reply (stopped at once): stored as empty text
+            aside = {key: value for key, value in message.items() if key != "content"}
+            return Message("assistant", (TextContent(""),), additional_properties={REPLY_PROPERTY: aside})
+        try:
+            [stored] = from_anthropic([{"role": "assistant", "content": message.get("content")}])
+        except (InvalidMessageError, ValueError):
+            raise ProxyError(
+                "the upstream's reply message cannot be read; nothing was stored",
+                status=502,
+                error_type="api_error",
+                code="upstream_invalid_response",
+            ) from None
+        aside = {key: value for key, value in message.items() if key != "content"}
+        properties = {**stored.additional_properties, REPLY_PROPERTY: aside}
+        return Message("assistant", stored.contents, additional_properties=properties)
+
+    def replay(self, done: StoredTurn, streaming: bool) -> Response:
+        message = done.reply[-1]
+        aside = dict(message.additional_properties.get(REPLY_PROPERTY) or {})
+        told: dict[str, Any] = {"id": f"msg_{done.turn_id}", "type": "message", "role": "assistant", "model": ""}
+        told.update(_thawed(aside))
+        told["content"] = message_blocks(message)
+        if not streaming:
+            return JSONResponse(told)
+        return Response(message_events(told), media_type="text/event-stream")
