@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,6 +38,7 @@ from agents import (
     set_tracing_disabled,
 )
 from contextledger.compaction import (
+    CompactionStrategy,
     ContextWindowCompactionStrategy,
     PipelineStrategy,
     SlidingWindowStrategy,
@@ -851,7 +852,7 @@ def reasoning_problems(items: Sequence[dict[str, Any]]) -> list[str]:
 
 # Sizes at which the window's cut falls between a reply and its reasoning (before the fix, 20 of the
 # 60 model calls under the first two, several under the third, sent a reply without its reasoning).
-SCRIPTED_STRATEGIES = {
+SCRIPTED_STRATEGIES: dict[str, Callable[[], CompactionStrategy]] = {
     "sliding window": lambda: SlidingWindowStrategy(keep_last_groups=5, stable_step=1),
     "collapse and window": lambda: PipelineStrategy(
         ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
