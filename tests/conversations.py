@@ -152,6 +152,9 @@ _BOOLEANS = st.booleans()
 _TOOL_NAME = st.sampled_from(TOOL_NAMES)
 _TOOL_ARGUMENTS = st.sampled_from(TOOL_ARGUMENTS)
 _ASSISTANT_PROPERTIES = st.sampled_from(({}, {}, {"source": "model"}))
+# What an adapter keeps of an item beside its contents (the Agents SDK adapter's ids and status): on
+# reasoning, calls and results too, as every message such an adapter builds carries some.
+_ITEM_PROPERTIES = st.sampled_from(({}, {}, {"item": {"id": "item_1", "status": "completed"}}))
 _ASSISTANT_REASONING = st.sampled_from((None, *TEXTS[:8]))
 _SUMMARY_SOURCE = st.sampled_from((None, "summarization", "tool_results"))
 
@@ -247,7 +250,7 @@ class _Builder:
         return f"call_{next(self._ids)}"
 
     def reasoning(self) -> Message:
-        return Message.assistant(reasoning=self.draw(_TEXT))
+        return Message.assistant(reasoning=self.draw(_TEXT), additional_properties=self.draw(_ITEM_PROPERTIES))
 
     def block(self, kind: str) -> None:
         draw, out = self.draw, self.messages
@@ -335,10 +338,11 @@ class _Builder:
         call = HostedCallContent(self.call_id(), tool, draw(_TOOL_NAME), draw(_TOOL_ARGUMENTS))
         result = HostedResultContent(call.call_id, tool, draw(_RESULT_TEXT))
         where = draw(_upto(3))
+        properties = draw(_ITEM_PROPERTIES)
         if where == 0:
-            out.append(Message("assistant", (call, result)))
+            out.append(Message("assistant", (call, result), additional_properties=properties))
             return
-        out.append(Message("assistant", (call,)))
+        out.append(Message("assistant", (call,), additional_properties=properties))
         if where == 3:
             return
         if where == 2:
@@ -356,12 +360,17 @@ class _Builder:
         ]
         text = draw(_OPTIONAL_TEXT)
         reasoning = draw(_OPTIONAL_TEXT)
-        out.append(Message.assistant(text, calls=calls, reasoning=reasoning, author_name=draw(_AUTHOR)))
+        properties = draw(_ITEM_PROPERTIES)
+        out.append(
+            Message.assistant(
+                text, calls=calls, reasoning=reasoning, author_name=draw(_AUTHOR), additional_properties=properties
+            )
+        )
         for position in draw(_PERMUTATIONS[len(calls)]):
             call = calls[position]
             if draw(_upto(4)) == 0:
                 out.append(self.reasoning())
-            out.append(Message.tool(call.call_id, draw(_RESULT_TEXT)))
+            out.append(Message.tool(call.call_id, draw(_RESULT_TEXT), additional_properties=draw(_ITEM_PROPERTIES)))
 
 
 @cache

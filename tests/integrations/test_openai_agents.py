@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,10 +18,34 @@ from hypothesis import strategies as st
 
 pytest.importorskip("agents", reason="the 'openai-agents' extra")
 
+from agents.testing import ScriptedModel
 from openai import AsyncOpenAI
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary
 
-from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
-from contextledger.compaction import SlidingWindowStrategy, TruncationStrategy, compact_with_report
+from agents import (
+    Agent,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    SessionSettings,
+    function_tool,
+    set_tracing_disabled,
+)
+from contextledger.compaction import (
+    CompactionStrategy,
+    ContextWindowCompactionStrategy,
+    PipelineStrategy,
+    SlidingWindowStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    compact_with_report,
+)
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.facts import FactStore
 from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
@@ -42,6 +66,7 @@ from contextledger.messages import (
     Message,
     ReasoningContent,
     TextContent,
+    item_dict,
     validate,
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer
@@ -741,7 +766,7 @@ def test_every_model_call_of_a_long_tool_loop_is_compacted_and_the_session_keeps
         requests = chat_server.requests
         assert len(requests) == LOOP_STEPS + 1
         outputs = [item for item in stored if item.get("type") == "function_call_output"]
-        assert [json.loads(item["output"])["page"] for item in outputs] == list(range(LOOP_STEPS))
+        assert [item["output"] for item in outputs] == [fetch_page(page) for page in range(LOOP_STEPS)]  # whole
         assert pairing_problems(stored) == []
         over = 0
         for number, body in enumerate(requests):
@@ -759,3 +784,127 @@ def test_every_model_call_of_a_long_tool_loop_is_compacted_and_the_session_keeps
         assert last_outputs < LOOP_STEPS / 2
 
     asyncio.run(scenario())
+
+
+# The SDK's scripted model: reasoning before every call and reply, under every kind of strategy ----
+
+SCRIPTED_TURNS = 30
+
+
+def scripted_steps(turn: int) -> list[list[Any]]:
+    """One turn of the script: reasoning then a call, the tool runs, reasoning then the reply (the
+    reply's item, like every item the SDK stores, carries fields the adapter keeps as properties)."""
+    return [
+        [
+            ResponseReasoningItem(
+                id=f"rs_{turn}_a", type="reasoning", summary=[Summary(text=f"Look up {turn}.", type="summary_text")]
+            ),
+            ResponseFunctionToolCall(
+                id=f"fc_{turn}",
+                call_id=f"call_{turn}",
+                name="fetch_page",
+                arguments=json.dumps({"page": turn}),
+                type="function_call",
+                status="completed",
+            ),
+        ],
+        [
+            ResponseReasoningItem(
+                id=f"rs_{turn}_b", type="reasoning", summary=[Summary(text="Answer.", type="summary_text")]
+            ),
+            ResponseOutputMessage(
+                id=f"msg_{turn}",
+                type="message",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(text=f"Page {turn} read.", type="output_text", annotations=[])],
+            ),
+        ],
+    ]
+
+
+def reasoning_problems(items: Sequence[dict[str, Any]]) -> list[str]:
+    """Every reasoning item directly before the item it was produced with, and every such item
+    after its reasoning: one is never sent without the other (the Responses API refuses either)."""
+    problems = []
+    for position, item in enumerate(items):
+        item_id = str(item.get("id", ""))
+        before = items[position - 1].get("id") if position else None
+        after = items[position + 1].get("id") if position + 1 < len(items) else None
+        if item_id.startswith("rs_"):
+            turn, part = item_id[3:].rsplit("_", 1)
+            expected = f"fc_{turn}" if part == "a" else f"msg_{turn}"
+            if after != expected:
+                problems.append(f"{item_id} sent without {expected}")
+        elif item_id.startswith(("fc_", "msg_")):
+            turn = item_id.split("_", 1)[1]
+            expected = f"rs_{turn}_a" if item_id.startswith("fc_") else f"rs_{turn}_b"
+            if before != expected:
+                problems.append(f"{item_id} sent without {expected}")
+    return problems
+
+
+# Sizes at which the window's cut falls between a reply and its reasoning (before the fix, 20 of the
+# 60 model calls under the first two, several under the third, sent a reply without its reasoning).
+SCRIPTED_STRATEGIES: dict[str, Callable[[], CompactionStrategy]] = {
+    "sliding window": lambda: SlidingWindowStrategy(keep_last_groups=5, stable_step=1),
+    "collapse and window": lambda: PipelineStrategy(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+        SlidingWindowStrategy(keep_last_groups=5, stable_step=1),
+    ),
+    "context window": lambda: ContextWindowCompactionStrategy(1_300, 500),
+}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTED_STRATEGIES))
+def test_a_scripted_runner_never_parts_reasoning_from_its_item_under_any_strategy(name: str) -> None:
+    """Was: a reply the adapter built (every one carries properties) left its reasoning behind, so a
+    window sent msg_N without rs_N."""
+    model = ScriptedModel(steps=[step for turn in range(SCRIPTED_TURNS) for step in scripted_steps(turn)])
+    agent = Agent(name="reader", instructions="Read.", model=model, tools=[function_tool(fetch_page)])
+    session = CompactingSession(InMemoryHistoryProvider(), "reader-1", SCRIPTED_STRATEGIES[name]())
+    config = RunConfig(call_model_input_filter=session.input_filter)
+
+    async def scenario() -> list[dict[str, Any]]:
+        for turn in range(SCRIPTED_TURNS):
+            result = await Runner.run(agent, f"Read page {turn}.", session=cast(Any, session), run_config=config)
+            assert result.final_output == f"Page {turn} read."
+        return await session.all_items()
+
+    stored = asyncio.run(scenario())
+    assert len(model.calls) == 2 * SCRIPTED_TURNS
+    sent = [[item_dict(item) for item in call.input] for call in model.calls]
+    assert {number: reasoning_problems(items) for number, items in enumerate(sent) if reasoning_problems(items)} == {}
+    assert all(pairing_problems(items) == [] for items in sent)
+    assert len(sent[-1]) < len(stored)  # the strategy did compact
+    assert reasoning_problems(stored) == []
+    assert sum(1 for item in stored if item.get("type") == "reasoning") == 2 * SCRIPTED_TURNS
+
+
+def test_a_session_limit_read_is_compacted_by_the_input_filter() -> None:
+    """A run under SessionSettings(limit=N) reads the newest N items as stored (the SDK checks its
+    own writes so); the per-call filter compacts what the model is sent from that read too."""
+    model = ScriptedModel(steps=[step for turn in range(6) for step in scripted_steps(turn)])
+    agent = Agent(name="reader", instructions="Read.", model=model, tools=[function_tool(fetch_page)])
+    session = CompactingSession(
+        InMemoryHistoryProvider(), "limited", SlidingWindowStrategy(keep_last_groups=3, stable_step=1)
+    )
+
+    async def scenario() -> list[dict[str, Any]]:
+        for turn in range(5):
+            await Runner.run(agent, f"Read page {turn}.", session=cast(Any, session))
+        stored = await session.all_items()
+        assert await session.get_items(limit=12) == stored[-12:]  # a limited read is the stored tail
+        plain = RunConfig(session_settings=SessionSettings(limit=12))
+        filtered = RunConfig(session_settings=SessionSettings(limit=12), call_model_input_filter=session.input_filter)
+        await Runner.run(agent, "Read page 5.", session=cast(Any, session), run_config=filtered)
+        model.extend(scripted_steps(6))
+        await Runner.run(agent, "Read page 6.", session=cast(Any, session), run_config=plain)
+        return stored
+
+    stored = asyncio.run(scenario())
+    with_filter, without_filter = model.calls[10].input, model.calls[12].input
+    assert len(without_filter) == 12 + 1  # the limited read as stored, and the new user message
+    assert len(with_filter) < 12 + 1
+    assert reasoning_problems([item_dict(item) for item in with_filter]) == []
+    assert len(stored) == 5 * 6

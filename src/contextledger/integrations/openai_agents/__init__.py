@@ -18,7 +18,9 @@
   in order.
 - **Sessions**: :class:`ContextLedgerSession` is the SDK's ``Session`` over any contextledger
   history (in memory, SQLite, Redis); :class:`CompactingSession` answers ``get_items()`` with
-  the request view (what a strategy would send) while the store keeps every item.
+  the request view (what a strategy would send) while the store keeps every item, and its
+  ``input_filter`` (``RunConfig.call_model_input_filter``) compacts every model call of a run,
+  the items a long tool loop adds inside it included.
 - **Controlled facts**: :class:`AgentsFacts` puts the facts block into the instructions of each
   model call, extracts from the run's own user input after a successful run, and forgets from
   the store and from sessions.
