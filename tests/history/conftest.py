@@ -23,8 +23,8 @@ from contextledger.history import (
     SQLiteHistoryProvider,
 )
 from tests.history.support import Backend, RedisServer, free_port
-from tests.postgres_server import PostgresServer, started_postgres
 from tests.optional_imports import try_import
+from tests.postgres_server import PostgresServer
 
 with try_import("redis") as redis_extra:
     import redis  # noqa: F401  (what every Redis store here talks through)
@@ -107,13 +107,6 @@ def own_redis_server(tmp_path: Path) -> Iterator[tuple[RedisServer, subprocess.P
             yield started
         finally:
             started[1].send_signal(signal.SIGCONT)  # a test that paused it and failed must not hang the stop
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A throwaway Postgres on 127.0.0.1 (tests/postgres_server.py), stopped when the test session ends."""
-    with started_postgres() as (server, _):
-        yield server
 
 
 def unique_name(prefix: str) -> str:

@@ -129,7 +129,8 @@ class PostgresHistoryProvider:
         )
         store = f"{self._where}, namespace {self.namespace!r}"
         return [
-            decode_message(body, session_id=key, position=position, store=store) for position, (body,) in enumerate(rows)
+            decode_message(body, session_id=key, position=position, store=store)
+            for position, (body,) in enumerate(rows)
         ]
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -141,7 +142,9 @@ class PostgresHistoryProvider:
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
         key, bodies, _ = encode_messages(session_id, messages, "replace", self._encoded)
-        await self._fetch(f"replace session {key!r}", "SELECT {ns}.contextledger_write(%s, %s::text[], true)", (key, bodies))
+        await self._fetch(
+            f"replace session {key!r}", "SELECT {ns}.contextledger_write(%s, %s::text[], true)", (key, bodies)
+        )
 
     async def append_turn(
         self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
@@ -197,10 +200,19 @@ class PostgresHistoryProvider:
                 session_id=session_id,
             )
 
-        sql = (
-            f"SELECT {self._ns}.contextledger_append_turn(%s, %s, %s, %s::text[], %s, %s, %s, %s::text[], %s, %s)"
+        sql = f"SELECT {self._ns}.contextledger_append_turn(%s, %s, %s, %s::text[], %s, %s, %s, %s::text[], %s, %s)"
+        parameters = (
+            session_id,
+            turn,
+            record,
+            bodies,
+            lock,
+            token,
+            start,
+            suffix,
+            expected.generation,
+            expected.length,
         )
-        parameters = (session_id, turn, record, bodies, lock, token, start, suffix, expected.generation, expected.length)
         action = f"append turn {turn!r} to session {session_id!r} (nothing was stored)"
         with self._failures.mapped(action, outcome_unknown=outcome_unknown):
             async with self.connection() as connection:
@@ -224,7 +236,9 @@ class PostgresHistoryProvider:
         )
         if not rows:
             return None
-        return decode_turn(rows[0][0], session_id=key, turn_id=turn, store=f"{self._where}, namespace {self.namespace!r}")
+        return decode_turn(
+            rows[0][0], session_id=key, turn_id=turn, store=f"{self._where}, namespace {self.namespace!r}"
+        )
 
     async def load_turns(self, session_id: str) -> list[StoredTurn]:
         key = check_session_id(session_id)
