@@ -22,6 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,19 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{_USER}@127.0.0.1:{self.port}/postgres"
+        return self.database_url("postgres")
+
+    def database_url(self, database: str) -> str:
+        return f"postgresql://{_USER}@127.0.0.1:{self.port}/{database}"
+
+    def fresh_database(self) -> str:
+        """The URL of a new, empty database on this server, for a test that reads the store's tables."""
+        import psycopg  # noqa: PLC0415
+
+        name = f"test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            connection.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+        return self.database_url(name)
 
 
 def postgres_binaries() -> Path:

@@ -100,19 +100,21 @@ def _import(feature: str) -> tuple[Any, Any]:
 
 
 def open_pool(
-    url: str,
+    target: Any,
     *,
     feature: str,
     asynchronous: bool,
     connect_timeout: float = 5.0,
     max_size: int = 10,
 ) -> PostgresPool:
-    """A pool of autocommit connections to ``url`` (``postgresql://…``), not opened yet: an
-    asyncio pool must be opened inside the event loop that uses it, so the store opens it on
-    first use.  ``connect_timeout`` bounds the wait for a connection (seconds)."""
-    if not is_postgres_url(url):
-        given = repr(url) if isinstance(url, str) else type(url).__name__
-        raise ConfigurationError(f"{feature} needs a postgresql:// URL, got {given}")
+    """A pool for ``target``: a ``postgresql://`` URL, or a pool the caller made.
+
+    From a URL: a pool of autocommit connections, not opened yet (an asyncio pool must be opened
+    inside the event loop that uses it, so the store opens it on first use); ``connect_timeout``
+    bounds the wait for a connection (seconds).  A pool passed in (``psycopg_pool``'s
+    ``AsyncConnectionPool`` when ``asynchronous``, else ``ConnectionPool``) is used as it is and
+    left open; its connections must be in autocommit mode (``kwargs={"autocommit": True}``).
+    """
     try:
         psycopg, pools = _import(feature)
     except ImportError as error:
@@ -126,15 +128,26 @@ def open_pool(
             extra="postgres",
             module="psycopg",
         ) from error
+    flavour = pools.AsyncConnectionPool if asynchronous else pools.ConnectionPool
+    if isinstance(target, flavour):
+        if not (target.kwargs or {}).get("autocommit"):
+            raise ConfigurationError(
+                f"{feature} needs a pool of autocommit connections (kwargs={{'autocommit': True}}): its single "
+                "statements are transactions of their own, and a pool rolls back what a connection left open"
+            )
+        return PostgresPool(target, f"Postgres pool {target.name!r}", False, target.conninfo, psycopg, pools)
+    if not is_postgres_url(target):
+        kind = "an asyncio psycopg_pool.AsyncConnectionPool" if asynchronous else "a psycopg_pool.ConnectionPool"
+        given = repr(target) if isinstance(target, str) else type(target).__name__
+        raise ConfigurationError(f"{feature} needs a postgresql:// URL or {kind}, got {given}")
     try:
-        psycopg.conninfo.conninfo_to_dict(url)
+        psycopg.conninfo.conninfo_to_dict(target)
     except psycopg.ProgrammingError as error:
         raise ConfigurationError(
-            f"url {redact(url)!r} is not a Postgres URL ({error}); use postgresql://user:password@host:port/database"
+            f"url {redact(target)!r} is not a Postgres URL ({error}); use postgresql://user:password@host:port/database"
         ) from None
-    flavour = pools.AsyncConnectionPool if asynchronous else pools.ConnectionPool
     pool = flavour(
-        url,
+        target,
         open=False,
         min_size=1,
         max_size=max_size,
@@ -142,16 +155,19 @@ def open_pool(
         kwargs={"autocommit": True, "connect_timeout": max(1, round(connect_timeout))},
         name=feature,
     )
-    return PostgresPool(pool, f"Postgres at {redact(url)}", True, url, psycopg, pools)
+    return PostgresPool(pool, f"Postgres at {redact(target)}", True, target, psycopg, pools)
 
 
 def ensure_schema(postgres: PostgresPool, namespace: str) -> None:
     """Bring ``namespace`` up to :data:`SCHEMA_VERSION`, on a connection of its own (blocking:
     an asyncio store runs it in a thread, once).  A namespace at that version costs one query;
     otherwise every missing migration runs in one transaction, under an advisory lock that makes
-    processes starting together take turns.  Raises ``ConfigurationError`` for a namespace a
+    processes starting together take turns; a namespace seen ready by this process is not asked
+    again.  Raises ``ConfigurationError`` for a namespace a
     newer release migrated, and the driver's own error for a server it cannot reach (the
     caller's :class:`PostgresFailures` reads it)."""
+    if (postgres.conninfo, namespace) in _READY:
+        return
     psycopg = postgres.errors
     name = quoted(namespace)
     with psycopg.connect(postgres.conninfo, autocommit=True, connect_timeout=5) as connection:
@@ -162,6 +178,7 @@ def ensure_schema(postgres: PostgresPool, namespace: str) -> None:
         if row is not None:
             _check_version(int(row[0]), namespace, postgres.where)
             if int(row[0]) == SCHEMA_VERSION:
+                _READY.add((postgres.conninfo, namespace))
                 return
         with connection.transaction():
             connection.execute(_MIGRATION_LOCK, (namespace,))
@@ -175,6 +192,12 @@ def ensure_schema(postgres: PostgresPool, namespace: str) -> None:
             for version in range(found + 1, SCHEMA_VERSION + 1):
                 connection.execute(MIGRATIONS[version - 1].replace("{ns}", name))
             connection.execute(f"UPDATE {name}.{VERSION_TABLE} SET version = %s", (SCHEMA_VERSION,))  # type: ignore[arg-type]
+    _READY.add((postgres.conninfo, namespace))
+
+
+# The (server, namespace) pairs this process has seen at SCHEMA_VERSION: a store opened again (the
+# proxy opens a fact store per session) does not open a connection to ask again.
+_READY: set[tuple[str, str]] = set()
 
 
 def _check_version(found: int, namespace: str, where: str) -> None:

@@ -50,7 +50,9 @@ _PEEK = (
 class PostgresFactStore(LedgerStore):
     """The fact store contract with one owner's facts and trail in Postgres (see the module docstring).
 
-    ``url`` is a ``postgresql://`` URL; ``namespace`` the Postgres schema of the tables.  Stores
+    ``url`` is a ``postgresql://`` URL, or a ``psycopg_pool.ConnectionPool`` (of autocommit
+    connections) that the store uses as it is and leaves open, as the proxy shares one between
+    its sessions' stores; ``namespace`` is the Postgres schema of the tables.  Stores
     with different owners never see each other's facts.  A server that cannot be reached raises
     :class:`FactsError` with nothing changed; a connection that breaks while a write is being
     committed raises :class:`FactsError` saying the write was applied whole or not at all (read
@@ -59,7 +61,7 @@ class PostgresFactStore(LedgerStore):
 
     def __init__(
         self,
-        url: str,
+        url: Any,
         *,
         owner: str,
         schema: FactSchema = DEFAULT_SCHEMA,
@@ -90,17 +92,20 @@ class PostgresFactStore(LedgerStore):
         self.close()
 
     def close(self) -> None:
-        """Close the store's connections (it opens new ones if used after)."""
+        """Close the store's connections (it opens new ones if used after); a pool passed in stays open."""
         with self._lock:
             pool, self._pool = self._pool, None
-        if pool is not None:
+        if pool is not None and self._postgres.owned:
             pool.close()
 
     # The backend -------------------------------------------------------------------------------
 
     def _opened(self) -> Any:
         with self._lock:
-            if self._pool is None:
+            if self._pool is None and not self._postgres.owned:
+                ensure_schema(self._postgres, self.namespace)
+                self._pool = self._postgres.pool
+            elif self._pool is None:
                 ensure_schema(self._postgres, self.namespace)
                 # A closed pool cannot be opened again: a store used after close() makes another.
                 postgres = open_pool(

@@ -58,7 +58,9 @@ class PostgresHistoryProvider:
     cannot be reached raises :class:`HistoryUnavailableError` with nothing written.
 
     The connections come from a ``psycopg_pool`` pool of at most ``max_connections``, opened in
-    the event loop of the first call; ``connect_timeout`` bounds the wait for one (seconds).
+    the event loop of the first call; ``connect_timeout`` bounds the wait for one (seconds).  A
+    ``psycopg_pool.AsyncConnectionPool`` passed as ``url`` is used instead, as it is (its
+    connections in autocommit mode), and left open by :meth:`close`.
     ``fence``: as for :class:`~contextledger.history.RedisHistoryProvider`, given a session id,
     the key of the lock (a row of ``contextledger_locks``) and the token this writer holds it
     with, or ``None``; a turn is then stored only while that lock holds the token and its lease
@@ -67,7 +69,7 @@ class PostgresHistoryProvider:
 
     def __init__(
         self,
-        url: str = "postgresql://127.0.0.1:5432/postgres",
+        url: Any = "postgresql://127.0.0.1:5432/postgres",
         namespace: str = "contextledger",
         source_id: str = "postgres",
         *,
@@ -98,7 +100,9 @@ class PostgresHistoryProvider:
         """A connection (autocommit) from this history's pool, its namespace migrated: what the
         proxy's session registry and locks use, so one pool serves a whole session store."""
         loop = asyncio.get_running_loop()
-        if self._pool is None or self._loop is not loop:
+        if not self._postgres.owned:
+            self._pool = self._postgres.pool
+        elif self._pool is None or self._loop is not loop:
             # An asyncio pool belongs to the loop that opened it; a closed one cannot be opened again.
             postgres = open_pool(self._url, feature="PostgresHistoryProvider", asynchronous=True, **self._options)
             self._pool, self._loop = postgres.pool, loop
@@ -301,6 +305,6 @@ class PostgresHistoryProvider:
 
     async def close(self) -> None:
         pool, self._pool, self._loop = self._pool, None, None
-        if pool is not None:
+        if pool is not None and self._postgres.owned:
             with contextlib.suppress(Exception):
                 await pool.close()
