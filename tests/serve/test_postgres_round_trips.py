@@ -10,7 +10,6 @@ function call), admit the declared fact (two again), release the lock: ten.  Wit
 from __future__ import annotations
 
 import pytest
-
 from tests.postgres_server import PostgresServer
 from tests.round_trip_relay import RoundTripRelay
 from tests.serve.conftest import StartProxy
