@@ -63,7 +63,7 @@ class PostgresServer:
 
         name = f"test_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.url, autocommit=True) as connection:
-            connection.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+            connection.execute(f"CREATE DATABASE {name}")
         return self.database_url(name)
 
 

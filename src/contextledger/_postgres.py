@@ -172,7 +172,7 @@ def ensure_schema(postgres: PostgresPool, namespace: str) -> None:
     name = quoted(namespace)
     with psycopg.connect(postgres.conninfo, autocommit=True, connect_timeout=5) as connection:
         try:
-            row = connection.execute(f"SELECT version FROM {name}.{VERSION_TABLE}").fetchone()  # type: ignore[arg-type]
+            row = connection.execute(f"SELECT version FROM {name}.{VERSION_TABLE}").fetchone()
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             row = None
         if row is not None:
@@ -182,16 +182,16 @@ def ensure_schema(postgres: PostgresPool, namespace: str) -> None:
                 return
         with connection.transaction():
             connection.execute(_MIGRATION_LOCK, (namespace,))
-            connection.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")  # type: ignore[arg-type]
-            connection.execute(f"CREATE TABLE IF NOT EXISTS {name}.{VERSION_TABLE} (version INTEGER NOT NULL)")  # type: ignore[arg-type]
-            row = connection.execute(f"SELECT version FROM {name}.{VERSION_TABLE} FOR UPDATE").fetchone()  # type: ignore[arg-type]
+            connection.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
+            connection.execute(f"CREATE TABLE IF NOT EXISTS {name}.{VERSION_TABLE} (version INTEGER NOT NULL)")
+            row = connection.execute(f"SELECT version FROM {name}.{VERSION_TABLE} FOR UPDATE").fetchone()
             found = 0 if row is None else int(row[0])
             _check_version(found, namespace, postgres.where)
             if row is None:
-                connection.execute(f"INSERT INTO {name}.{VERSION_TABLE} (version) VALUES (0)")  # type: ignore[arg-type]
+                connection.execute(f"INSERT INTO {name}.{VERSION_TABLE} (version) VALUES (0)")
             for version in range(found + 1, SCHEMA_VERSION + 1):
                 connection.execute(MIGRATIONS[version - 1].replace("{ns}", name))
-            connection.execute(f"UPDATE {name}.{VERSION_TABLE} SET version = %s", (SCHEMA_VERSION,))  # type: ignore[arg-type]
+            connection.execute(f"UPDATE {name}.{VERSION_TABLE} SET version = %s", (SCHEMA_VERSION,))
     _READY.add((postgres.conninfo, namespace))
 
 

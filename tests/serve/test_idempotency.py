@@ -112,7 +112,8 @@ def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
     start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, tmp_path: Path, store: str
 ) -> None:
     """SPEC §11 through the proxy: an Idempotency-Key retry reads the turn record, which forget rewrote."""
-    redis_port, postgres_url, args = 0, "", ()
+    redis_port, postgres_url = 0, ""
+    args: tuple[str, ...] = ()
     if store == "redis":
         redis_port = request.getfixturevalue("redis_server").port
         redis.Redis(port=redis_port, db=5).flushdb()

@@ -74,7 +74,7 @@ class PostgresFactStore(LedgerStore):
     ) -> None:
         super().__init__(schema=schema, owner=owner, ttl_seconds=ttl_seconds, clock=clock)
         self.namespace = check_namespace(namespace)
-        self._options = {"connect_timeout": connect_timeout, "max_size": max_connections}
+        self._options: dict[str, Any] = {"connect_timeout": connect_timeout, "max_size": max_connections}
         # Made here so a bad URL or a missing extra stops the constructor; opened on first use.
         self._postgres = open_pool(url, feature="PostgresFactStore", asynchronous=False, **self._options)
         self._where = self._postgres.where

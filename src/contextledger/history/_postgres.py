@@ -83,7 +83,7 @@ class PostgresHistoryProvider:
         # A rewrite writes again messages this history has just stored: encoded once, not twice.
         self._encoded = RecentEncodings()
         self._url = url
-        self._options = {"connect_timeout": connect_timeout, "max_size": max_connections}
+        self._options: dict[str, Any] = {"connect_timeout": connect_timeout, "max_size": max_connections}
         self._postgres = open_pool(url, feature="PostgresHistoryProvider", asynchronous=True, **self._options)
         self._where = self._postgres.where
         self._failures = PostgresFailures(self._postgres, unavailable=HistoryUnavailableError, failed=HistoryError)
