@@ -132,8 +132,10 @@ class PostgresFactStore(LedgerStore):
         )
 
     def _transact(self, step: Callable[[State], _T]) -> _T:
+        with self._failures.mapped("write the facts"):
+            pool = self._opened()  # a failure here is before anything was sent
         with self._failures.mapped("write the facts", outcome_unknown=self._unconfirmed):
-            with self._opened().connection() as connection:
+            with pool.connection() as connection:
                 try:
                     # BEGIN and COMMIT written out rather than psycopg's transaction block, which
                     # syncs the pipeline on entering and leaving it: two round trips in all, not five.
