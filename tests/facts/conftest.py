@@ -1,8 +1,11 @@
-"""Fixtures for the facts tests: each store the conformance suite runs against (memory, SQLite, Redis).
+"""Fixtures for the facts tests: each store the conformance suite runs against (memory, SQLite,
+Redis, Postgres).
 
 The Redis store runs against the real redis-server the history tests start (same fixture), in
-an owner namespace no other test uses.  Stores are built with the ``schema`` fixture's schema:
-the seed's here; the conformance suite overrides ``schema`` to run under the seed's and a custom one.
+an owner namespace no other test uses; the Postgres store against the Postgres the whole suite
+shares (``tests/conftest.py``), in a namespace of its own per test.  Stores are built with the
+``schema`` fixture's schema: the seed's here; the conformance suite overrides ``schema`` to run
+under the seed's and a custom one.
 """
 
 from __future__ import annotations
@@ -13,10 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, FactStore, RedisFactStore, SQLiteFactStore
+from contextledger.facts import (
+    DEFAULT_SCHEMA,
+    FactMemory,
+    FactSchema,
+    FactStore,
+    PostgresFactStore,
+    RedisFactStore,
+    SQLiteFactStore,
+)
 from tests.facts.support import Clock
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer
+from tests.postgres_server import PostgresServer
 
 __all__ = ["MakeStore", "redis_server"]
 
@@ -34,7 +46,14 @@ def schema() -> FactSchema:
     return DEFAULT_SCHEMA
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema) -> Iterator[MakeStore]:
     """Builds stores of one backend; every store it builds in a test shares that test's storage
     (a Redis owner of its own), the way several agents or processes would share it.  The
@@ -63,6 +82,21 @@ def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema)
         for file_store in files:
             file_store.close()
         return
+    if request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        namespace = f"test-{uuid.uuid4().hex[:12]}"
+        pooled: list[PostgresFactStore] = []
+
+        def postgres_store(**options: object) -> FactMemory:
+            settings = {"owner": "test", "clock": clock, "schema": schema, "namespace": namespace, **options}
+            store = PostgresFactStore(postgres.url, **settings)  # type: ignore[arg-type]
+            pooled.append(store)
+            return store
+
+        yield postgres_store
+        for pooled_store in pooled:
+            pooled_store.close()
+        return
     server: RedisServer = request.getfixturevalue("redis_server")
     owner = f"test-{uuid.uuid4().hex[:12]}"
     opened: list[RedisFactStore] = []
@@ -77,11 +111,20 @@ def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema)
         store.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def persistent_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where processes meet a persistent store: a SQLite file, or a Redis server's URL."""
+    """Where processes meet a persistent store: a SQLite file, or a Redis or Postgres server's URL."""
     if request.param == "sqlite":
         return str(tmp_path / "facts.sqlite3")
+    if request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        return postgres.url
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 

@@ -16,7 +16,15 @@ import random
 import sys
 import time
 
-from contextledger.facts import ALLOWED_KEYS, FactMemory, RedisFactStore, RuleWriter, SQLiteFactStore, parse_assertions
+from contextledger.facts import (
+    ALLOWED_KEYS,
+    FactMemory,
+    PostgresFactStore,
+    RedisFactStore,
+    RuleWriter,
+    SQLiteFactStore,
+    parse_assertions,
+)
 from tests.facts.history_check import Recorder
 
 KEYS = sorted(ALLOWED_KEYS)
@@ -75,10 +83,12 @@ async def run_async(store: FactMemory, tag: str, turns: int, seed: int) -> Recor
     return recorder
 
 
-def open_store(location: str, owner: str) -> RedisFactStore | SQLiteFactStore:
-    """The persistent store at ``location``: a redis:// URL or a SQLite file path."""
+def open_store(location: str, owner: str) -> RedisFactStore | SQLiteFactStore | PostgresFactStore:
+    """The persistent store at ``location``: a redis:// or postgresql:// URL or a SQLite file path."""
     if location.startswith("redis://"):
         return RedisFactStore(location, owner=owner)
+    if location.startswith("postgresql://"):
+        return PostgresFactStore(location, owner=owner)
     return SQLiteFactStore(location, owner=owner)
 
 

@@ -30,6 +30,7 @@ from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import HistoryError, TurnOutcomeUnknownError
 from contextledger.history import (
     HistoryProvider,
+    PostgresHistoryProvider,
     RedisHistoryProvider,
     SQLiteHistoryProvider,
     Turn,
@@ -57,6 +58,8 @@ def turn(tag: str, number: int, size: int) -> list[Message]:
 def open_history(backend: str, target: str, namespace: str, socket_timeout: float) -> HistoryProvider:
     if backend == "sqlite":
         return SQLiteHistoryProvider(target, busy_timeout=30.0)
+    if backend == "postgres":
+        return PostgresHistoryProvider(target, namespace=namespace)
     return RedisHistoryProvider(target, namespace=namespace, socket_timeout=socket_timeout)
 
 
@@ -144,7 +147,7 @@ async def main(arguments: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("backend", choices=["sqlite", "redis"])
+    parser.add_argument("backend", choices=["sqlite", "redis", "postgres"])
     parser.add_argument("target", help="the SQLite file or the Redis URL")
     parser.add_argument("session")
     parser.add_argument("tag")

@@ -1,5 +1,5 @@
-"""Fixtures for the history tests: a real redis-server for the session, and one fresh provider
-per test for each backend the conformance suite runs against."""
+"""Fixtures for the history tests: a real redis-server and a real Postgres for the session, and one
+fresh provider per test for each backend the conformance suite runs against."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.history import InMemoryHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.history import (
+    InMemoryHistoryProvider,
+    PostgresHistoryProvider,
+    RedisHistoryProvider,
+    SQLiteHistoryProvider,
+)
 from tests.history.support import Backend, RedisServer, free_port
 from tests.optional_imports import try_import
+from tests.postgres_server import PostgresServer
 
 with try_import("redis") as redis_extra:
     import redis  # noqa: F401  (what every Redis store here talks through)
@@ -107,10 +113,17 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """Each backend with empty storage of its own: one in-memory store, a new SQLite file, or a
-    Redis namespace no other test uses."""
+    Redis or Postgres namespace no other test uses."""
     name: str = request.param
     if name == "memory":
         store = InMemoryHistoryProvider()
@@ -118,6 +131,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if name == "sqlite":
         path = tmp_path / "history.sqlite3"
         return Backend(name, lambda: SQLiteHistoryProvider(path))
+    if name == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        schema = unique_name("test")
+        return Backend(name, lambda: PostgresHistoryProvider(postgres.url, namespace=schema))
     server: RedisServer = request.getfixturevalue("redis_server")
     namespace = unique_name("test")
     return Backend(name, lambda: RedisHistoryProvider(server.url, namespace=namespace))

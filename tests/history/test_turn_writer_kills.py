@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
+from contextledger.history import HistoryProvider, PostgresHistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 from tests.history.support import (
     RedisServer,
     appender_command,
@@ -25,22 +25,34 @@ from tests.history.support import (
     kill_mid_burst,
     run_to_the_end,
 )
+from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
 TURN_SIZE = 2
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def durable(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
     """(backend, target, namespace) of an empty durable store."""
     if request.param == "sqlite":
         return "sqlite", str(tmp_path / "history.sqlite3"), "contextledger"
+    if request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        return "postgres", postgres.url, f"kills-{uuid.uuid4().hex[:8]}"
     server: RedisServer = request.getfixturevalue("redis_server")
     return "redis", server.url, f"kills-{uuid.uuid4().hex[:8]}"
 
 
 def opened(backend: str, target: str, namespace: str) -> HistoryProvider:
+    if backend == "postgres":
+        return PostgresHistoryProvider(target, namespace=namespace)
     return SQLiteHistoryProvider(target) if backend == "sqlite" else RedisHistoryProvider(target, namespace=namespace)
 
 

@@ -32,6 +32,12 @@ with try_import("serve") as serve_extra:
     import uvicorn  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
+STORES = [
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+"""The session stores a test runs the proxy on, as a ``store`` parameter."""
 _START_TIMEOUT = 30.0
 
 

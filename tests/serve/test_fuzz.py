@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, StartProxy
 from tests.serve.near_valid import FUZZ_KEY, Client, near_valid_bodies, strict_refusal
 
@@ -24,13 +23,18 @@ BODIES = 2_000
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+@pytest.mark.parametrize(
+    "store",
+    ["sqlite", pytest.param("redis", marks=pytest.mark.redis), pytest.param("postgres", marks=pytest.mark.postgres)],
+)
 def test_near_valid_bodies_never_get_a_500_a_traceback_or_a_broken_connection(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path, store: str
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, tmp_path: Path, store: str
 ) -> None:
     def where(name: str) -> tuple[str, ...]:
         if store == "redis":
-            return ("--store", f"redis://127.0.0.1:{redis_server.port}/11")
+            return ("--store", f"redis://127.0.0.1:{request.getfixturevalue('redis_server').port}/11")
+        if store == "postgres":
+            return ("--store", request.getfixturevalue("postgres_server").fresh_database())
         return ("--store", f"sqlite:{tmp_path / name}")
 
     fake_upstream.clear()

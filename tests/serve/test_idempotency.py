@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.history.support import RedisServer
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
 
@@ -20,6 +19,8 @@ with try_import("openai") as openai_extra:
 
 with try_import("redis") as redis_extra:
     import redis
+with try_import("postgres") as postgres_extra:
+    import psycopg
 
 pytestmark = [openai_extra.skip, redis_extra.skip]
 
@@ -82,11 +83,15 @@ def test_a_turn_that_failed_upstream_can_be_retried_with_its_key_and_then_stored
         assert proxy.facts("later", KEY) == {"customer": "Acme"}
 
 
-def _stored_turn_records(store: str, tmp_path: Path, redis_port: int) -> list[str]:
-    """Every turn record the proxy's store holds, read straight from the SQLite file or Redis."""
+def _stored_turn_records(store: str, tmp_path: Path, redis_port: int, postgres_url: str) -> list[str]:
+    """Every turn record the proxy's store holds, read straight from the SQLite file, Redis or Postgres."""
     if store == "sqlite":
         with contextlib.closing(sqlite3.connect(tmp_path / "sessions.db")) as connection:
             return [record for (record,) in connection.execute("SELECT record FROM contextledger_turns")]
+    if store == "postgres":
+        with psycopg.connect(postgres_url) as postgres:
+            rows = postgres.execute('SELECT record FROM "contextledger-serve".contextledger_turns').fetchall()
+            return [record for (record,) in rows]
     client = redis.Redis(port=redis_port, db=5, decode_responses=True)
     try:
         return [
@@ -99,14 +104,23 @@ def _stored_turn_records(store: str, tmp_path: Path, redis_port: int) -> list[st
         client.close()
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+@pytest.mark.parametrize(
+    "store",
+    ["sqlite", pytest.param("redis", marks=pytest.mark.redis), pytest.param("postgres", marks=pytest.mark.postgres)],
+)
 def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path, store: str
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, tmp_path: Path, store: str
 ) -> None:
     """SPEC §11 through the proxy: an Idempotency-Key retry reads the turn record, which forget rewrote."""
-    args = ("--store", f"redis://127.0.0.1:{redis_server.port}/5") if store == "redis" else ()
+    redis_port, postgres_url = 0, ""
+    args: tuple[str, ...] = ()
     if store == "redis":
-        redis.Redis(port=redis_server.port, db=5).flushdb()
+        redis_port = request.getfixturevalue("redis_server").port
+        redis.Redis(port=redis_port, db=5).flushdb()
+        args = ("--store", f"redis://127.0.0.1:{redis_port}/5")
+    if store == "postgres":
+        postgres_url = request.getfixturevalue("postgres_server").fresh_database()
+        args = ("--store", postgres_url)
     body: Any = {"model": "fake", "messages": [{"role": "user", "content": "We run on database=PostgreSQL 15"}]}
     headers = {"X-Contextledger-Session": "db", "Idempotency-Key": "turn-db"}
     with start_proxy(*args) as proxy:
@@ -114,7 +128,7 @@ def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
         status, first = proxy.call("POST", "/v1/chat/completions", body, KEY, headers)
         assert status == 200, first
         assert "PostgreSQL 15" in first["choices"][0]["message"]["content"]
-        assert any("PostgreSQL" in record for record in _stored_turn_records(store, tmp_path, redis_server.port))
+        assert any("PostgreSQL" in record for record in _stored_turn_records(store, tmp_path, redis_port, postgres_url))
         calls = len(fake_upstream.received())
 
         status, report = proxy.call("POST", "/v1/contextledger/sessions/db/forget", {"key": "database"}, KEY)
@@ -127,7 +141,7 @@ def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
         assert "PostgreSQL" not in json.dumps(again)
         assert again["choices"][0]["message"]["content"] == REMOVED_MARKER
         assert "PostgreSQL" not in json.dumps(proxy.messages("db", KEY))
-        records = _stored_turn_records(store, tmp_path, redis_server.port)
+        records = _stored_turn_records(store, tmp_path, redis_port, postgres_url)
         assert records  # the turn id is still recorded, so the retry was known
         assert not any("PostgreSQL" in record for record in records)
         assert proxy.facts("db", KEY) == {}

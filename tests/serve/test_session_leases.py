@@ -1,9 +1,10 @@
-"""The Redis lock on a session is a short lease renewed while its turn runs: a stream lasting many
-leases keeps its session from another proxy process, a killed holder frees it within one lease,
-and a holder that lost its lease (paused past it) cannot store its turn beside the next holder's.
+"""The shared lock on a session (Redis or Postgres) is a short lease renewed while its turn runs: a
+stream lasting many leases keeps its session from another proxy process, a killed holder frees it
+within one lease, and a holder that lost its lease (paused past it) cannot store its turn beside
+the next holder's.
 
-Every proxy is a real ``contextledger serve`` process on one real Redis, with a 2-second lease so
-that a 20-second stream lasts ten leases.
+Every proxy is a real ``contextledger serve`` process on one real Redis, or one real Postgres,
+with a 2-second lease so that a 20-second stream lasts ten leases.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import Any
 import pytest
 from tests.history.conftest import _stop
 from tests.history.support import RedisServer, free_port
+from tests.postgres_server import PostgresServer
 from tests.serve.conftest import ROOT, FakeUpstream, Proxy, _wait_until_up
 from tests.serve.test_failures import assert_openai_error
 
-pytestmark = [pytest.mark.redis, pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL and SIGSTOP")]
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL and SIGSTOP")
 
 KEY = "sk-lease-tenant-3c1d"
 LEASE = 2.0
@@ -36,14 +38,26 @@ LEASE = 2.0
 STREAM = float(os.environ.get("CONTEXTLEDGER_LEASE_STREAM", 10 * LEASE))
 
 
+@pytest.fixture(
+    params=[pytest.param("redis", marks=pytest.mark.redis), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def shared_store(request: pytest.FixtureRequest) -> str:
+    """The ``--store`` every proxy of a test shares: a Redis or a Postgres the tests started."""
+    if request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        return postgres.url
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    return f"redis://127.0.0.1:{redis.port}/5"
+
+
 @contextlib.contextmanager
 def running(
-    upstream: FakeUpstream, redis: RedisServer, log: Path, *flags: str
+    upstream: FakeUpstream, store: str, log: Path, *flags: str
 ) -> Iterator[tuple[Proxy, subprocess.Popen[bytes]]]:
-    """``contextledger serve`` on the shared Redis with a short lease, and its process (to kill or pause)."""
+    """``contextledger serve`` on the shared store with a short lease, and its process (to kill or pause)."""
     port = free_port()
     command = [sys.executable, "-m", "contextledger.cli", "serve", "--port", str(port), "--no-facts"]
-    command += ["--upstream", upstream.base_url, "--store", f"redis://127.0.0.1:{redis.port}/5"]
+    command += ["--upstream", upstream.base_url, "--store", store]
     command += ["--lock-lease", str(LEASE), *flags]
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
@@ -86,13 +100,13 @@ def stored(proxy: Proxy, session: str) -> list[str]:
 
 
 def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs_after_it(
-    fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
     session, first, second = f"lease-{uuid.uuid4().hex[:8]}", "first, streamed slowly", "second, waiting"
     with (
-        running(fake_upstream, redis_server, tmp_path / "a.log") as (a, _),
-        running(fake_upstream, redis_server, tmp_path / "b.log", "--lock-timeout", f"{STREAM + 40:g}") as (b, _),
-        running(fake_upstream, redis_server, tmp_path / "c.log", "--lock-timeout", "3") as (c, _),
+        running(fake_upstream, shared_store, tmp_path / "a.log") as (a, _),
+        running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", f"{STREAM + 40:g}") as (b, _),
+        running(fake_upstream, shared_store, tmp_path / "c.log", "--lock-timeout", "3") as (c, _),
     ):
         a.create_session(session, KEY)
         answers: dict[str, tuple[int, Any, float]] = {}
@@ -143,12 +157,12 @@ def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs
 
 
 def test_a_killed_holder_frees_its_session_within_one_lease(
-    fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
     session, doomed, after = f"lease-{uuid.uuid4().hex[:8]}", "turn of a proxy about to die", "turn after the kill"
     with (
-        running(fake_upstream, redis_server, tmp_path / "a.log") as (a, process),
-        running(fake_upstream, redis_server, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
+        running(fake_upstream, shared_store, tmp_path / "a.log") as (a, process),
+        running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
     ):
         a.create_session(session, KEY)
 
@@ -173,12 +187,12 @@ def test_a_killed_holder_frees_its_session_within_one_lease(
 
 
 def test_a_holder_paused_past_its_lease_cannot_store_its_turn_beside_the_next_holder(
-    fake_upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
     session, paused, meanwhile = f"lease-{uuid.uuid4().hex[:8]}", "turn of a paused proxy", "turn meanwhile"
     with (
-        running(fake_upstream, redis_server, tmp_path / "a.log") as (a, process),
-        running(fake_upstream, redis_server, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
+        running(fake_upstream, shared_store, tmp_path / "a.log") as (a, process),
+        running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
     ):
         a.create_session(session, KEY)
         answers: list[tuple[int, Any]] = []

@@ -24,8 +24,9 @@ from a store and any histories.  (The two-agent desk of ``contextledger chat`` i
 of this memory and lives in :mod:`contextledger.demo`.)
 
 Keys and bounds are a :class:`FactSchema` (the seed's by default).  :class:`FactStore` lives
-in the process; :class:`SQLiteFactStore` (embedded) and :class:`RedisFactStore` (the ``redis``
-extra) persist, opt-in, with an owner, an expiry, revocation and a review trail.
+in the process; :class:`SQLiteFactStore` (embedded), :class:`RedisFactStore` (the ``redis``
+extra) and :class:`PostgresFactStore` (the ``postgres`` extra) persist, opt-in, with an owner, an
+expiry, revocation and a review trail.
 
 Where things live (every name is imported from here, ``contextledger.facts``):
 
@@ -37,7 +38,7 @@ Where things live (every name is imported from here, ``contextledger.facts``):
   :data:`MAX_VALUE_CHARS`, :data:`MAX_EVIDENCE_CHARS`, :data:`MAX_MESSAGE_CHARS`);
 - the stores: ``_store.py`` (:class:`FactMemory`, the rules once, :class:`FactStore`),
   ``_admission.py`` (what a batch must pass), ``_trail.py`` (:class:`ReviewEvent`),
-  ``_sqlite.py``, ``_redis.py``; the block: ``_block.py`` (:data:`EMPTY_BLOCK` when there are none,
+  ``_sqlite.py``, ``_redis.py``, ``_postgres.py``; the block: ``_block.py`` (:data:`EMPTY_BLOCK` when there are none,
   :func:`place_facts_block` puts it in a request where :data:`FactsPlacement` says);
 - writers and the one turn: ``_writers.py`` (the :class:`FactWriter` protocol, :class:`RuleWriter`,
   :class:`ModelWriter` with its :data:`WRITER_INSTRUCTIONS`, the :class:`Proposal` a writer makes,
@@ -53,6 +54,7 @@ from contextledger.facts._block import EMPTY_BLOCK, FactsPlacement, place_facts_
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
 from contextledger.facts._parse import parse_assertions
+from contextledger.facts._postgres import PostgresFactStore
 from contextledger.facts._records import (
     ALLOWED_KEYS,
     MAX_EVIDENCE_CHARS,
@@ -105,6 +107,7 @@ __all__ = [
     "Forgotten",
     "HistoryTarget",
     "ModelWriter",
+    "PostgresFactStore",
     "Proposal",
     "RedisFactStore",
     "ReviewEvent",

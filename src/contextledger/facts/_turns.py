@@ -16,7 +16,7 @@ from typing import Any
 from contextledger.exceptions import ConfigurationError, FactsError
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._records import Admission, Ticket
-from contextledger.facts._store import FactMemory
+from contextledger.facts._store import FactMemory, LedgerStore
 from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, extract
 
 __all__ = ["FactsHost", "FactsTurn"]
@@ -83,7 +83,9 @@ class FactsHost:
         host: str = "FactsHost",
         call: StoreCall | None = None,
     ) -> None:
-        if not isinstance(store, FactMemory):
+        # Our own stores first: before Python 3.12 a protocol check reads every property, and the
+        # epoch and turn of a store on a server are a round trip each.
+        if not isinstance(store, LedgerStore) and not isinstance(store, FactMemory):
             raise ConfigurationError(
                 f"{host} needs a fact store (FactStore, SQLiteFactStore or RedisFactStore), got {store!r}"
             )

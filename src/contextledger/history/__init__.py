@@ -1,16 +1,18 @@
-"""Where a conversation's messages live between turns: in memory, in a SQLite file, or in Redis.
+"""Where a conversation's messages live between turns: in memory, in a SQLite file, in Redis or in
+Postgres.
 
-All three implement :class:`HistoryProvider` and behave the same (one conformance suite runs
+All four implement :class:`HistoryProvider` and behave the same (one conformance suite runs
 against each), so an agent moves from a demo to a durable or shared store by changing one
-constructor.  Importing this package does not import ``redis``; only creating a
-:class:`RedisHistoryProvider` does.
+constructor.  Importing this package imports neither ``redis`` nor ``psycopg``; only creating a
+:class:`RedisHistoryProvider` or a :class:`PostgresHistoryProvider` does.
 
 Where things live (every name is imported from here, ``contextledger.history``):
 
 - the promises of a store: ``_protocol.py`` (:class:`HistoryProvider`, :class:`TurnRewriter`,
   :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`);
 - the stores: ``_memory.py`` (:class:`InMemoryHistoryProvider`), ``_sqlite.py``
-  (:class:`SQLiteHistoryProvider`), ``_redis.py`` (:class:`RedisHistoryProvider`), with the
+  (:class:`SQLiteHistoryProvider`), ``_redis.py`` (:class:`RedisHistoryProvider`), ``_postgres.py``
+  (:class:`PostgresHistoryProvider`, its tables and functions in ``contextledger._postgres_schema``), with the
   checks and the stored form they share in ``_encoding.py``;
 - writing a turn, the one path every host takes: ``_turns.py`` (:func:`write_turn` stores a
   :class:`Turn` in its :class:`TurnTarget` histories with the :class:`RetainedRewrite` a reducer
@@ -22,6 +24,7 @@ Where things live (every name is imported from here, ``contextledger.history``):
 
 from contextledger.history._encoding import check_turn_id
 from contextledger.history._memory import InMemoryHistoryProvider
+from contextledger.history._postgres import PostgresHistoryProvider
 from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter, TurnWrite
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
@@ -40,6 +43,7 @@ __all__ = [
     "HistoryVersion",
     "InMemoryHistoryProvider",
     "KeptHistory",
+    "PostgresHistoryProvider",
     "RedisHistoryProvider",
     "RetainedRewrite",
     "SQLiteHistoryProvider",

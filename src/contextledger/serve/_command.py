@@ -49,8 +49,8 @@ def add_serve_command(commands: Any) -> None:
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument(
         "--store",
-        metavar="sqlite:PATH|redis://…",
-        help="where sessions live (default sqlite:contextledger-serve.db); Redis to share them",
+        metavar="sqlite:PATH|redis://…|postgresql://…",
+        help="where sessions live (default sqlite:contextledger-serve.db); Redis or Postgres to share them",
     )
     serve.add_argument(
         "--strategy",
@@ -105,7 +105,7 @@ def add_serve_command(commands: Any) -> None:
         "--lock-lease",
         type=float,
         metavar="SECONDS",
-        help="lease of a session's Redis lock, renewed while its turn runs: how long a proxy that died "
+        help="lease of a session's Redis or Postgres lock, renewed while its turn runs: how long a proxy that died "
         "holding a session blocks it (default 10)",
     )
     serve.add_argument(

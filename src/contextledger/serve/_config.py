@@ -88,7 +88,7 @@ class ServeConfig:
 
     ``strategy`` compacts what is sent (the whole request in stateless mode, the request view in
     session mode); ``retain`` compacts what a session keeps after each turn.  ``store`` is
-    ``sqlite:PATH`` or a ``redis://`` URL.  ``upstream_key``, when set, replaces the client's
+    ``sqlite:PATH``, a ``redis://`` or a ``postgresql://`` URL.  ``upstream_key``, when set, replaces the client's
     ``Authorization`` towards the upstream (the client's key still names its tenant).
     ``read_timeout`` bounds the time a client takes to send a request's headers, and again its
     body; ``max_connections`` the connections open at once (see ``serve._connections``).
@@ -145,8 +145,11 @@ class ServeConfig:
                     f"take it (the proxy calls URL/v1/messages), such as https://api.anthropic.com; got "
                     f"{self.anthropic_upstream!r}"
                 )
-        if not self.store.startswith(("sqlite:", "redis://", "rediss://", "unix://")) or self.store == "sqlite:":
-            raise ConfigurationError(f"store must be sqlite:PATH or a redis:// URL, got {self.store!r}")
+        schemes = ("sqlite:", "redis://", "rediss://", "unix://", "postgresql://", "postgres://")
+        if not self.store.startswith(schemes) or self.store == "sqlite:":
+            raise ConfigurationError(
+                f"store must be sqlite:PATH, a redis:// or a postgresql:// URL, got {self.store!r}"
+            )
         for name in ("max_body_bytes", "port", "max_connections"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
@@ -171,7 +174,7 @@ class ServeConfig:
 
     def describe(self) -> str:
         """What the proxy will do, in the lines it prints when it starts."""
-        store = self.store.split("@")[-1] if self.uses_redis else self.store
+        store = self.store.split("@")[-1] if self.uses_server else self.store
         retain = "everything" if self.retain.empty or self.retain.off else self.retain.describe()
         return "\n".join(
             [
@@ -195,7 +198,8 @@ class ServeConfig:
         return self.upstream.rstrip("/")
 
     @property
-    def uses_redis(self) -> bool:
+    def uses_server(self) -> bool:
+        """Whether the store is a server (Redis, Postgres) named by a URL, which may carry a password."""
         return not self.store.startswith("sqlite:")
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> ServeConfig:

@@ -1,12 +1,13 @@
 """Where session mode keeps things: which sessions exist, their history, their facts, their lock.
 
-Two backends with the same promises:
+Three backends with the same promises:
 
 * :class:`SQLiteSessions` (the default): one file holds the session registry and the
   histories; facts live in this process's memory (the seed's default: not persisted) and the
   per-session lock is this process's.  One proxy process per file.
 * :class:`RedisSessions`: registry, histories, facts and locks all in Redis, so several proxy
   processes or machines serve the same sessions.
+* :class:`~contextledger.serve._postgres.PostgresSessions`: the same in Postgres.
 
 Every key is built from the tenant and the session id (escaped, :mod:`contextledger._keys`), so a
 session exists only inside its tenant: the same id under another tenant is another, usually
@@ -27,6 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
 from contextledger._keys import storage_key
+from contextledger._postgres import is_postgres_url
 from contextledger._redis import RedisFailures, open_redis
 from contextledger._sqlite import SQLiteFailures, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
@@ -331,8 +333,14 @@ def open_sessions(
     lock_lease: float,
     schema: FactSchema = DEFAULT_SCHEMA,
 ) -> Sessions:
-    """The backend ``store`` names: ``sqlite:PATH`` or a ``redis://`` URL; ``schema``, the facts' keys
-    and bounds in every session; ``lock_lease``, the Redis lock's lease in seconds."""
+    """The backend ``store`` names: ``sqlite:PATH``, a ``redis://`` or a ``postgresql://`` URL; ``schema``,
+    the facts' keys and bounds in every session; ``lock_lease``, the shared lock's lease in seconds."""
     if store.startswith("sqlite:"):
         return SQLiteSessions(store.removeprefix("sqlite:"), lock_timeout=lock_timeout, schema=schema)
+    if is_postgres_url(store):
+        from contextledger.serve._postgres import PostgresSessions  # noqa: PLC0415  (its own module, loaded when used)
+
+        return PostgresSessions(
+            store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=lock_lease, schema=schema
+        )
     return RedisSessions(store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=lock_lease, schema=schema)

@@ -1,0 +1,53 @@
+"""What a session turn costs on Postgres, in round trips to the database: counted by a relay between
+a real ``contextledger serve`` and a real Postgres, and held to the figure the README gives.
+
+A turn with facts on is: take the session's lock, check the session exists, read the history's
+version (the kept copy is current, so no message is read), read the facts for the block, begin
+the facts turn (two: take the owner's row and read, then write and commit), store the turn (one
+function call), admit the declared fact (two again), release the lock: ten.  Without facts, five.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.postgres_server import PostgresServer
+from tests.round_trip_relay import RoundTripRelay
+from tests.serve.conftest import StartProxy
+
+pytestmark = pytest.mark.postgres
+
+KEY = "sk-round-trips-7a1e"
+TURN_WITH_FACTS = 10
+TURN_WITHOUT_FACTS = 5
+
+
+def _turn(proxy_call: object, text: str) -> None:
+    assert callable(proxy_call)
+    body = {"model": "fake", "messages": [{"role": "user", "content": text}]}
+    status, answer = proxy_call("POST", "/v1/chat/completions", body, KEY, {"X-Contextledger-Session": "counted"})
+    assert status == 200, answer
+
+
+@pytest.mark.parametrize(
+    ("facts", "most"), [(True, TURN_WITH_FACTS), (False, TURN_WITHOUT_FACTS)], ids=["facts", "plain"]
+)
+def test_a_session_turn_costs_a_few_round_trips_to_postgres(
+    start_proxy: StartProxy, postgres_server: PostgresServer, facts: bool, most: int
+) -> None:
+    database = postgres_server.fresh_database()
+    with RoundTripRelay(postgres_server.port) as relay:
+        url = database.replace(f":{postgres_server.port}/", f":{relay.port}/")
+        flags = () if facts else ("--no-facts",)
+        with start_proxy("--store", url, *flags) as proxy:
+            proxy.create_session("counted", KEY)
+            _turn(proxy.call, "first turn: opens the pools")
+            _turn(proxy.call, "second turn: every connection is open")
+            counts = []
+            for number in range(3):
+                relay.reset()
+                _turn(proxy.call, f"turn {number}: customer=Acme {number}")
+                counts.append(relay.round_trips())
+            if facts:
+                assert proxy.facts("counted", KEY) == {"customer": "Acme 2"}
+    print(f"\nround trips to Postgres per session turn ({'facts on' if facts else 'no facts'}): {counts}")
+    assert max(counts) <= most, counts
