@@ -277,22 +277,24 @@ def _responses_output(payload: dict[str, Any], serial: str) -> list[dict[str, An
 
 
 async def responses(request: Request) -> Response:
-    """The Responses API: ``fake-500`` fails, ``fake-broken`` drops its stream half-way."""
+    """The Responses API: ``fake-500`` fails, ``fake-garbage`` answers 200 with no response,
+    ``fake-broken`` drops its stream half-way, ``fake-failed`` ends its stream in ``response.failed``."""
     raw = await request.body()
     payload = json.loads(raw)
     model = str(payload.get("model", "fake"))
-    RECEIVED.append(
-        {
-            "path": "/v1/responses",
-            "authorization": request.headers.get("authorization"),
-            "body": payload,
-            "strict": _strict_problem(raw),
-        }
-    )
+    record = {
+        "path": "/v1/responses",
+        "authorization": request.headers.get("authorization"),
+        "body": payload,
+        "strict": _strict_problem(raw),
+    }
+    RECEIVED.append(record)
     headers = {**RATE_LIMITS, "x-request-id": f"req_{len(RECEIVED)}"}
     if model == "fake-500":
         error = {"error": {"message": "the fake model fell over", "type": "server_error", "param": None, "code": None}}
         return JSONResponse(error, status_code=500, headers=headers)
+    if model == "fake-garbage":
+        return Response(b"<html>not a response</html>", media_type="text/html", headers=headers)
     serial = f"{len(RECEIVED)}"
     output = _responses_output(payload, serial)
     usage = {
@@ -314,6 +316,7 @@ async def responses(request: Request) -> Response:
         "tools": [],
         "usage": usage,
     }
+    record["response"] = response
     if not payload.get("stream"):
         return JSONResponse(response, headers=headers)
 
@@ -330,6 +333,10 @@ async def responses(request: Request) -> Response:
             number += 1
             if model == "fake-broken" and index == 0:
                 raise _Broken("the fake upstream drops the connection")
+            if model == "fake-failed" and index == 0:
+                failed = {**response, "status": "failed", "error": {"code": "server_error", "message": "it failed"}}
+                yield event("response.failed", number, response=failed)
+                return
             yield event("response.output_item.done", number, output_index=index, item=item)
             number += 1
         yield event("response.completed", number, response=response)

@@ -5,8 +5,8 @@ statelessly (the whole input each time), streamed and not.
 What the upstream receives must be a valid Responses input (every call with its output, every
 reasoning item before the item it belongs to), compacted once it passes the trigger, and made of
 the very items the client sent (ids and encrypted reasoning byte for byte) or summaries the proxy
-wrote.  The two inputs passed through uncompacted say so in a header, session mode is refused with
-its reason, and errors come in the API's shape.
+wrote.  The two inputs passed through uncompacted say so in a header, and errors come in the API's
+shape.  Session mode is ``test_responses_sessions.py``.
 """
 
 from __future__ import annotations
@@ -131,15 +131,10 @@ def test_a_request_continuing_a_stored_response_or_with_text_input_passes_throug
                 assert forwarded["input"] == long_input[1:]
 
 
-def test_session_mode_bad_input_and_upstream_errors_answer_in_the_apis_shape(
+def test_bad_input_and_upstream_errors_answer_in_the_apis_shape(
     start_proxy: StartProxy, fake_upstream: FakeUpstream
 ) -> None:
     with start_proxy(*TRUNCATION) as proxy:
-        status, body = proxy.call(
-            "POST", "/v1/responses", {"model": "fake", "input": "hi"}, KEY, {"X-Contextledger-Session": "s1"}
-        )
-        assert status == 400
-        assert body["error"]["code"] == "session_not_supported"
         for bad, code in (
             ({"input": "hi"}, 400),
             ({"model": "fake", "input": 3}, 400),
@@ -154,6 +149,9 @@ def test_session_mode_bad_input_and_upstream_errors_answer_in_the_apis_shape(
         client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
         with pytest.raises(openai.InternalServerError):
             client.responses.create(model="fake-500", input="hi")
+        with pytest.raises(openai.APIStatusError) as garbage:
+            client.responses.create(model="fake-garbage", input="hi")
+        assert garbage.value.status_code == 502
         broken = client.responses.stream(model="fake-broken", input=[{"role": "user", "content": "hi"}])
         with pytest.raises(openai.APIError, match="stream"), broken as events:
             events.get_final_response()

@@ -2,7 +2,7 @@
 
 ``/v1/chat/completions`` (``_chat.py``) and ``/v1/messages`` (``_messages_api.py``, Anthropic's
 Messages API, with ``--anthropic-upstream``) compact statelessly, or run session turns through the
-one session flow (``_flow.py``); ``/v1/responses`` (``_responses.py``) is stateless.  The session
+one session flow (``_flow.py``), and so does ``/v1/responses`` (``_responses.py``).  The session
 resources (create, read, facts, forget, delete) are the same whichever API a session's turns
 came through.
 """
@@ -59,7 +59,7 @@ from contextledger.serve._requests import (  # noqa: E402
     json_object,
     parse_payload,
 )
-from contextledger.serve._responses import ResponsesRoute  # noqa: E402
+from contextledger.serve._responses import ResponsesFormat, parse_responses_payload  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
 from contextledger.serve._turns import SessionTurns  # noqa: E402
@@ -133,7 +133,9 @@ class Proxy:
             )
             self.anthropic = MessagesFormat(config, anthropic, self.metrics, self.cost, self.strategy, self.tokenizer)
         self.readiness = Readiness(self.sessions, self.upstream, check_upstream=config.ready_checks_upstream)
-        self.responses_route = ResponsesRoute(self.upstream, self.metrics, self.strategy, self.tokenizer, config)
+        self.responses_api = ResponsesFormat(
+            config, self.upstream, self.metrics, self.cost, self.strategy, self.tokenizer
+        )
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -194,14 +196,18 @@ class Proxy:
         return self.anthropic
 
     async def responses(self, request: Request) -> Response:
-        """``POST /v1/responses``, stateless (see ``_responses.py``)."""
+        """``POST /v1/responses``: OpenAI's Responses API (``_responses.py``), through the same flows."""
+        mode = "session" if SESSION_HEADER in request.headers else "stateless"
         try:
             body = await self._read_body(request)
-            upstream_headers = self.upstream.headers(request.headers)
-            response = await self.responses_route.answer(request.headers, body, upstream_headers)
+            payload = parse_responses_payload(body)
+            if mode == "session":
+                response = await self.flow.turn(self.responses_api, request, payload)
+            else:
+                response = await self.responses_api.stateless(request, payload)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
-        self.metrics.count(self.metrics.requests, "responses", "stateless", str(response.status_code))
+        self.metrics.count(self.metrics.requests, "responses", mode, str(response.status_code))
         return response
 
     async def models(self, request: Request) -> Response:

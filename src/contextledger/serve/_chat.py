@@ -144,8 +144,8 @@ class ChatFormat:
         meta["finish_reason"] = reply["choices"][0].get("finish_reason")
         return reply, message, meta
 
-    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
-        return reply_message(message, meta)
+    def reply_messages(self, message: dict[str, Any], meta: dict[str, Any]) -> tuple[Message, ...]:
+        return (reply_message(message, meta),)
 
     def replay(self, done: StoredTurn, streaming: bool) -> Response:
         told = stored_completion(done)

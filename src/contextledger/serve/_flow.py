@@ -64,8 +64,9 @@ class TurnFormat(Protocol):
         """The upstream's reply, its message and the fields a session keeps beside it (or 502)."""
         ...
 
-    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
-        """The assistant message to store for the reply's ``message``."""
+    def reply_messages(self, message: dict[str, Any], meta: dict[str, Any]) -> tuple[Message, ...]:
+        """The assistant messages to store for the reply's ``message`` (a Responses API response's
+        output is several items: its reasoning, calls and messages)."""
         ...
 
     def replay(self, done: StoredTurn, streaming: bool) -> Response:
@@ -169,7 +170,7 @@ class SessionFlow:
             headers = form.upstream.headers(request.headers)
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
-                turn = SessionTurn(key, turn_id, kept, new_turn, form.reply_message(message, reply))
+                turn = SessionTurn(key, turn_id, kept, new_turn, form.reply_messages(message, reply))
                 return await self.turns.store(turn, store, ticket, outcome)
 
             def trailer() -> bytes:

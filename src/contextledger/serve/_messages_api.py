@@ -298,7 +298,10 @@ class MessagesFormat:
             ) from None
         return reply, reply, {}
 
-    def reply_message(self, message: dict[str, Any], meta: dict[str, Any]) -> Message:
+    def reply_messages(self, message: dict[str, Any], meta: dict[str, Any]) -> tuple[Message, ...]:
+        return (self._reply_message(message),)
+
+    def _reply_message(self, message: dict[str, Any]) -> Message:
         if message.get("content") == []:  # an empty reply (stopped at once): stored as empty text
             aside = {key: value for key, value in message.items() if key != "content"}
             return Message("assistant", (TextContent(""),), additional_properties={REPLY_PROPERTY: aside})

@@ -1,4 +1,4 @@
-"""``POST /v1/responses``: OpenAI's Responses API through the proxy, compacted statelessly.
+"""``POST /v1/responses``: OpenAI's Responses API through the proxy, stateless or in sessions.
 
 The client's ``input`` items are read with :func:`contextledger.messages.from_responses` (the
 conversion the Agents SDK integration uses), compacted with the proxy's strategy and written back
@@ -7,71 +7,98 @@ the very object the client sent, so ids, encrypted reasoning and fields this lib
 pass byte for byte; a reasoning item stays with the item it precedes and a call with its output,
 as in every other format (SPEC §12).
 
-Two inputs are forwarded as they came, with ``X-Contextledger-Compaction`` saying why:
+Stateless, two inputs are forwarded as they came, with ``X-Contextledger-Compaction`` saying why:
 
-- a request with ``previous_response_id``: the upstream holds the conversation before this input,
-  so cutting the input alone would cut blind (``skipped; previous_response_id``);
+- a request with ``previous_response_id`` or ``conversation``: the upstream holds the conversation
+  before this input, so cutting the input alone would cut blind (``skipped; previous_response_id``);
 - a string ``input``: one user message, nothing to cut (``skipped; text input``).
 
-Session mode (the session header) is served on ``/v1/chat/completions``; here it is refused with a
-400 that says so, never silently ignored.  A stream is passed through event by event as it arrives;
-one that breaks or ends before its last event (``response.completed``, ``.failed``,
-``.incomplete`` or ``error``) gets an ``error`` event of the API's own shape at its end.
+Session mode (the session header) runs the one session flow (:mod:`contextledger.serve._flow`)
+with :class:`ResponsesFormat`: the client sends only the turn's new items (a string input is one
+user message), the proxy owns the history, and a request that also names upstream state
+(``previous_response_id``, ``conversation``) is refused with a 400, since two owners of one history
+would each hold half of it.  The response's output items are stored as the reply, each as the
+upstream wrote it; ``instructions`` and system or developer items are that call's and are not
+stored.
+
+A stream is passed through event by event as it arrives, the reply assembled from its last event
+(``response.completed``, or ``response.incomplete``), which in a session is held back until the
+turn is stored.  One that breaks, ends before its last event or ends in ``response.failed`` or
+``error`` stores nothing, and gets an ``error`` event of the API's own shape at its end.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from starlette.responses import Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import InvalidMessageError, ProxyError
-from contextledger.messages import Message, from_responses, kept_as_given, to_responses, validate
+from contextledger.history import StoredTurn
+from contextledger.messages import (
+    Message,
+    TextContent,
+    from_responses,
+    kept_as_given,
+    to_responses,
+    validate,
+)
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
-from contextledger.serve._relay import _CleanupStream
+from contextledger.serve._relay import Relay, Wire
+from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import json_object
-from contextledger.serve._tenants import SESSION_HEADER, tenant_of
-from contextledger.serve._upstream import Upstream, passed_back, timeout_error, upstream_error
+from contextledger.serve._tenants import tenant_of
+from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["COMPACTION_HEADER", "ResponsesRoute"]
+__all__ = ["COMPACTION_HEADER", "RESPONSES_WIRE", "ResponsesAssembler", "ResponsesFormat", "parse_responses_payload"]
 
 COMPACTION_HEADER = "X-Contextledger-Compaction"
 
-_LAST_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
+_UPSTREAM_STATE = ("previous_response_id", "conversation")
 
 
-def _bad(message: str) -> ProxyError:
-    return ProxyError(message, status=400, error_type="invalid_request_error", code="invalid_request")
+def _bad(message: str, code: str = "invalid_request") -> ProxyError:
+    return ProxyError(message, status=400, error_type="invalid_request_error", code=code)
 
 
-def _input_items(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The request's input items; None for a string input.  Anything else is a 400."""
+def parse_responses_payload(body: bytes) -> dict[str, Any]:
+    """A Responses API request: a JSON object with ``model`` and an ``input`` (a string or a list of items)."""
+    payload = json_object(body, "a Responses API JSON object")
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("a Responses request needs 'model', a non-empty string")
     items = payload.get("input")
-    if isinstance(items, str):
-        return None
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+    if not isinstance(items, str) and (
+        not isinstance(items, list) or not all(isinstance(item, dict) for item in items)
+    ):
         raise _bad("'input' must be a string or a list of Responses API items (objects)")
-    return items
+    if "stream" in payload and not isinstance(payload["stream"], bool):
+        raise _bad(f"'stream' must be true or false, got {payload['stream']!r}")
+    return payload
 
 
 def _conversation(items: list[dict[str, Any]]) -> list[Message]:
-    """The items as messages, refused (400) where the upstream would refuse them: an item that is
-    not one, a call without its output, an output without its call."""
+    """The items as messages, or a 400 for an item that is not one."""
     try:
-        messages = from_responses(items)
+        return from_responses(items)
     except InvalidMessageError as error:
         raise _bad(f"'input' is not valid: {error}") from None
+
+
+def _valid_conversation(items: list[dict[str, Any]]) -> list[Message]:
+    """The items as messages, refused (400) where the upstream would refuse them: an item that is
+    not one, a call without its output, an output without its call."""
+    messages = _conversation(items)
     problems = validate(messages)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -79,58 +106,157 @@ def _conversation(items: list[dict[str, Any]]) -> list[Message]:
     return messages
 
 
-class ResponsesRoute:
-    """The handler's work, apart from the app: read, compact, forward, pass the answer back."""
+def _error_event(failure: ProxyError) -> bytes:
+    """The Responses API's ``error`` event, with the error also nested as the official clients read it."""
+    nested = {"type": failure.error_type, "code": failure.code, "message": str(failure)}
+    event: dict[str, Any] = {"type": "error", "code": failure.code, "message": str(failure), "param": None}
+    event["error"] = nested
+    return b"event: error\ndata: " + json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def _event(kind: str, number: int, **fields: Any) -> bytes:
+    body = {"type": kind, "sequence_number": number, **fields}
+    return f"event: {kind}\ndata: ".encode() + json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+_CLOSING = frozenset({"response.completed", "response.incomplete"})
+_FAILING = frozenset({"response.failed", "error"})
+
+
+class ResponsesAssembler:
+    """Feed it the upstream's bytes; it returns whole events to forward and keeps the reply: the
+    response its last event carries (held back until a session's turn is stored)."""
+
+    def __init__(self, hide_usage: bool = False) -> None:
+        self._buffer = b""
+        self.error: dict[str, Any] | None = None
+        self.unreadable = False
+        self.usage: dict[str, Any] | None = None
+        self._response: dict[str, Any] | None = None
+        self._held = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        events: list[bytes] = []
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                return events
+            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+            if self._read(event):
+                events.append(event)
+            else:
+                self._held = event
+
+    def _read(self, event: bytes) -> bool:
+        payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
+        if not payload:
+            return True  # a comment or keep-alive
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            self.unreadable = True
+            return True
+        kind = body.get("type") if isinstance(body, dict) else None
+        if kind in _FAILING:
+            self.error = body
+        elif kind in _CLOSING:
+            response = body.get("response")
+            if not isinstance(response, dict) or not isinstance(response.get("output"), list):
+                self.unreadable = True
+                return True
+            self._response = response
+            usage = response.get("usage")
+            self.usage = usage if isinstance(usage, dict) else None
+            return False
+        elif not isinstance(kind, str):
+            self.unreadable = True
+        return True
+
+    @property
+    def complete(self) -> bool:
+        return self._response is not None and self.error is None and not self.unreadable and not self._buffer.strip()
+
+    def message(self) -> dict[str, Any]:
+        return self._response or {}
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def closing(self) -> bytes:
+        return self._held
+
+
+RESPONSES_WIRE = Wire("responses", "/responses", ResponsesAssembler, _error_event)
+"""OpenAI's Responses API, as the relay speaks it."""
+
+
+def _thawed(value: Any) -> Any:
+    """Stored (read-only) data as plain dicts and lists, as JSON writes them."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(item) for item in value]
+    return value
+
+
+class ResponsesFormat:
+    """The Responses API: its stateless handling, and its side of a session turn."""
+
+    keys_in_x_api_key = False
 
     def __init__(
         self,
+        config: ServeConfig,
         upstream: Upstream,
         metrics: Metrics,
+        cost: CostMeter,
         strategy: CompactionStrategy | None,
         tokenizer: Tokenizer,
-        config: ServeConfig,
     ) -> None:
+        self.config = config
         self.upstream = upstream
+        self.relay = Relay(upstream, metrics, RESPONSES_WIRE)
         self.metrics = metrics
+        self.cost = cost
         self.strategy = strategy
         self.tokenizer = tokenizer
-        self.prompt_cache_key = config.prompt_cache_key
-        self.trust_tenant_header = config.trust_tenant_header
 
-    async def answer(self, given: Mapping[str, str], body: bytes, headers: dict[str, str]) -> Response:
-        """The answer to one request (``given``: the client's headers; ``headers``: the upstream's)."""
-        if SESSION_HEADER in given:
-            raise ProxyError(
-                "session mode is served on /v1/chat/completions; /v1/responses takes the whole input",
-                status=400,
-                code="session_not_supported",
-            )
-        payload = json_object(body, "a Responses API JSON object")
-        if "stream" in payload and not isinstance(payload["stream"], bool):
-            raise _bad(f"'stream' must be true or false, got {payload['stream']!r}")
-        try:
-            tenant = tenant_of(given, trust_tenant_header=self.trust_tenant_header)
-        except ProxyError:  # a keyless client: the conversation alone names the cache key
-            tenant = ""
-        sent, said = await self.prepare(payload, tenant)
+    # Stateless mode ---------------------------------------------------------------------------
+
+    async def stateless(self, request: Request, payload: dict[str, Any]) -> Response:
+        sent, incoming, said = await self.prepare(payload, request)
+        expected = self.cost.expect("stateless", sent, incoming)
+        body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
+        headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
-            return await self.stream(headers, sent, said)
-        upstream = await self.call(headers, sent)
+            usage = functools.partial(self.cost.answered, expected)
+            response = await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
+            response.headers.update(said)
+            return response
+        upstream = await self.relay.call(headers, body)
+        reply, _, _ = self.answer(upstream)
+        self.cost.answered(expected, reply.get("usage"))
         media = upstream.headers.get("content-type", "application/json")
         back = {**passed_back(upstream.headers), **said}
         return Response(upstream.content, upstream.status_code, headers=back, media_type=media)
 
-    async def prepare(self, payload: dict[str, Any], tenant: str) -> tuple[bytes, dict[str, str]]:
-        """The body to send upstream, and the headers that say what the proxy did."""
-        items = _input_items(payload)
+    async def prepare(
+        self, payload: dict[str, Any], request: Request
+    ) -> tuple[dict[str, Any], list[Message], dict[str, str]]:
+        """The payload to send upstream, its input as messages (for the cost meter; none when the
+        proxy did not read it), and the headers that say what the proxy did."""
+        items = payload["input"] if isinstance(payload["input"], list) else None
         said: dict[str, str] = {}
-        if payload.get("previous_response_id") is not None:
+        messages: list[Message] = []
+        if any(payload.get(name) is not None for name in _UPSTREAM_STATE):
             # Its input may answer calls the stored response made: read nothing into it.
             said[COMPACTION_HEADER] = "skipped; previous_response_id"
         elif items is None:
             said[COMPACTION_HEADER] = "skipped; text input"
+            messages = [Message.user(payload["input"])]
         else:
-            messages = _conversation(items)
+            messages = _valid_conversation(items)
             if self.strategy is None:
                 said[COMPACTION_HEADER] = "unchanged"
             else:
@@ -138,82 +264,117 @@ class ResponsesRoute:
                 self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
                 self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
                 said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
+                messages = list(result.messages)
                 if result.changed:
                     payload = {**payload, "input": kept_as_given(to_responses(result.messages), items)}
-        if self.prompt_cache_key != "off" and "prompt_cache_key" not in payload:
-            payload = {**payload, "prompt_cache_key": self._cache_key(payload, items, tenant)}
-        return json.dumps(payload, ensure_ascii=False).encode("utf-8"), said
+        return self.cache_key(payload, items, request, None), messages, said
 
-    @staticmethod
-    def _cache_key(payload: Mapping[str, Any], items: list[dict[str, Any]] | None, tenant: str) -> str:
-        """A hash of what every request of the conversation starts with: its instructions and its
-        first input item (``--prompt-cache-key``; there are no sessions here, so both modes key so)."""
-        first = items[0] if items else payload.get("input")
-        seed = "responses\0" + tenant + json.dumps([payload.get("instructions"), first], sort_keys=True)
-        return "cl-" + hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-    async def call(self, headers: dict[str, str], body: bytes) -> httpx.Response:
-        started = time.perf_counter()
-        upstream = await self.upstream.send("POST", "/responses", headers, body, stream=False)
-        outcome = "answered" if upstream.status_code < 400 else "error"
-        self.metrics.observe(self.metrics.upstream_seconds, time.perf_counter() - started, "responses", outcome)
-        if upstream.status_code >= 400:
-            raise upstream_error(upstream.status_code, upstream.content, upstream.headers)
-        return upstream
-
-    async def stream(self, headers: dict[str, str], body: bytes, said: Mapping[str, str]) -> _CleanupStream:
-        started = time.perf_counter()
-        upstream = await self.upstream.send("POST", "/responses", headers, body, stream=True)
-        if upstream.status_code >= 400:
-            content = await upstream.aread()
-            await upstream.aclose()
-            raise upstream_error(upstream.status_code, content, upstream.headers)
-
-        async def events() -> AsyncIterator[bytes]:
-            watcher = _LastEvent()
-            problem: str | None = None
+    def cache_key(
+        self, payload: dict[str, Any], items: list[dict[str, Any]] | None, request: Request, session: str | None
+    ) -> dict[str, Any]:
+        """``payload`` with a ``prompt_cache_key`` as ``--prompt-cache-key`` asks, unless the client set
+        one: a hash of the session in session mode (``session``), else of what every request of the
+        conversation starts with (its instructions and first input item).  Keys are hashes: nothing of
+        the tenant's key or text is sent."""
+        mode = self.config.prompt_cache_key
+        if mode == "off" or "prompt_cache_key" in payload:
+            return payload
+        if mode == "session" and session is not None:
+            seed = "session\0" + session
+        else:
             try:
-                async for data in upstream.aiter_bytes():
-                    watcher.feed(data)
-                    yield data
-            except httpx.TimeoutException:
-                problem = str(timeout_error())
-            except httpx.HTTPError as error:
-                problem = f"the upstream's stream broke ({type(error).__name__})"
-            if problem is None and watcher.last not in _LAST_EVENTS:
-                problem = "the upstream's stream ended before its last event"
-            if problem is not None:
-                # The Responses API's error event, with the error also nested as the official clients read it.
-                said_error = {"type": "upstream_error", "code": "upstream_stream_broken", "message": problem}
-                event: dict[str, Any] = {"type": "error", "code": "upstream_stream_broken", "message": problem}
-                event.update(param=None, error=said_error)
-                yield b"\n\nevent: error\ndata: " + json.dumps(event).encode("utf-8") + b"\n\n"
-            outcome = "broken" if problem is not None else "answered"
-            self.metrics.observe(self.metrics.upstream_seconds, time.perf_counter() - started, "responses", outcome)
+                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+            except ProxyError:  # a keyless client: the conversation alone names the cache key
+                tenant = ""
+            first = items[0] if items else payload.get("input")
+            seed = "responses\0" + tenant + json.dumps([payload.get("instructions"), first], sort_keys=True)
+        digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return {**payload, "prompt_cache_key": "cl-" + digest}
 
-        async def cleanup() -> None:
-            await upstream.aclose()
+    # A session turn ---------------------------------------------------------------------------
 
-        return _CleanupStream(events(), cleanup, {**passed_back(upstream.headers), **said})
+    def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+        named = [name for name in _UPSTREAM_STATE if payload.get(name) is not None]
+        if named:
+            raise _bad(
+                f"a session turn cannot name upstream state ({named[0]!r}): in session mode the proxy holds the "
+                "history, so send only the turn's new items and leave the upstream's state out",
+                "session_with_upstream_state",
+            )
+        given = payload["input"]
+        incoming = [Message.user(given)] if isinstance(given, str) else _conversation(given)
+        instructions = [m for m in incoming if m.role == "system"]
+        return instructions, [m for m in incoming if m.role != "system"]
+
+    def upstream_payload(
+        self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
+    ) -> tuple[dict[str, Any], bool]:
+        given = payload["input"]
+        written = to_responses(sent)
+        if isinstance(given, list):
+            written = kept_as_given(written, given)  # the turn's own items go as the client sent them
+        return self.cache_key({**payload, "input": written}, None, request, session), False
+
+    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The upstream's response, or 502: a client must never take a malformed answer for a
+        response, nor a session store it."""
+        try:
+            reply = upstream.json()
+            if not isinstance(reply, dict) or not isinstance(reply.get("output"), list):
+                raise TypeError
+        except (ValueError, TypeError):
+            raise ProxyError(
+                "the upstream's reply is not a Responses API response with output; nothing was stored",
+                status=502,
+                error_type="upstream_error",
+                code="upstream_invalid_response",
+                headers=passed_back(upstream.headers),
+            ) from None
+        return reply, reply, {}
+
+    def reply_messages(self, message: dict[str, Any], meta: dict[str, Any]) -> tuple[Message, ...]:
+        """The response's output items as stored messages (each item as the upstream wrote it), the
+        response's other fields aside on the last one, for a retried turn's replay."""
+        aside = {key: value for key, value in message.items() if key != "output"}
+        try:
+            stored = from_responses(message.get("output") or [])
+            if any(m.role != "assistant" for m in stored):
+                raise InvalidMessageError("an output item that is not the model's")
+        except InvalidMessageError:
+            raise ProxyError(
+                "the upstream's response has output items that cannot be read; nothing was stored",
+                status=502,
+                error_type="upstream_error",
+                code="upstream_invalid_response",
+            ) from None
+        if not stored:  # nothing said (stopped at once): stored as empty text, told again as no output
+            aside["output"] = []
+            return (Message("assistant", (TextContent(""),), additional_properties={REPLY_PROPERTY: aside}),)
+        last = stored[-1]
+        properties = {**last.additional_properties, REPLY_PROPERTY: aside}
+        kept = Message("assistant", last.contents, message_id=last.message_id, additional_properties=properties)
+        return (*stored[:-1], kept)
+
+    def replay(self, done: StoredTurn, streaming: bool) -> Response:
+        aside = _thawed(done.reply[-1].additional_properties.get(REPLY_PROPERTY) or {})
+        told: dict[str, Any] = {"id": f"resp_{done.turn_id}", "object": "response", "status": "completed", "model": ""}
+        told.update(aside)
+        if "output" not in told:
+            told["output"] = _thawed(to_responses(done.reply))
+        if not streaming:
+            return JSONResponse(told)
+        return Response(response_events(told), media_type="text/event-stream")
 
 
-class _LastEvent:
-    """Reads the ``type`` of each server-sent event as the bytes pass, keeping the last one."""
-
-    def __init__(self) -> None:
-        self.last: str | None = None
-        self._pending = b""
-
-    def feed(self, data: bytes) -> None:
-        self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
-        if len(self._pending) > 1 << 24:
-            self._pending = b""  # no event line is this long; drop it rather than hold it
-        for line in lines:
-            if line.startswith(b"data:"):
-                try:
-                    kind = json.loads(line[5:]).get("type")
-                except (ValueError, AttributeError):
-                    continue
-                if isinstance(kind, str):
-                    self.last = kind
+def response_events(response: dict[str, Any]) -> bytes:
+    """A response as the events of a stream: created, each output item added and done, completed."""
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    events = [_event("response.created", 0, response=started)]
+    number = 1
+    for index, item in enumerate(response["output"]):
+        events.append(_event("response.output_item.added", number, output_index=index, item=item))
+        events.append(_event("response.output_item.done", number + 1, output_index=index, item=item))
+        number += 2
+    kind = "response.incomplete" if response.get("status") == "incomplete" else "response.completed"
+    events.append(_event(kind, number, response=response))
+    return b"".join(events)

@@ -41,7 +41,7 @@ class SessionTurn:
     turn_id: str
     before: KeptHistory
     inputs: list[Message]
-    reply: Message
+    reply: tuple[Message, ...]
 
 
 class SessionTurns:
@@ -85,7 +85,7 @@ class SessionTurns:
         """
         try:
             outcome = await self.kept.store_turn(
-                Turn(turn.key, turn.turn_id, tuple(turn.inputs), (turn.reply,)), turn.before
+                Turn(turn.key, turn.turn_id, tuple(turn.inputs), turn.reply), turn.before
             )
         except TurnOutcomeUnknownError:
             self.metrics.count(self.metrics.turns, "unknown")
