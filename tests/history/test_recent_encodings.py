@@ -23,9 +23,9 @@ def encoded(monkeypatch: pytest.MonkeyPatch) -> list[Message]:
     seen: list[Message] = []
     real = _encoding._encode
 
-    def counting(message: Message, position: int, session_id: str, action: str) -> tuple[str, Message]:
+    def counting(message: Message, where: str) -> tuple[str, Message]:
         seen.append(message)
-        return real(message, position, session_id, action)
+        return real(message, where)
 
     monkeypatch.setattr(_encoding, "_encode", counting)
     return seen

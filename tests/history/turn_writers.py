@@ -203,6 +203,7 @@ class ProxyWriter:
         proxy.sessions.history = history
         proxy.kept = KeptSessions(history, proxy.strategy, proxy.tokenizer, proxy.retain)
         proxy.turns = SessionTurns(proxy.sessions, proxy.kept, proxy.metrics)
+        proxy.flow.kept, proxy.flow.turns = proxy.kept, proxy.turns  # every endpoint's session turns run here
         proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._upstream))
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://proxy.test")
         self.headers = {"authorization": f"Bearer {KEY}"}

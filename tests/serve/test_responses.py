@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
-from tests.serve.near_valid import Client, dump
+from tests.serve.near_valid import FUZZ_KEY, Client, dump
 from tests.serve.near_valid import _mutate as mutate
 
 from contextledger.messages import from_responses, validate
@@ -198,22 +199,30 @@ def near_valid_responses(count: int, seed: int) -> list[bytes]:
 
 
 def test_near_valid_responses_bodies_never_get_a_500_and_nothing_invalid_goes_upstream(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     fake_upstream.clear()
-    statuses: Counter[int] = Counter()
+    statuses: Counter[tuple[str, int]] = Counter()
     leaks: list[str] = []
-    with start_proxy(*TRUNCATION) as proxy:
-        client = Client(proxy.root, {}, path="/v1/responses")  # one keep-alive connection throughout
+    # The session's window is by turns: a fuzzed item's unknown fields weigh no tokens, and the fake
+    # upstream, unlike a real one, takes them, so a token budget would let them pile up.
+    window = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
+    with start_proxy(*TRUNCATION) as proxy, start_proxy(*window, "--store", f"sqlite:{tmp_path / 'f.db'}") as sessions:
+        sessions.create_session("fuzzed", FUZZ_KEY)
+        clients = {  # one keep-alive connection each, throughout
+            "stateless": Client(proxy.root, {}, path="/v1/responses"),
+            "session": Client(sessions.root, {"X-Contextledger-Session": "fuzzed"}, path="/v1/responses"),
+        }
         for number, body in enumerate(near_valid_responses(FUZZ_BODIES, seed=25)):
-            status, raw = client.post(body)
-            statuses[status] += 1
-            text = raw.decode("utf-8", "replace")
-            if status >= 500 or "Traceback" in text:
-                leaks.append(f"body {number}: {status} {text[:200]} <- {body[:200]!r}")
-            elif status >= 400:
-                assert set(json.loads(raw)) == {"error"}, (number, text[:200])
-        log = proxy.log.read_text(errors="replace")
+            for mode, client in clients.items():
+                status, raw = client.post(body)
+                statuses[mode, status] += 1
+                text = raw.decode("utf-8", "replace")
+                if status >= 500 or "Traceback" in text:
+                    leaks.append(f"body {number} ({mode}): {status} {text[:200]} <- {body[:200]!r}")
+                elif status >= 400:
+                    assert set(json.loads(raw)) == {"error"}, (number, mode, text[:200])
+        log = proxy.log.read_text(errors="replace") + sessions.log.read_text(errors="replace")
     forwarded = [r for r in fake_upstream.received() if r["path"] == "/v1/responses"]
     fake_upstream.clear()  # the bodies are odd on purpose: no later test should read them
     refused: list[str] = []
@@ -228,6 +237,7 @@ def test_near_valid_responses_bodies_never_get_a_500_and_nothing_invalid_goes_up
     print(f"responses: {dict(sorted(statuses.items()))}; {len(forwarded)} forwarded")
     assert not leaks, leaks[:5]
     assert "Traceback" not in log
-    assert client.broken == 0, statuses
+    assert [client.broken for client in clients.values()] == [0, 0], statuses
     assert not refused, refused[:5]
-    assert statuses[200] > FUZZ_BODIES // 20
+    assert statuses["stateless", 200] > FUZZ_BODIES // 20
+    assert statuses["session", 200] > FUZZ_BODIES // 20

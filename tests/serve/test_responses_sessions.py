@@ -153,7 +153,7 @@ def test_the_seed_facts_sequence_exactly_once_and_failures_storing_nothing(
         assert garbage.value.status_code == 502
         with pytest.raises(openai.APIError, match="stream"):
             respond(client, "module=Lost", streamed=True, model="fake-broken")
-        with pytest.raises(RuntimeError, match="response.completed"):  # the client's word for a failed response
+        with pytest.raises(RuntimeError, match=r"response\.completed"):  # the client's word for a failed response
             respond(client, "module=Lost", streamed=True, model="fake-failed")
         assert proxy.messages("desk", KEY) == before
         assert proxy.facts("desk", KEY) == {"database": "SQL Server 2022"}

@@ -22,7 +22,7 @@ Where things live (every name is imported from here, ``contextledger.history``):
   follows, for a host to check the id it was given before it runs the turn).
 """
 
-from contextledger.history._encoding import check_turn_id
+from contextledger.history._encoding import check_storable, check_turn_id
 from contextledger.history._memory import InMemoryHistoryProvider
 from contextledger.history._postgres import PostgresHistoryProvider
 from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter, TurnWrite
@@ -53,6 +53,7 @@ __all__ = [
     "TurnRewriter",
     "TurnTarget",
     "TurnWrite",
+    "check_storable",
     "check_turn_id",
     "synced_history",
     "write_turn",

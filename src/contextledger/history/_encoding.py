@@ -21,6 +21,7 @@ __all__ = [
     "check_name",
     "check_session_id",
     "check_start",
+    "check_storable",
     "check_turn_id",
     "decode_message",
     "decode_turn",
@@ -86,8 +87,7 @@ def _read_back(body: str) -> Message | None:
         return None
 
 
-def _encode(message: Message, position: int, session_id: str, action: str) -> tuple[str, Message]:
-    where = f"cannot {action} session {session_id!r}: message {position}"
+def _encode(message: Message, where: str) -> tuple[str, Message]:
     try:
         body = _dump(message)
     except (TypeError, ValueError) as error:
@@ -102,6 +102,14 @@ def _encode(message: Message, position: int, session_id: str, action: str) -> tu
         f"{where} would not read back unchanged from storage ({_short(message, 160)}); "
         "check that mapping keys are strings and that a tool message carries its function result"
     )
+
+
+def check_storable(messages: Sequence[Message]) -> None:
+    """Raise :class:`InvalidMessageError` for the first message that would not read back unchanged
+    from any store.  A host checks a turn's input with it before calling the model, so that no
+    call is made (and paid for) for a turn that could not then be kept."""
+    for position, message in enumerate(messages):
+        _encode(message, f"message {position} of the turn")
 
 
 class RecentEncodings:
@@ -168,7 +176,7 @@ def encode_messages(
             bodies.append(known)
             stored.append(item)
             continue
-        body, message = _encode(item, position, checked_session, action)
+        body, message = _encode(item, f"cannot {action} session {checked_session!r}: message {position}")
         bodies.append(body)
         stored.append(message)
         if recent is not None:

@@ -89,10 +89,12 @@ def _message_item(item: Mapping[str, Any], where: str) -> tuple[Message, Item]:
     content = item.get("content")
     contents: list[Content] = []
     if isinstance(content, str):
-        if content:
-            contents.append(TextContent(content))
-        else:
-            record["empty_text"] = True
+        contents.append(TextContent(content))
+        if not content:
+            record["empty_text"] = True  # an empty text, as a message holds one: it stores and reads back
+    elif not content and isinstance(content, list):
+        contents.append(TextContent(""))
+        record["empty_list"] = True
     elif isinstance(content, list):
         extras: list[Item | None] = []
         for position, part in enumerate(content):
@@ -252,8 +254,8 @@ def from_responses(items: Sequence[Any]) -> list[Message]:
 def _message_content(contents: Sequence[Content], role: str, record: Mapping[str, Any]) -> str | list[Item]:
     extras = list(record.get("parts") or [])
     if not record.get("content_list") and not extras:
-        if not contents and record.get("empty_text"):
-            return ""
+        if (record.get("empty_text") or record.get("empty_list")) and contents in ((), (TextContent(""),)):
+            return "" if record.get("empty_text") else []
         if len(contents) == 1 and isinstance(contents[0], TextContent) and contents[0].text:
             return contents[0].text
     parts: list[Item] = []
@@ -322,9 +324,8 @@ def _message_items(message: Message) -> list[Item]:
     if any(isinstance(c, (HostedResultContent, ApprovalResponseContent)) for c in message.contents):
         return [_native_item(c) for c in message.contents]
     role = "developer" if record.get("role") == "developer" else message.role
-    head = {
-        key: value for key, value in plain(record).items() if key not in ("role", "parts", "content_list", "empty_text")
-    }
+    marks = ("role", "parts", "content_list", "empty_text", "empty_list")
+    head = {key: value for key, value in plain(record).items() if key not in marks}
     return [{"role": role, "content": _message_content(message.contents, message.role, record), **head}]
 
 

@@ -22,9 +22,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from contextledger.exceptions import ProxyError
+from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
-from contextledger.history import StoredTurn
+from contextledger.history import StoredTurn, check_storable
 from contextledger.messages import Message
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._kept import KeptSessions
@@ -133,6 +133,10 @@ class SessionFlow:
             raise bad_request(
                 "a session turn needs at least one new message besides system messages", "invalid_messages"
             )
+        try:
+            check_storable(new_turn)  # before the model is called: a turn that cannot be kept is not paid for
+        except InvalidMessageError as error:
+            raise bad_request(f"the turn cannot be stored: {error}", "invalid_messages") from None
         streaming = payload.get("stream") is True
         lock = contextlib.AsyncExitStack()
         await lock.enter_async_context(self.sessions.lock(key))

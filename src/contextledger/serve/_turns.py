@@ -21,7 +21,13 @@ require_extra("starlette", extra="serve", feature="contextledger serve")
 
 from starlette.responses import Response  # noqa: E402
 
-from contextledger.exceptions import HistoryError, LeaseLostError, ProxyError, TurnOutcomeUnknownError  # noqa: E402
+from contextledger.exceptions import (  # noqa: E402
+    HistoryError,
+    InvalidMessageError,
+    LeaseLostError,
+    ProxyError,
+    TurnOutcomeUnknownError,
+)
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
 from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
@@ -105,6 +111,14 @@ class SessionTurns:
                 status=409,
                 error_type="conflict_error",
                 code="session_lock_lost",
+            ) from None
+        except InvalidMessageError as error:  # the input was checked before the call: the reply is the upstream's
+            self.metrics.count(self.metrics.turns, "failed")
+            raise ProxyError(
+                f"the upstream's reply cannot be stored ({error}); nothing was stored",
+                status=502,
+                error_type="upstream_error",
+                code="upstream_invalid_response",
             ) from None
         except HistoryError as error:
             self.metrics.count(self.metrics.turns, "failed")
