@@ -3,10 +3,14 @@
     python benchmarks/serve.py            # 400 requests per measurement, 3 interleaved rounds
     python benchmarks/serve.py --quick    # a smoke run
     python benchmarks/serve.py --retain   # session turns with a retain strategy as well
+    python benchmarks/serve.py --endpoint responses   # one endpoint (default: all three)
 
-Three processes on 127.0.0.1: a fake OpenAI-compatible upstream that answers at once (a bare
-ASGI app under uvicorn), the proxy (``contextledger serve``, SQLite store), and this client
-(``httpx``, asyncio).  They share the machine's cores, as they would on a small host.
+Three processes on 127.0.0.1: a fake upstream that answers at once (a bare ASGI app under
+uvicorn, speaking chat completions, the Responses API and Anthropic's Messages API), the proxy
+(``contextledger serve``, SQLite store), and this client (``httpx``, asyncio).  They share the
+machine's cores, as they would on a small host.  Every workload runs on each endpoint the proxy
+serves: ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``, the same conversation
+written in each API's shape.
 
 Workloads:
 - stateless: a 201-message history (50 turns, each with a 1-2 KB tool result) that the proxy
@@ -52,6 +56,7 @@ import httpx
 
 from contextledger import from_openai
 from contextledger.history import SQLiteHistoryProvider
+from contextledger.messages import to_anthropic, to_responses
 from contextledger.serve import ServeConfig, StrategySpec, create_app
 from contextledger.serve._sessions import session_key
 from contextledger.serve._tenants import tenant_of
@@ -64,28 +69,79 @@ RETAIN = StrategySpec(
     "sliding-window", (f"trigger=turns_exceed({STORED_TURNS + 10})", f"target=turns_exceed({STORED_TURNS})")
 )
 
-_REPLY = json.dumps(
-    {
+_REPLIES = {
+    "/v1/chat/completions": {
         "id": "chatcmpl-bench",
         "object": "chat.completion",
         "created": 1700000000,
         "model": "bench",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-).encode()
+    },
+    "/v1/responses": {
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": 1700000000,
+        "model": "bench",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_bench",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    },
+    "/v1/messages": {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": "bench",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    },
+}
+_REPLY_BYTES = {path: json.dumps(reply).encode() for path, reply in _REPLIES.items()}
+ENDPOINTS = ("chat", "responses", "messages")
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 
 async def fake_upstream(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
-    """A bare ASGI upstream: reads the request, answers the same completion at once."""
+    """A bare ASGI upstream: reads the request, answers its API's same reply at once."""
     if scope["type"] != "http":
         return
     more = True
     while more:
         message = await receive()
         more = message.get("more_body", False)
+    reply = _REPLY_BYTES.get(scope["path"], _REPLY_BYTES["/v1/chat/completions"])
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": _REPLY})
+    await send({"type": "http.response.body", "body": reply})
+
+
+def constant(body: bytes) -> Callable[[int], bytes]:
+    """The same body for every client."""
+    return lambda _: body
+
+
+def bodies_for(endpoint: str) -> tuple[bytes, bytes]:
+    """The 201-message history and a session turn's question, written in ``endpoint``'s API."""
+    history = messages(201)
+    if endpoint == "responses":
+        items = to_responses(from_openai(history))
+        question: dict[str, Any] = {"model": "bench", "input": "and item 7?"}
+        return json.dumps({"model": "bench", "input": items}).encode(), json.dumps(question).encode()
+    if endpoint == "messages":
+        system, written = to_anthropic(from_openai(history))
+        whole = {"model": "bench", "max_tokens": 64, "system": system, "messages": written}
+        question = {"model": "bench", "max_tokens": 64, "messages": [{"role": "user", "content": "and item 7?"}]}
+        return json.dumps(whole).encode(), json.dumps(question).encode()
+    question = {"model": "bench", "messages": [{"role": "user", "content": "and item 7?"}]}
+    return json.dumps({"model": "bench", "messages": history}).encode(), json.dumps(question).encode()
 
 
 def free_port() -> int:
@@ -184,12 +240,13 @@ async def cpu_per_request(app: Any, path: str, body: bytes, headers: dict[str, s
     return statistics.median(samples), percentile(samples, 0.99)
 
 
-async def in_process(workdir: Path, history: bytes, question: bytes, total: int, rounds: int, retain: bool) -> None:
+async def in_process(workdir: Path, endpoints: list[str], total: int, rounds: int, retain: bool) -> None:
     """The proxy's own work per request, in CPU time (threads included), against the bare upstream
     app driven the same way: what the machine's load cannot inflate."""
     app = create_app(
         ServeConfig(
             upstream="http://upstream.in-process/v1",
+            anthropic_upstream="http://upstream.in-process",
             store=f"sqlite:{workdir / 'in-process.db'}",
             strategy=StrategySpec("sliding-window", ("trigger=turns_exceed(20)",)),
             retain=RETAIN if retain else StrategySpec(),
@@ -197,6 +254,7 @@ async def in_process(workdir: Path, history: bytes, question: bytes, total: int,
     )
     proxy = app.state.proxy
     proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_upstream))
+    proxy.anthropic.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_upstream))
     plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://in-process") as client:
         await client.post("/v1/contextledger/sessions", json={"id": "cpu"}, headers=plain)
@@ -206,16 +264,25 @@ async def in_process(workdir: Path, history: bytes, question: bytes, total: int,
     await proxy.sessions.history.append(session_key(tenant, "cpu"), stored)
     session = {**plain, "x-contextledger-session": "cpu"}
     print("\nCPU time per request in one process (ASGI in memory, no sockets); ms")
-    print(f"{'workload':34} {'upstream p50':>12} {'p99':>7} {'proxy p50':>10} {'p99':>7} {'added p50':>10} {'p99':>7}")
-    for name, body, headers in (("stateless, 201 messages", history, plain), ("session turn", question, session)):
-        bare: list[tuple[float, float]] = []
-        through: list[tuple[float, float]] = []
-        for _ in range(rounds):
-            bare.append(await cpu_per_request(fake_upstream, "/v1/chat/completions", body, plain, total))
-            through.append(await cpu_per_request(app, "/v1/chat/completions", body, headers, total))
-        b50, b99 = (statistics.median(run[i] for run in bare) for i in (0, 1))
-        t50, t99 = (statistics.median(run[i] for run in through) for i in (0, 1))
-        print(f"{name:34} {b50:>12.2f} {b99:>7.2f} {t50:>10.2f} {t99:>7.2f} {t50 - b50:>10.2f} {t99 - b99:>7.2f}")
+    print(
+        f"{'workload':34} {'endpoint':>9} {'upstream p50':>12} {'p99':>7} {'proxy p50':>10} {'p99':>7}"
+        f" {'added p50':>10} {'p99':>7}"
+    )
+    for endpoint in endpoints:
+        history, question = bodies_for(endpoint)
+        path = PATHS[endpoint]
+        for name, body, headers in (("stateless, 201 messages", history, plain), ("session turn", question, session)):
+            bare: list[tuple[float, float]] = []
+            through: list[tuple[float, float]] = []
+            for _ in range(rounds):
+                bare.append(await cpu_per_request(fake_upstream, path, body, plain, total))
+                through.append(await cpu_per_request(app, path, body, headers, total))
+            b50, b99 = (statistics.median(run[i] for run in bare) for i in (0, 1))
+            t50, t99 = (statistics.median(run[i] for run in through) for i in (0, 1))
+            print(
+                f"{name:34} {endpoint:>9} {b50:>12.2f} {b99:>7.2f} {t50:>10.2f} {t99:>7.2f} {t50 - b50:>10.2f}"
+                f" {t99 - b99:>7.2f}"
+            )
     await proxy.close()
 
 
@@ -225,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating direct/proxy rounds (default 3)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 60 requests, 1 round")
     parser.add_argument("--retain", action="store_true", help="the proxy keeps a window of each session (see above)")
+    parser.add_argument(
+        "--endpoint", choices=ENDPOINTS, action="append", help="an endpoint to measure (repeatable; default: all)"
+    )
     parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fake_upstream:
@@ -255,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 "serve",
                 "--upstream",
                 upstream + "/v1",
+                "--anthropic-upstream",
+                upstream,
                 "--port",
                 str(proxy_port),
                 "--store",
@@ -272,40 +344,40 @@ def main(argv: list[str] | None = None) -> int:
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {total} requests x {rounds} rounds"
     if args.retain:
         env_note += ", retain strategy on"
+    endpoints = args.endpoint or list(ENDPOINTS)
     try:
         fill_sessions(store, proxy, 32)
-        history = json.dumps({"model": "bench", "messages": messages(201)}).encode()
         plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-        question = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "and item 7?"}]}).encode()
         headers_of = Callable[[int], dict[str, str]]
-        workloads: list[tuple[str, Callable[[int], bytes], headers_of, headers_of]] = [
-            ("stateless, 201 messages", lambda _: history, lambda _: plain, lambda _: plain),
-            (
-                f"session turn, {STORED_TURNS:,} turns stored",
-                lambda _: question,
-                lambda _: plain,
-                lambda number: {**plain, "x-contextledger-session": f"bench-{number}"},
-            ),
-        ]
+        workloads: list[tuple[str, str, Callable[[int], bytes], headers_of, headers_of]] = []
+        for endpoint in endpoints:
+            history, question = bodies_for(endpoint)
+            workloads += [
+                (endpoint, "stateless, 201 messages", constant(history), lambda _: plain, lambda _: plain),
+                (
+                    endpoint,
+                    f"session turn, {STORED_TURNS:,} turns stored",
+                    constant(question),
+                    lambda _: plain,
+                    lambda number: {**plain, "x-contextledger-session": f"bench-{number}"},
+                ),
+            ]
         print(f"contextledger serve vs the upstream alone ({env_note}); latency in ms")
-        header = f"{'workload':34} {'clients':>7} {'direct p50':>10} {'p99':>7} {'proxy p50':>10} {'p99':>7}"
-        header += f" {'added p50':>10} {'p99':>7} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
+        header = f"{'workload':34} {'endpoint':>9} {'clients':>7} {'direct p50':>10} {'p99':>7} {'proxy p50':>10}"
+        header += f" {'p99':>7} {'added p50':>10} {'p99':>7} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
         print(header)
-        for name, body, direct_headers, proxy_headers in workloads:
+        for endpoint, name, body, direct_headers, proxy_headers in workloads:
+            path = PATHS[endpoint]
             for clients in (1, 32):
                 direct: list[list[float]] = []
                 proxied: list[list[float]] = []
                 direct_rates: list[float] = []
                 proxy_rates: list[float] = []
                 for _ in range(rounds):
-                    latencies, rate = asyncio.run(
-                        measure(upstream + "/v1/chat/completions", body, direct_headers, clients, total)
-                    )
+                    latencies, rate = asyncio.run(measure(upstream + path, body, direct_headers, clients, total))
                     direct.append(latencies)
                     direct_rates.append(rate)
-                    latencies, rate = asyncio.run(
-                        measure(proxy + "/v1/chat/completions", body, proxy_headers, clients, total)
-                    )
+                    latencies, rate = asyncio.run(measure(proxy + path, body, proxy_headers, clients, total))
                     proxied.append(latencies)
                     proxy_rates.append(rate)
                 d50 = statistics.median(statistics.median(run) for run in direct)
@@ -314,10 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                 p99 = statistics.median(percentile(run, 0.99) for run in proxied)
                 drate, prate = statistics.median(direct_rates), statistics.median(proxy_rates)
                 print(
-                    f"{name:34} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f} {p50 - d50:>10.2f}"
-                    f" {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
+                    f"{name:34} {endpoint:>9} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f}"
+                    f" {p50 - d50:>10.2f} {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
                 )
-        asyncio.run(in_process(workdir, history, question, total, rounds, args.retain))
+        asyncio.run(in_process(workdir, endpoints, total, rounds, args.retain))
     finally:
         for process in processes:
             process.terminate()

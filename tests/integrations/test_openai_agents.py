@@ -67,8 +67,12 @@ from contextledger.messages import (
     ReasoningContent,
     TextContent,
     item_dict,
+    item_runs,
+    kept_as_given,
     validate,
 )
+from contextledger.serve._requests import MessageReader
+from contextledger.serve._responses import _forwarded
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.history.support import RedisServer
 from tests.integrations import scripted_turns as turns
@@ -245,6 +249,24 @@ def test_responses_items_survive_a_round_trip_through_ours(items: list[dict[str,
     for message in ours:
         assert set(message.answered_ids) <= opened | set(message.opened_ids)
         opened.update(message.opened_ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversations(), st.integers(1, 12))
+def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversions(
+    items: list[dict[str, Any]], keep: int
+) -> None:
+    """The proxy reads a Responses input run by run (remembering each run) and forwards what a
+    compaction kept by identity; both give what converting the whole input gives."""
+    reader = MessageReader()
+    messages, spans = reader.read_runs(items, item_runs(items), from_responses)
+    assert messages == from_responses(items)
+    again, _ = reader.read_runs(items, item_runs(items), from_responses)
+    assert all(first is second for first, second in zip(messages, again))  # remembered, not converted again
+    kept = asyncio.run(
+        compact_with_report(messages, strategy=SlidingWindowStrategy(keep_last_groups=keep, stable_step=1))
+    ).messages
+    assert _forwarded(kept, messages, spans, items) == kept_as_given(to_responses(kept), items)
 
 
 @settings(max_examples=200, deadline=None)

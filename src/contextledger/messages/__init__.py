@@ -90,6 +90,7 @@ from contextledger.messages._responses import (
     RESPONSES_PROPERTY,
     from_responses,
     item_dict,
+    item_runs,
     kept_as_given,
     to_responses,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "from_openai",
     "from_responses",
     "item_dict",
+    "item_runs",
     "kept_as_given",
     "load_jsonl",
     "message_blocks",

@@ -28,7 +28,7 @@ from contextledger.messages._contents import _thaw as plain
 from contextledger.messages._message import Message
 from contextledger.messages._openai import result_text
 
-__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "kept_as_given", "to_responses"]
+__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "item_runs", "kept_as_given", "to_responses"]
 
 RESPONSES_PROPERTY = "_responses"
 """``additional_properties`` key holding, per item a message came from, what the item had that
@@ -217,6 +217,36 @@ def _with_records(message: Message, records: list[Item]) -> Message:
     if not any(records):
         return message
     return Message(message.role, message.contents, additional_properties={RESPONSES_PROPERTY: records})
+
+
+def _is_call(item: Any) -> bool:
+    """Whether :func:`from_responses` merges ``item`` with the calls beside it (the order of
+    ``_item_message``'s tests: a message, an output or a self-contained call is not one)."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if not isinstance(kind, str) or ("role" in item and kind == "message"):
+        return False
+    if kind in _SELF_CONTAINED and isinstance(item.get("id"), str) and item["id"]:
+        return False
+    return kind in ("function_call", "mcp_approval_request") or kind in _PAIRED_CALLS
+
+
+def item_runs(items: Sequence[Any]) -> list[tuple[int, int]]:
+    """The ``(start, end)`` slices of ``items`` that :func:`from_responses` makes one message each
+    of: an item alone, or consecutive calls together.  A reader that converts the same items over
+    and over (a stateless client's whole input on every request) converts each run once."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    count = len(items)
+    while start < count:
+        end = start + 1
+        if _is_call(items[start]):
+            while end < count and _is_call(items[end]):
+                end += 1
+        runs.append((start, end))
+        start = end
+    return runs
 
 
 def from_responses(items: Sequence[Any]) -> list[Message]:

@@ -18,7 +18,7 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from contextledger._json import UnwritableJSONError, strict_loads
@@ -159,7 +159,7 @@ class MessageReader:
 
     def __init__(self, limit: int = REMEMBERED_BYTES) -> None:
         self.limit = limit
-        self._made: dict[Hashable, tuple[Message, int]] = {}
+        self._made: dict[Hashable, tuple[Any, int]] = {}  # a message, or a run's messages
         self._held = 0
 
     @property
@@ -182,9 +182,43 @@ class MessageReader:
                 if made[1] > self.limit:
                     messages.append(made[0])
                     continue
-                self._held += made[1]
-                while self._held > self.limit:  # the least recently used first
-                    self._held -= self._made.pop(next(iter(self._made)))[1]
+                self._remember(made[1])
             self._made[key] = made  # at the end: the most recently used
             messages.append(made[0])
         return messages
+
+    def read_runs(
+        self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
+    ) -> tuple[list[Message], list[tuple[int, int]]]:
+        """``items`` converted run by run (``runs``: the slices ``convert`` makes messages of, each
+        independently of the others), a run's messages remembered as :meth:`read` remembers one
+        message; with each message, the slice of ``items`` it came from.  ``convert``'s
+        :class:`InvalidMessageError` reaches the caller as converting the whole input raises it,
+        so it names the item by its place in the input, not in its run."""
+        messages: list[Message] = []
+        spans: list[tuple[int, int]] = []
+        for start, end in runs:
+            size = [0]
+            key = _key(items[start:end], size)
+            made = self._made.pop(key, None)
+            if made is None:
+                try:
+                    made = (tuple(convert(items[start:end])), size[0])
+                except InvalidMessageError:
+                    convert(items)  # raises the same problem, named by its place in the whole input
+                    raise
+                if made[1] > self.limit:
+                    messages += made[0]
+                    spans += [(start, end)] * len(made[0])
+                    continue
+                self._remember(made[1])
+            self._made[key] = made  # at the end: the most recently used
+            messages += made[0]
+            spans += [(start, end)] * len(made[0])
+        return messages, spans
+
+    def _remember(self, size: int) -> None:
+        """Count ``size`` more bytes held, letting the least recently used go past the limit."""
+        self._held += size
+        while self._held > self.limit:
+            self._held -= self._made.pop(next(iter(self._made)))[1]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -46,6 +46,7 @@ from contextledger.messages import (
     Message,
     TextContent,
     from_responses,
+    item_runs,
     kept_as_given,
     to_responses,
     validate,
@@ -54,7 +55,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import json_object
+from contextledger.serve._requests import MessageReader, json_object
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Upstream, passed_back
 from contextledger.serve._usage import CostMeter
@@ -87,23 +88,27 @@ def parse_responses_payload(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _conversation(items: list[dict[str, Any]]) -> list[Message]:
-    """The items as messages, or a 400 for an item that is not one."""
-    try:
-        return from_responses(items)
-    except InvalidMessageError as error:
-        raise _bad(f"'input' is not valid: {error}") from None
-
-
-def _valid_conversation(items: list[dict[str, Any]]) -> list[Message]:
-    """The items as messages, refused (400) where the upstream would refuse them: an item that is
-    not one, a call without its output, an output without its call."""
-    messages = _conversation(items)
-    problems = validate(messages)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
-    return messages
+def _forwarded(
+    kept: Sequence[Message], messages: list[Message], spans: list[tuple[int, int]], items: list[Any]
+) -> list[Any]:
+    """What goes upstream for a compaction ``kept`` of ``messages`` (read from ``items``, each
+    message from ``items[start:end]``): each kept message as the very items it came from, found
+    by identity (a strategy keeps the objects it was given), and what the strategy wrote (a
+    summary, a collapsed result) as :func:`to_responses` writes it."""
+    places: dict[int, list[int]] = {}
+    for index, message in enumerate(messages):
+        places.setdefault(id(message), []).append(index)
+    out: list[Any] = []
+    after = 0
+    for message in kept:
+        found = next((i for i in places.get(id(message), ()) if i >= after), None)
+        if found is None:
+            out += to_responses([message])
+            continue
+        after = found + 1
+        start, end = spans[found]
+        out += items[start:end]
+    return out
 
 
 def _error_event(failure: ProxyError) -> bytes:
@@ -221,6 +226,16 @@ class ResponsesFormat:
         self.cost = cost
         self.strategy = strategy
         self.tokenizer = tokenizer
+        self.reader = MessageReader()
+
+    def conversation(self, items: list[Any]) -> tuple[list[Message], list[tuple[int, int]]]:
+        """The items as messages (with the slice of items each came from), or a 400 for an item
+        that is not one.  The reader remembers what it converted: a stateless client's input is
+        mostly what it sent the time before."""
+        try:
+            return self.reader.read_runs(items, item_runs(items), from_responses)
+        except InvalidMessageError as error:
+            raise _bad(f"'input' is not valid: {error}") from None
 
     # Stateless mode ---------------------------------------------------------------------------
 
@@ -256,7 +271,11 @@ class ResponsesFormat:
             said[COMPACTION_HEADER] = "skipped; text input"
             messages = [Message.user(payload["input"])]
         else:
-            messages = _valid_conversation(items)
+            messages, spans = self.conversation(items)
+            problems = validate(messages)  # refused where the upstream would refuse it
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
             if self.strategy is None:
                 said[COMPACTION_HEADER] = "unchanged"
             else:
@@ -264,9 +283,9 @@ class ResponsesFormat:
                 self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
                 self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
                 said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
-                messages = list(result.messages)
                 if result.changed:
-                    payload = {**payload, "input": kept_as_given(to_responses(result.messages), items)}
+                    payload = {**payload, "input": _forwarded(result.messages, messages, spans, items)}
+                messages = list(result.messages)
         return self.cache_key(payload, items, request, None), messages, said
 
     def cache_key(
@@ -302,7 +321,7 @@ class ResponsesFormat:
                 "session_with_upstream_state",
             )
         given = payload["input"]
-        incoming = [Message.user(given)] if isinstance(given, str) else _conversation(given)
+        incoming = [Message.user(given)] if isinstance(given, str) else self.conversation(given)[0]
         instructions = [m for m in incoming if m.role == "system"]
         return instructions, [m for m in incoming if m.role != "system"]
 
