@@ -40,7 +40,9 @@ def test_the_command_shown_parses() -> None:
 def test_the_python_client_example_runs(
     start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sessions, responses, *_ = blocks("py")  # the Messages API example: tests/serve/test_anthropic_sdk.py
+    # The Messages API example is driven by tests/serve/test_anthropic_sdk.py, the Postgres one by test_readme.py.
+    sessions = blocks("py")[0]
+    [responses] = [block for block in blocks("py") if "client.responses.create" in block]
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with start_proxy() as proxy:
         namespace: dict[str, Any] = {}
@@ -54,10 +56,11 @@ def test_the_python_client_example_runs(
     assert capsys.readouterr().out == "echo: Which database do we use?\n"
 
 
-def run_shell_block(number: int, root: str) -> subprocess.CompletedProcess[str]:
-    """The section's shell block ``number``, run against the proxy at ``root``."""
+def run_shell_block(calling: str, root: str) -> subprocess.CompletedProcess[str]:
+    """The section's first shell block that calls the path ``calling``, run against the proxy at ``root``."""
+    block = next(block for block in blocks("sh") if f"http://127.0.0.1:8080{calling}" in block)
     return subprocess.run(
-        ["bash", "-euc", blocks("sh")[number].replace("http://127.0.0.1:8080", root)],
+        ["bash", "-euc", block.replace("http://127.0.0.1:8080", root)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,12 +71,12 @@ def run_shell_block(number: int, root: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_responses_curl_line_runs(start_proxy: StartProxy) -> None:
     with start_proxy() as proxy:
-        done = run_shell_block(2, proxy.root)
+        done = run_shell_block("/v1/responses", proxy.root)
     assert done.stdout.strip().lower() == "x-contextledger-compaction: skipped; text input"
 
 
 def test_the_curl_lines_run(start_proxy: StartProxy) -> None:
     with start_proxy() as proxy:
-        done = run_shell_block(1, proxy.root)
+        done = run_shell_block("/v1/contextledger/sessions", proxy.root)
         assert proxy.facts("ticket-7", KEY) == {"database": "PostgreSQL"}  # after forget module
     assert '"forgotten":[{"key":"module","value":"Reporting"}]' in done.stdout

@@ -19,7 +19,8 @@ Where things live (every name is imported from here, ``contextledger.history``):
   asked for, exactly once by turn id, and says what it did in a :class:`TurnOutcome`;
   :class:`KeptHistory` is a host's versioned copy of a history, kept current by
   :func:`synced_history` and the writer; :func:`check_turn_id` is the one rule a turn id
-  follows, for a host to check the id it was given before it runs the turn).
+  follows, and :func:`check_storable` says whether a turn's messages can be stored, for a host to
+  check both before it runs the turn and pays for the model's call).
 """
 
 from contextledger.history._encoding import check_storable, check_turn_id

@@ -34,7 +34,9 @@ Where things live (every name is imported from here, ``contextledger.messages``)
 - the Responses API's input items, ``_responses.py``: :func:`from_responses` and
   :func:`to_responses` (items become messages and come back as the very same items; what has no
   field here is kept under :data:`RESPONSES_PROPERTY`), :func:`item_dict`, and
-  :func:`kept_as_given` (a compacted item list with every kept item the object it came from);
+  :func:`kept_as_given` (a compacted item list with every kept item the object it came from),
+  :func:`item_runs` (the slices of items that make one message each, for a reader that
+  remembers what it converted);
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
 - Anthropic's Messages API, ``_anthropic.py``: :func:`from_anthropic` and :func:`to_anthropic`

@@ -41,7 +41,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import bad_request, json_object, refuse_invalid
+from contextledger.serve._requests import MessageReader, bad_request, json_object, refuse_invalid
 from contextledger.serve._upstream import _TYPES, Upstream, anthropic_error, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
@@ -107,11 +107,9 @@ def parse_messages_payload(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _read(payload: Mapping[str, Any]) -> list[Message]:
-    try:
-        return from_anthropic(payload["messages"])
-    except InvalidMessageError as error:
-        raise _bad(f"'messages' is malformed: {error}", "invalid_messages") from None
+def _one_by_one(messages: list[Any]) -> list[tuple[int, int]]:
+    """Each Messages API message converts on its own (to one message, or a tool message and a user one)."""
+    return [(position, position + 1) for position in range(len(messages))]
 
 
 def _system(payload: Mapping[str, Any]) -> list[Message]:
@@ -221,9 +219,19 @@ class MessagesFormat:
         self.cost = cost
         self.strategy = strategy
         self.tokenizer = tokenizer
+        self.reader = MessageReader()
+
+    def read(self, payload: Mapping[str, Any]) -> list[Message]:
+        """The request's messages, or a 400 naming the first malformed one.  The reader remembers
+        what it converted: a stateless client's messages are mostly those it sent the time before."""
+        given = payload["messages"]
+        try:
+            return self.reader.read_runs(given, _one_by_one(given), from_anthropic)[0]
+        except InvalidMessageError as error:
+            raise _bad(f"'messages' is malformed: {error}", "invalid_messages") from None
 
     async def stateless(self, request: Request, payload: dict[str, Any]) -> Response:
-        incoming = _read(payload)
+        incoming = self.read(payload)
         refuse_invalid(incoming)
         system = _system(payload)
         if self.strategy is not None:
@@ -270,7 +278,7 @@ class MessagesFormat:
 
     def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
         _system(payload)  # checked now; it goes upstream as it came
-        return [], _read(payload)
+        return [], self.read(payload)
 
     def upstream_payload(
         self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
