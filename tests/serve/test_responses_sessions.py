@@ -103,30 +103,32 @@ def test_a_thirty_turn_session_tool_loop_goes_upstream_valid_compacted_and_byte_
         assert proxy.messages(session, KEY) == stored
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_the_seed_facts_sequence_exactly_once_and_failures_storing_nothing(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, store: str
 ) -> None:
-    with start_proxy() as proxy:
-        proxy.create_session("desk", KEY)
-        client = client_for(proxy, "desk")
+    desk = f"desk-{store}"
+    with start_proxy("--max-body-bytes", "20000", *store_args(request, store)) as proxy:
+        proxy.create_session(desk, KEY)
+        client = client_for(proxy, desk)
 
         def say(text: str, streamed: bool = False, key: str | None = None) -> Any:
             headers = {"Idempotency-Key": key} if key is not None else None
             return respond(client, [{"role": "user", "content": text}], streamed, extra_headers=headers)
 
         say("module=Reporting; database=PostgreSQL")
-        assert proxy.facts("desk", KEY) == {"module": "Reporting", "database": "PostgreSQL"}
+        assert proxy.facts(desk, KEY) == {"module": "Reporting", "database": "PostgreSQL"}
         say("module=Billing; database=SQL Server 2022", streamed=True)
-        assert proxy.facts("desk", KEY) == {"module": "Billing", "database": "SQL Server 2022"}
+        assert proxy.facts(desk, KEY) == {"module": "Billing", "database": "SQL Server 2022"}
         say("Where can I find logs?")
         sent = fake_upstream.last_body()
         assert sent["instructions"] == "Be brief."
         assert "SQL Server 2022" in json.dumps(sent["input"])
         assert "Reporting" not in json.dumps(sent["input"][-2:])
         assert sent["input"][-1] == {"role": "user", "content": "Where can I find logs?"}
-        status, report = proxy.call("POST", "/v1/contextledger/sessions/desk/forget", {"key": "module"}, KEY)
+        status, report = proxy.call("POST", f"/v1/contextledger/sessions/{desk}/forget", {"key": "module"}, KEY)
         assert status == 200, report
-        assert "Billing" not in json.dumps(proxy.messages("desk", KEY))
+        assert "Billing" not in json.dumps(proxy.messages(desk, KEY))
         say("Which module was it?")
         assert "Billing" not in json.dumps(fake_upstream.last_body())
         assert "SQL Server 2022" in json.dumps(fake_upstream.last_body())
@@ -145,7 +147,7 @@ def test_the_seed_facts_sequence_exactly_once_and_failures_storing_nothing(
             say("another turn", key="turn-1")
 
         # Upstream errors, an answer that is no response, broken and failed streams: nothing stored.
-        before = proxy.messages("desk", KEY)
+        before = proxy.messages(desk, KEY)
         with pytest.raises(openai.InternalServerError):
             respond(client, "module=Lost", streamed=False, model="fake-500")
         with pytest.raises(openai.APIStatusError) as garbage:
@@ -155,9 +157,12 @@ def test_the_seed_facts_sequence_exactly_once_and_failures_storing_nothing(
             respond(client, "module=Lost", streamed=True, model="fake-broken")
         with pytest.raises(RuntimeError, match=r"response\.completed"):  # the client's word for a failed response
             respond(client, "module=Lost", streamed=True, model="fake-failed")
-        assert proxy.messages("desk", KEY) == before
-        assert proxy.facts("desk", KEY) == {"database": "SQL Server 2022"}
-        # A call's output must answer a call the session holds open.
+        assert proxy.messages(desk, KEY) == before
+        assert proxy.facts(desk, KEY) == {"database": "SQL Server 2022"}
+        # A body over the limit is a 413, a call's output must answer a call the session holds open.
+        with pytest.raises(openai.APIStatusError) as large:
+            respond(client, "x" * 30_000, streamed=False)
+        assert large.value.status_code == 413
         with pytest.raises(openai.BadRequestError):
             respond(client, [{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}], False)
         _, metrics = proxy.get("/metrics")
