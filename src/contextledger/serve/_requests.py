@@ -17,6 +17,7 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -138,19 +139,17 @@ def user_text(messages: Sequence[Message]) -> str | None:
     return "\n".join(texts) if texts else None
 
 
+_encode = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":")).encode
+
+
 def _key(value: Any, size: list[int]) -> Hashable:
-    """``value`` as a hashable key that only an equal JSON value shares (``1``, ``1.0`` and ``true``
-    are told apart, and so are a list and an object); adds the memory it holds to ``size[0]``."""
-    if isinstance(value, str):
-        size[0] += sys.getsizeof(value)
-        return value
-    size[0] += _NODE_BYTES
-    if isinstance(value, dict):
-        size[0] += sum(sys.getsizeof(name) for name in value)
-        return (dict, tuple((name, _key(item, size)) for name, item in value.items()))
-    if isinstance(value, list):
-        return (list, tuple(_key(item, size) for item in value))
-    return (type(value), value)
+    """``value`` as a hashable key that only an equal JSON value shares: its JSON text, which tells
+    ``1``, ``1.0`` and ``true`` apart, and a list from an object (``value`` came from
+    :func:`~contextledger._json.strict_loads`, so it is plain JSON and writes without error).  Adds
+    the memory the key and the message made from it hold to ``size[0]``: about twice the text."""
+    text = _encode(value)
+    size[0] += 2 * sys.getsizeof(text) + _NODE_BYTES
+    return text
 
 
 class MessageReader:
