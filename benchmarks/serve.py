@@ -4,6 +4,7 @@
     python benchmarks/serve.py --quick    # a smoke run
     python benchmarks/serve.py --retain   # session turns with a retain strategy as well
     python benchmarks/serve.py --endpoint responses   # one endpoint (default: all three)
+    python benchmarks/serve.py --store sqlite --store redis --store postgres   # stores side by side
 
 Three processes on 127.0.0.1: a fake upstream that answers at once (a bare ASGI app under
 uvicorn, speaking chat completions, the Responses API and Anthropic's Messages API), the proxy
@@ -30,6 +31,12 @@ request rates.  A second table drives the proxy and the bare upstream app in thi
 sockets) and reports CPU time per request: the proxy's own work, which a busy machine's load
 does not inflate the way it inflates wall-clock latency.
 
+With ``--store`` the run compares session stores instead: for each store named, a proxy on that
+store (SQLite in a file; a ``redis-server`` and a Postgres the run starts on 127.0.0.1, reached
+through a relay that counts round trips) takes session turns at 1 and 32 clients, and the table
+gives the latency it adds beside the store round trips a turn costs (every wait on the store's
+answer, counted at the socket; SQLite is in the proxy's process and has none).
+
 Goals (reported, not asserted): <= 2 ms median and <= 10 ms p99 added at 1 client; at 32
 clients, at least half the rate the upstream reaches alone.
 """
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -58,7 +66,7 @@ from contextledger import from_openai
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import to_anthropic, to_responses
 from contextledger.serve import ServeConfig, StrategySpec, create_app
-from contextledger.serve._sessions import session_key
+from contextledger.serve._sessions import open_sessions, session_key
 from contextledger.serve._tenants import tenant_of
 from workloads import messages, turn
 
@@ -286,6 +294,133 @@ async def in_process(workdir: Path, endpoints: list[str], total: int, rounds: in
     await proxy.close()
 
 
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def started_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return process, port
+        time.sleep(0.05)
+    raise SystemExit("redis-server did not come up")
+
+
+def fill_store(url: str, proxy: str, count: int) -> None:
+    """Create ``count`` sessions through the proxy, then write 1,000 turns into each through the
+    store the proxy uses (its own backend, opened as the proxy opens it)."""
+    tenant = tenant_of({"authorization": f"Bearer {KEY}"}, trust_tenant_header=False)
+    if url.startswith("sqlite:"):  # one process holds a SQLite file: write it as the default run does
+        fill_sessions(Path(url.removeprefix("sqlite:")), proxy, count)
+        return
+    rng = random.Random(11)
+    flat = [m for number in range(1, STORED_TURNS + 1) for m in from_openai(turn(number, rng))]
+    for number in range(count):
+        request = urllib.request.Request(
+            proxy + "/v1/contextledger/sessions",
+            data=json.dumps({"id": f"bench-{number}"}).encode(),
+            headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+    async def fill() -> None:
+        defaults = ServeConfig(upstream="http://unused.invalid/v1")
+        sessions = open_sessions(
+            url, namespace=defaults.namespace, lock_timeout=defaults.lock_timeout, lock_lease=defaults.lock_lease
+        )
+        for number in range(count):
+            await sessions.history.append(session_key(tenant, f"bench-{number}"), flat)
+        await sessions.close()
+
+    asyncio.run(fill())
+
+
+def compare_stores(stores: list[str], total: int, rounds: int) -> None:
+    """Session turns through a proxy on each store: added latency and round trips per turn."""
+    sys.path.insert(0, str(ROOT))
+    from tests.round_trip_relay import RoundTripRelay  # noqa: PLC0415  (the tests' counting relay)
+
+    workdir = Path(tempfile.mkdtemp(prefix="serve-stores-"))
+    upstream_port = free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    fake = start([sys.executable, __file__, "--fake-upstream", str(upstream_port)], upstream + "/", workdir / "up.log")
+    plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    question = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "and item 7?"}]}).encode()
+    print(f"session turns on each store, {STORED_TURNS:,} turns stored ({os.cpu_count()} cores); latency in ms")
+    print(
+        f"{'store':10} {'clients':>7} {'direct p50':>10} {'proxy p50':>10} {'p99':>7} {'added p50':>10}"
+        f" {'proxy/s':>8} {'round trips/turn':>17}"
+    )
+    with contextlib.ExitStack() as stack:
+        stack.callback(stop, fake)
+        for store in stores:
+            relay: Any = None
+            if store == "sqlite":
+                url = f"sqlite:{workdir / 'sessions.db'}"
+            elif store == "redis":
+                server, port = started_redis(workdir)
+                stack.callback(stop, server)
+                relay = stack.enter_context(RoundTripRelay(port))
+                url = f"redis://127.0.0.1:{relay.port}/0"
+            else:
+                from tests.postgres_server import started_postgres  # noqa: PLC0415
+
+                postgres, _ = stack.enter_context(started_postgres())
+                relay = stack.enter_context(RoundTripRelay(postgres.port))
+                url = postgres.fresh_database().replace(f":{postgres.port}/", f":{relay.port}/")
+            proxy_port = free_port()
+            proxy = f"http://127.0.0.1:{proxy_port}"
+            command = [sys.executable, "-m", "contextledger.cli", "serve", "--upstream", upstream + "/v1"]
+            command += ["--port", str(proxy_port), "--store", url, "--strategy", "sliding-window"]
+            command += ["--param", "trigger=turns_exceed(20)"]
+            process = start(command, proxy + "/healthz", workdir / f"proxy-{store}.log")
+            stack.callback(stop, process)
+            fill_store(url, proxy, 32)
+            for clients in (1, 32):
+                direct_runs: list[list[float]] = []
+                proxy_runs: list[list[float]] = []
+                rates: list[float] = []
+                trips: list[float] = []
+                for _ in range(rounds):
+                    latencies, _ = asyncio.run(
+                        measure(upstream + "/v1/chat/completions", constant(question), lambda _: plain, clients, total)
+                    )
+                    direct_runs.append(latencies)
+                    if relay is not None:
+                        relay.reset()
+                    latencies, rate = asyncio.run(
+                        measure(
+                            proxy + "/v1/chat/completions",
+                            constant(question),
+                            lambda number: {**plain, "x-contextledger-session": f"bench-{number}"},
+                            clients,
+                            total,
+                        )
+                    )
+                    proxy_runs.append(latencies)
+                    rates.append(rate)
+                    if relay is not None:  # the warm-up requests (one per client) are counted too
+                        trips.append(relay.round_trips() / (total + clients))
+                d50 = statistics.median(statistics.median(run) for run in direct_runs)
+                p50 = statistics.median(statistics.median(run) for run in proxy_runs)
+                p99 = statistics.median(percentile(run, 0.99) for run in proxy_runs)
+                counted = f"{statistics.median(trips):.1f}" if trips else "none"
+                print(
+                    f"{store:10} {clients:>7} {d50:>10.2f} {p50:>10.2f} {p99:>7.2f} {p50 - d50:>10.2f}"
+                    f" {statistics.median(rates):>8.0f} {counted:>17}"
+                )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement (default 400)")
@@ -295,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--endpoint", choices=ENDPOINTS, action="append", help="an endpoint to measure (repeatable; default: all)"
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "redis", "postgres"),
+        action="append",
+        help="compare session turns on these stores instead (repeatable; see above)",
+    )
     parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fake_upstream:
@@ -303,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         uvicorn.run(fake_upstream, host="127.0.0.1", port=args.fake_upstream, log_level="warning", access_log=False)
         return 0
     total, rounds = (60, 1) if args.quick else (args.requests, args.rounds)
+    if args.store:
+        compare_stores(args.store, total, rounds)
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     upstream_port, proxy_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}"
