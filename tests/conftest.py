@@ -6,8 +6,9 @@ import pytest
 
 from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport
 from tests.postgres_server import PostgresServer, started_postgres
+from tests.redis_cluster import RedisCluster, started_redis_cluster
 
-__all__ = ["postgres_server", "pytest_make_collect_report", "pytest_runtest_makereport"]
+__all__ = ["postgres_server", "pytest_make_collect_report", "pytest_runtest_makereport", "redis_cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +17,12 @@ def postgres_server() -> Iterator[PostgresServer]:
     stopped when the test session ends."""
     with started_postgres() as (server, _):
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A throwaway Redis Cluster on 127.0.0.1 (tests/redis_cluster.py: three masters, a replica
+    each) for every test that asks, stopped when the test session ends.  Shared, so a test must
+    not kill its nodes: one that does starts a cluster of its own with ``started_redis_cluster``."""
+    with started_redis_cluster() as cluster:
+        yield cluster

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -36,9 +37,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from contextledger._extras import require_extra
+from contextledger._keys import slot_key, storage_key
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
 
-__all__ = ["RedisConnection", "RedisFailures", "open_redis", "redact"]
+__all__ = ["CLUSTER_SCHEMES", "RedisConnection", "RedisFailures", "open_redis", "redact"]
 
 
 def redact(url: str) -> str:
@@ -69,6 +71,11 @@ class RedisConnection:
     where: str
     owned: bool
     errors: ModuleType
+    cluster: bool = False  # a Redis Cluster client: a session's keys carry its hash tag
+
+    def key(self, *parts: str, session: str) -> str:
+        """The key of ``parts`` for ``session``: its hash tag on a cluster (see :mod:`contextledger._keys`)."""
+        return slot_key(*parts, tag=session) if self.cluster else storage_key(*parts, session)
 
     def close(self) -> None:
         """Close a synchronous client made here; the connections are gone even if closing raised."""
@@ -91,7 +98,8 @@ def open_redis(
     socket_timeout: float | None = 5.0,
     socket_connect_timeout: float | None = 5.0,
 ) -> RedisConnection:
-    """A client for ``target``, a ``redis://`` URL or a client the caller made.
+    """A client for ``target``, a ``redis://`` URL, a ``redis+cluster://`` URL (any node of a
+    Redis Cluster, whose other nodes the client discovers) or a client the caller made.
 
     From a URL: a client that never retries a command, gives up after the timeouts (seconds, or
     ``None`` to wait for ever) and returns replies as bytes, which the stores decode themselves
@@ -103,31 +111,89 @@ def open_redis(
     redis = require_extra("redis", extra="redis", feature=feature)
     import redis.exceptions as errors  # noqa: PLC0415
     from redis.asyncio import Redis as AsyncRedis  # noqa: PLC0415
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster  # noqa: PLC0415
     from redis.asyncio.retry import Retry as AsyncRetry  # noqa: PLC0415
     from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.cluster import RedisCluster  # noqa: PLC0415
     from redis.retry import Retry  # noqa: PLC0415
 
     flavour: Any = AsyncRedis if asynchronous else redis.Redis
+    cluster_flavour: Any = _ready_cluster() if asynchronous else RedisCluster
     kind = "an asyncio redis.asyncio.Redis" if asynchronous else "a synchronous redis.Redis"
     never_retry = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
     if isinstance(target, flavour):
         return RedisConnection(target, f"Redis client {target!r}", False, errors)
+    if isinstance(target, (AsyncRedisCluster if asynchronous else RedisCluster)):
+        return RedisConnection(target, f"Redis Cluster client {target!r}", False, errors, cluster=True)
     if not isinstance(target, str) or not target.strip():
         given = repr(target) if isinstance(target, str) else type(target).__name__
         raise ConfigurationError(f"{feature} needs a redis:// URL or {kind} client, got {given}")
+    cluster = target.startswith(CLUSTER_SCHEMES)
     try:
-        client = flavour.from_url(
-            target,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            retry=never_retry,
-            decode_responses=False,
-        )
-    except ValueError as error:
+        if cluster:
+            client = _cluster_client(cluster_flavour, target, socket_timeout, socket_connect_timeout, asynchronous)
+        else:
+            client = flavour.from_url(
+                target,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                retry=never_retry,
+                decode_responses=False,
+            )
+    except (ValueError, errors.RedisClusterException) as error:
         raise ConfigurationError(
-            f"url {redact(target)!r} is not a Redis URL ({error}); use redis://host:port/db"
+            f"url {redact(target)!r} is not a Redis URL ({error}); use redis://host:port/db, or "
+            "redis+cluster://host:port for any node of a Redis Cluster"
         ) from None
-    return RedisConnection(client, f"Redis at {redact(target)}", True, errors)
+    where = f"Redis Cluster at {redact(target)}" if cluster else f"Redis at {redact(target)}"
+    return RedisConnection(client, where, True, errors, cluster=cluster)
+
+
+@functools.cache
+def _ready_cluster() -> Any:
+    """redis-py's asyncio cluster client, initialised before its first command runs.  Commands
+    started together on a client that has not yet read the cluster's layout break one another's
+    connections ("Connection closed by server": 20 tasks appending at once on a new client); with
+    retries off, as here, that fails the commands, and with retries on it would run some twice.
+    Every command waits here for the one initialisation (redis-py's own lock) before it starts."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster  # noqa: PLC0415
+
+    class ReadyRedisCluster(AsyncRedisCluster):
+        async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+            if self._initialize:
+                await self.initialize()
+            return await super().execute_command(*args, **kwargs)
+
+    return ReadyRedisCluster
+
+
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+"""URL schemes naming a node of a Redis Cluster (``rediss`` with TLS)."""
+
+
+def _cluster_client(
+    flavour: Any, target: str, socket_timeout: float | None, connect_timeout: float | None, asynchronous: bool
+) -> Any:
+    """A cluster client from a ``redis+cluster://`` URL that, like the single-server client, never
+    sends a command twice: no retry on a dropped connection (it may have run), while a ``MOVED``
+    or ``ASK`` redirection, which proves the command did not run where it was sent, is followed.
+    A cluster has one database: a path other than ``/0`` is refused."""
+    plain = target.replace("+cluster", "", 1)
+    parts = urlsplit(plain)
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    from redis.asyncio.retry import Retry as AsyncRetry  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.retry import Retry  # noqa: PLC0415
+
+    never_retry = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+    return flavour.from_url(
+        plain,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=never_retry,
+        decode_responses=False,
+    )
 
 
 class RedisFailures:

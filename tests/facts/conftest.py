@@ -51,6 +51,7 @@ def schema() -> FactSchema:
         "memory",
         "sqlite",
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
         pytest.param("postgres", marks=pytest.mark.postgres),
     ]
 )
@@ -97,12 +98,15 @@ def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema)
         for pooled_store in pooled:
             pooled_store.close()
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster").url
+    else:
+        url = request.getfixturevalue("redis_server").url
     owner = f"test-{uuid.uuid4().hex[:12]}"
     opened: list[RedisFactStore] = []
 
     def redis(**options: object) -> FactMemory:
-        store = RedisFactStore(server.url, **{"owner": owner, "clock": clock, "schema": schema, **options})  # type: ignore[arg-type]
+        store = RedisFactStore(url, **{"owner": owner, "clock": clock, "schema": schema, **options})  # type: ignore[arg-type]
         opened.append(store)
         return store
 
@@ -115,6 +119,7 @@ def make_store(request: pytest.FixtureRequest, clock: Clock, schema: FactSchema)
     params=[
         "sqlite",
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
         pytest.param("postgres", marks=pytest.mark.postgres),
     ]
 )
@@ -125,6 +130,9 @@ def persistent_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         return postgres.url
+    if request.param == "redis-cluster":
+        cluster_url: str = request.getfixturevalue("redis_cluster").url
+        return cluster_url
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 

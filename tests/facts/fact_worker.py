@@ -84,8 +84,8 @@ async def run_async(store: FactMemory, tag: str, turns: int, seed: int) -> Recor
 
 
 def open_store(location: str, owner: str) -> RedisFactStore | SQLiteFactStore | PostgresFactStore:
-    """The persistent store at ``location``: a redis:// or postgresql:// URL or a SQLite file path."""
-    if location.startswith("redis://"):
+    """The persistent store at ``location``: a redis://, redis+cluster:// or postgresql:// URL or a SQLite file path."""
+    if location.startswith(("redis://", "redis+cluster://")):
         return RedisFactStore(location, owner=owner)
     if location.startswith("postgresql://"):
         return PostgresFactStore(location, owner=owner)

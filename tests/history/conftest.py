@@ -25,6 +25,7 @@ from contextledger.history import (
 from tests.history.support import Backend, RedisServer, free_port
 from tests.optional_imports import try_import
 from tests.postgres_server import PostgresServer
+from tests.redis_cluster import RedisCluster
 
 with try_import("redis") as redis_extra:
     import redis  # noqa: F401  (what every Redis store here talks through)
@@ -118,6 +119,7 @@ def unique_name(prefix: str) -> str:
         "memory",
         "sqlite",
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
         pytest.param("postgres", marks=pytest.mark.postgres),
     ]
 )
@@ -135,6 +137,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         schema = unique_name("test")
         return Backend(name, lambda: PostgresHistoryProvider(postgres.url, namespace=schema))
-    server: RedisServer = request.getfixturevalue("redis_server")
     namespace = unique_name("test")
+    if name == "redis-cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return Backend(name, lambda: RedisHistoryProvider(cluster.url, namespace=namespace))
+    server: RedisServer = request.getfixturevalue("redis_server")
     return Backend(name, lambda: RedisHistoryProvider(server.url, namespace=namespace))

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STORES = [
     "sqlite",
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=pytest.mark.redis),
     pytest.param("postgres", marks=pytest.mark.postgres),
 ]
 """The session stores a test runs the proxy on, as a ``store`` parameter."""

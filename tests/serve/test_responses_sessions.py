@@ -34,6 +34,8 @@ WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(6)")
 def store_args(request: pytest.FixtureRequest, store: str) -> tuple[str, ...]:
     if store == "redis":
         return ("--store", request.getfixturevalue("redis_server").url)
+    if store == "redis-cluster":
+        return ("--store", request.getfixturevalue("redis_cluster").url)
     if store == "postgres":
         return ("--store", request.getfixturevalue("postgres_server").fresh_database())
     return ()

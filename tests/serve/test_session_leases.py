@@ -39,13 +39,20 @@ STREAM = float(os.environ.get("CONTEXTLEDGER_LEASE_STREAM", 10 * LEASE))
 
 
 @pytest.fixture(
-    params=[pytest.param("redis", marks=pytest.mark.redis), pytest.param("postgres", marks=pytest.mark.postgres)]
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
 )
 def shared_store(request: pytest.FixtureRequest) -> str:
-    """The ``--store`` every proxy of a test shares: a Redis or a Postgres the tests started."""
+    """The ``--store`` every proxy of a test shares: a Redis, a Redis Cluster or a Postgres the tests started."""
     if request.param == "postgres":
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         return postgres.url
+    if request.param == "redis-cluster":
+        cluster_url: str = request.getfixturevalue("redis_cluster").url
+        return cluster_url
     redis: RedisServer = request.getfixturevalue("redis_server")
     return f"redis://127.0.0.1:{redis.port}/5"
 

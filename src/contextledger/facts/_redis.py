@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from contextledger._keys import storage_key
+from contextledger._keys import slot_key, storage_key
 from contextledger._redis import RedisFailures, open_redis
 from contextledger.exceptions import FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
@@ -46,6 +46,9 @@ _MAX_ATTEMPTS = 1000
 
 def _text(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+_TIME = "return redis.call('TIME')"
 
 
 class RedisFactStore(LedgerStore):
@@ -89,11 +92,12 @@ class RedisFactStore(LedgerStore):
             remedy="choose another namespace or owner",
         )
         self._client: Any = self._connection.client
-        self.key = storage_key(self.namespace, "facts", self.owner)
+        # On a Redis Cluster the owner is the keys' hash tag: a transaction over them runs on one node.
+        self.key = self._connection.key(self.namespace, "facts", session=self.owner)
         """The Redis hash holding this owner's epoch, turn counter and facts."""
-        self.trail_key = storage_key(self.namespace, "facts-trail", self.owner)
+        self.trail_key = self._connection.key(self.namespace, "facts-trail", session=self.owner)
         """The Redis list holding this owner's review trail (events without their values)."""
-        self.valued_keys = storage_key(self.namespace, "facts-trail-keys", self.owner)
+        self.valued_keys = self._connection.key(self.namespace, "facts-trail-keys", session=self.owner)
         """The Redis set of the keys whose trail values are kept, each in a hash of its own."""
 
     def __repr__(self) -> str:
@@ -126,6 +130,8 @@ class RedisFactStore(LedgerStore):
         return state
 
     def _values_key(self, key: str) -> str:
+        if self._connection.cluster:
+            return slot_key(self.namespace, "facts-trail-values", key, tag=self.owner)
         return storage_key(self.namespace, "facts-trail-values", self.owner, key)
 
     def _transact(self, step: Callable[[State], _T]) -> _T:
@@ -141,7 +147,11 @@ class RedisFactStore(LedgerStore):
                     if not raw:
                         # A new (or deleted) owner starts its epoch from the server's clock, not
                         # from 0, so no ticket issued before a deletion can match it again.
-                        seconds, micros = transaction.time()
+                        seconds, micros = (
+                            # A cluster's transaction takes only its keys' commands: the clock is
+                            # read apart, by a script on the key's own node.
+                            self._client.eval(_TIME, 1, self.key) if self._connection.cluster else transaction.time()
+                        )
                         before = State(int(seconds) * 1_000_000 + int(micros), 0, {})
                     state = State(before.epoch, before.turn, dict(before.facts))
                     result = step(state)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from contextledger._keys import storage_key
 from contextledger._redis import RedisFailures, open_redis
 from contextledger.exceptions import (
     HistoryCorruptError,
@@ -139,7 +138,10 @@ return 0
 
 class RedisHistoryProvider:
     """Each session's messages as one Redis list under ``{namespace}:history:{session_id}``,
-    each id escaped (see :mod:`contextledger._keys`) so that no two sessions share a key.
+    each id escaped (see :mod:`contextledger._keys`) so that no two sessions share a key.  Given a
+    ``redis+cluster://`` URL or a cluster client, the session id is the keys' hash tag, so every
+    key of a session (and the proxy's lock beside them) is in one slot and each script below runs
+    on one node of a Redis Cluster.
 
     An append is a single ``RPUSH`` of the whole batch, which Redis applies atomically, so turns
     from several processes interleave whole and in order; ``replace`` runs ``DEL`` and ``RPUSH``
@@ -200,15 +202,15 @@ class RedisHistoryProvider:
 
     def key(self, session_id: str) -> str:
         """The Redis key that holds a session's list (for inspection and operations tooling)."""
-        return storage_key(self.namespace, "history", check_session_id(session_id))
+        return self._connection.key(self.namespace, "history", session=check_session_id(session_id))
 
     def generation_key(self, session_id: str) -> str:
         """The Redis key of the counter that moves on whenever a session's list is rewritten."""
-        return storage_key(self.namespace, "generation", check_session_id(session_id))
+        return self._connection.key(self.namespace, "generation", session=check_session_id(session_id))
 
     def turns_key(self, session_id: str) -> str:
         """The Redis key of the hash that records a session's turn ids (turn id -> the turn)."""
-        return storage_key(self.namespace, "turns", check_session_id(session_id))
+        return self._connection.key(self.namespace, "turns", session=check_session_id(session_id))
 
     async def load(self, session_id: str) -> list[Message]:
         key = self.key(session_id)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from contextledger._redis import CLUSTER_SCHEMES
 from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.cost import price_profile
 from contextledger.exceptions import ConfigurationError
@@ -145,10 +146,11 @@ class ServeConfig:
                     f"take it (the proxy calls URL/v1/messages), such as https://api.anthropic.com; got "
                     f"{self.anthropic_upstream!r}"
                 )
-        schemes = ("sqlite:", "redis://", "rediss://", "unix://", "postgresql://", "postgres://")
+        schemes = ("sqlite:", "redis://", "rediss://", "unix://", "postgresql://", "postgres://", *CLUSTER_SCHEMES)
         if not self.store.startswith(schemes) or self.store == "sqlite:":
             raise ConfigurationError(
-                f"store must be sqlite:PATH, a redis:// or a postgresql:// URL, got {self.store!r}"
+                "store must be sqlite:PATH, a redis:// URL (redis+cluster:// for a Redis Cluster) or a "
+                f"postgresql:// URL, got {self.store!r}"
             )
         for name in ("max_body_bytes", "port", "max_connections"):
             value = getattr(self, name)

@@ -276,7 +276,7 @@ class RedisSessions:
         self._locks = LocalLocks()
 
     def _key(self, kind: str, key: str) -> str:
-        return storage_key(self.namespace, kind, key)
+        return self._redis.key(self.namespace, kind, session=key)
 
     async def create(self, key: str) -> bool:
         created = datetime.now(timezone.utc).isoformat()
