@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from contextledger._redis import RedisFailures, open_redis
+from contextledger._redis import RedisConnection, RedisFailures, open_redis
 from contextledger.exceptions import (
+    ConfigurationError,
     HistoryCorruptError,
     HistoryUnavailableError,
     LeaseLostError,
@@ -174,6 +175,8 @@ class RedisHistoryProvider:
         socket_timeout: float | None = 5.0,
         socket_connect_timeout: float | None = 5.0,
         fence: Callable[[str], tuple[str, str] | None] | None = None,
+        replicas: int | None = None,
+        replica_timeout: float = 1.0,
     ) -> None:
         self.source_id: str = check_name(source_id, "source_id")
         self._fence = fence
@@ -188,6 +191,7 @@ class RedisHistoryProvider:
             socket_connect_timeout=socket_connect_timeout,
         )
         self._where = self._connection.where
+        self._socket_timeout, self._socket_connect_timeout = socket_timeout, socket_connect_timeout
         self._failures = RedisFailures(
             self._connection,
             unavailable=HistoryUnavailableError,
@@ -196,6 +200,15 @@ class RedisHistoryProvider:
             remedy="choose another namespace",
         )
         self._client: Redis = self._connection.client
+        if replicas is None:
+            replicas = 1 if self._connection.cluster else 0
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ConfigurationError(f"replicas must be a whole number of replicas, 0 or more; got {replicas!r}")
+        if isinstance(replica_timeout, bool) or not isinstance(replica_timeout, (int, float)) or replica_timeout <= 0:
+            raise ConfigurationError(f"replica_timeout must be a number of seconds above 0, got {replica_timeout!r}")
+        self.replicas = replicas
+        self._replica_timeout_ms = max(1, round(replica_timeout * 1000))
+        self._nodes: dict[str, RedisConnection] = {}  # on a cluster: a client per master, for WAIT
 
     def __repr__(self) -> str:
         return f"RedisHistoryProvider({self._where!r}, namespace={self.namespace!r}, source_id={self.source_id!r})"
@@ -302,7 +315,17 @@ class RedisHistoryProvider:
 
         action = f"append turn {turn!r} to session {session_id!r} (nothing was stored)"
         with self._failures.mapped(action, keys[0], outcome_unknown=outcome_unknown):
-            result = await self._client.eval(script, len(keys), *keys, *arguments)
+            if self.replicas:
+                result, acknowledged = await self._acknowledged(script, keys, arguments)
+            else:
+                result, acknowledged = await self._client.eval(script, len(keys), *keys, *arguments), 0
+        if self.replicas and result and result != _LOCK_LOST and acknowledged < self.replicas:
+            raise outcome_unknown(
+                TimeoutError(
+                    f"{acknowledged} of the {self.replicas} replicas asked for confirmed the write within "
+                    f"{self._replica_timeout_ms} ms, so a failover could still lose it"
+                )
+            )
         if result == _LOCK_LOST:
             raise LeaseLostError(
                 f"turn {turn!r} of session {session_id!r} was not stored: the lock {fence_key!r} no longer holds "
@@ -310,6 +333,56 @@ class RedisHistoryProvider:
                 "written, so run the turn again under the lock"
             )
         return result
+
+    async def _acknowledged(self, script: str, keys: tuple[str, ...], arguments: tuple[Any, ...]) -> tuple[Any, int]:
+        """Run a turn's script and ``WAIT`` for ``replicas`` in one pipeline, on one connection
+        (``WAIT`` counts the writes of the connection it is sent on).  On a cluster the pipeline
+        goes to the master of the keys' slot through a client of its own; a ``MOVED`` answer, which
+        proves the script did not run there, refreshes the cluster's layout and runs it once more
+        where the slot now is."""
+        for attempt in range(2):
+            client = await self._master_of(keys[0]) if self._connection.cluster else self._client
+            try:
+                async with client.pipeline(transaction=False) as pipeline:
+                    pipeline.eval(script, len(keys), *keys, *arguments)
+                    pipeline.execute_command("WAIT", self.replicas, self._replica_timeout_ms)
+                    result, acknowledged = await pipeline.execute()
+            except self._connection.errors.ResponseError as error:
+                if not self._connection.cluster or attempt or not str(error).startswith(("MOVED", "ASK")):
+                    raise
+                await self._forget_masters()
+                continue
+            except (self._connection.errors.ConnectionError, self._connection.errors.TimeoutError, OSError):
+                if self._connection.cluster:
+                    await self._forget_masters()  # the master may have failed over: ask again next time
+                raise
+            return result, int(acknowledged)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _master_of(self, key: str) -> Any:
+        """A client of the master serving ``key``'s slot, made once per master."""
+        cluster: Any = self._client
+        await cluster.initialize()
+        node = cluster.get_node_from_key(key)
+        known = self._nodes.get(node.name)
+        if known is None:
+            known = open_redis(
+                f"redis://{node.host}:{node.port}/0",
+                feature="RedisHistoryProvider",
+                asynchronous=True,
+                socket_timeout=self._socket_timeout,
+                socket_connect_timeout=self._socket_connect_timeout,
+            )
+            self._nodes[node.name] = known
+        return known.client
+
+    async def _forget_masters(self) -> None:
+        """Drop the per-master clients and have the cluster client read the layout again."""
+        nodes, self._nodes = self._nodes, {}
+        for connection in nodes.values():
+            await connection.aclose()
+        cluster: Any = self._client
+        await cluster.nodes_manager.initialize()
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         turns, turn = self.turns_key(session_id), check_turn_id(turn_id)
@@ -382,4 +455,7 @@ class RedisHistoryProvider:
                 await transaction.execute()
 
     async def close(self) -> None:
+        for connection in self._nodes.values():
+            await connection.aclose()
+        self._nodes = {}
         await self._connection.aclose()

@@ -106,6 +106,7 @@ class Proxy:
             namespace=config.namespace,
             lock_timeout=config.lock_timeout,
             lock_lease=config.lock_lease,
+            redis_replicas=config.redis_replicas,
             schema=config.fact_schema(),
         )
         self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)

@@ -109,6 +109,13 @@ def add_serve_command(commands: Any) -> None:
         "holding a session blocks it (default 10)",
     )
     serve.add_argument(
+        "--redis-replicas",
+        type=int,
+        metavar="N",
+        help="on Redis, confirm a turn only once N replicas have it (WAIT), so a failover loses no turn a client "
+        "saw succeed (default 1 on a redis+cluster:// store, 0 on a single server)",
+    )
+    serve.add_argument(
         "--ready-checks-upstream",
         action="store_true",
         default=None,
@@ -155,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "read_timeout": args.read_timeout,
         "max_connections": args.max_connections,
         "lock_lease": args.lock_lease,
+        "redis_replicas": args.redis_replicas,
         "ready_checks_upstream": args.ready_checks_upstream,
         "facts_placement": args.facts_placement,
         "prompt_cache_key": args.prompt_cache_key,

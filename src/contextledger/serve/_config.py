@@ -96,7 +96,10 @@ class ServeConfig:
     ``facts_schema`` is a JSON file of the facts' keys and bounds (as ``contextledger chat
     --schema`` takes it); the seed's when unset.  ``lock_lease`` is the lease of a session's Redis
     lock, renewed every third of it while the request holds it: how long a proxy that died holding
-    a session keeps it from the others.  ``facts_placement`` puts the facts block just before the
+    a session keeps it from the others.  ``redis_replicas``: on Redis, a turn is confirmed to the
+    client only once this many replicas have it (``WAIT``), so a master's failover loses no turn a
+    client saw succeed; ``None`` asks for 1 on a Redis Cluster and 0 (no wait) on a single server.
+    ``facts_placement`` puts the facts block just before the
     newest user message (``latest_user``, so what comes before it stays cached) or at the start;
     ``prompt_cache_key`` (``off``, ``session``, ``prefix``) adds OpenAI's cache-routing key when the
     client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
@@ -123,6 +126,7 @@ class ServeConfig:
     read_timeout: float = 30.0
     max_connections: int = 512
     lock_lease: float = 10.0
+    redis_replicas: int | None = None
     namespace: str = "contextledger-serve"
     ready_checks_upstream: bool = False
     facts_placement: FactsPlacement = "latest_user"
@@ -156,6 +160,9 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
                 raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
+        replicas = self.redis_replicas
+        if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0):
+            raise ConfigurationError(f"redis_replicas must be a whole number, 0 or more, got {replicas!r}")
         for name in ("upstream_timeout", "lock_timeout", "read_timeout", "lock_lease"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -252,6 +252,7 @@ class RedisSessions:
         lock_timeout: float,
         lease_seconds: float,
         schema: FactSchema = DEFAULT_SCHEMA,
+        replicas: int | None = None,
     ) -> None:
         self.schema = schema
         feature = "contextledger serve with a redis:// store"
@@ -269,7 +270,7 @@ class RedisSessions:
         )
         self._leases = RedisLeases(self._client, self._failures, lease_seconds=lease_seconds)
         self.history: HistoryProvider = RedisHistoryProvider(
-            namespace=namespace, source_id="serve", client=self._client, fence=self._leases.fence
+            namespace=namespace, source_id="serve", client=self._client, fence=self._leases.fence, replicas=replicas
         )
         self.namespace = namespace
         self._lock_timeout = lock_timeout
@@ -332,6 +333,7 @@ def open_sessions(
     lock_timeout: float,
     lock_lease: float,
     schema: FactSchema = DEFAULT_SCHEMA,
+    redis_replicas: int | None = None,
 ) -> Sessions:
     """The backend ``store`` names: ``sqlite:PATH``, a ``redis://`` or a ``postgresql://`` URL; ``schema``,
     the facts' keys and bounds in every session; ``lock_lease``, the shared lock's lease in seconds."""
@@ -343,4 +345,11 @@ def open_sessions(
         return PostgresSessions(
             store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=lock_lease, schema=schema
         )
-    return RedisSessions(store, namespace=namespace, lock_timeout=lock_timeout, lease_seconds=lock_lease, schema=schema)
+    return RedisSessions(
+        store,
+        namespace=namespace,
+        lock_timeout=lock_timeout,
+        lease_seconds=lock_lease,
+        schema=schema,
+        replicas=redis_replicas,
+    )
