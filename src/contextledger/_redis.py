@@ -155,14 +155,26 @@ def _ready_cluster() -> Any:
     started together on a client that has not yet read the cluster's layout break one another's
     connections ("Connection closed by server": 20 tasks appending at once on a new client); with
     retries off, as here, that fails the commands, and with retries on it would run some twice.
-    Every command waits here for the one initialisation (redis-py's own lock) before it starts."""
+    Every command waits here for the one initialisation (redis-py's own lock) before it starts.
+    A command written to a pooled connection whose node died (the event loop's ``RuntimeError``
+    on a closed transport, which redis-py lets through) is a connection failure here, as it is."""
     from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster  # noqa: PLC0415
+    from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
 
     class ReadyRedisCluster(AsyncRedisCluster):
         async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
             if self._initialize:
                 await self.initialize()
-            return await super().execute_command(*args, **kwargs)
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except RuntimeError as error:
+                # A pooled connection to a node that died is written to after its transport closed:
+                # the event loop refuses before anything is sent.  That is a connection failure
+                # (the command never ran), and the layout is read again before the next command.
+                if "closed" not in str(error):
+                    raise
+                self._initialize = True
+                raise RedisConnectionError(f"Error connecting to a cluster node: {error}") from error
 
     return ReadyRedisCluster
 

@@ -134,7 +134,8 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
         running(fake_upstream, cluster.url, tmp_path / "p1.log", *flags) as (second, _),
         running(fake_upstream, cluster.url, tmp_path / "p2.log", *flags) as (third, doomed),
     ):
-        for key in TENANTS:
+        for key, name in TENANTS.items():
+            first.create_session(f"only-{name}", key)  # a session id the other tenant does not have
             for number in range(SESSIONS_EACH):
                 first.create_session(f"s-{number}", key)
         pool, ledger = Pool([first, second, third]), Ledger()
@@ -145,7 +146,7 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
             thread.start()
 
         time.sleep(SECONDS / 3)
-        tenant = tenant_of({"authorization": f"Bearer {list(TENANTS)[0]}"}, trust_tenant_header=False)
+        tenant = tenant_of({"authorization": f"Bearer {next(iter(TENANTS))}"}, trust_tenant_header=False)
         victim = cluster.master_of(slot_key(NAMESPACE, "history", tag=session_key(tenant, "s-0")))
         killed_at = time.monotonic()
         cluster.kill(victim)
@@ -180,10 +181,11 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
                     for question, answer in zip(stored[::2], stored[1::2]):
                         if question["role"] != "user" or answer["content"] != f"echo: {question['content']}":
                             interleaved.append(f"{session}: {question} / {answer}")
+                    # Both tenants have sessions s-0 to s-31: each reads its own, never the other's turns.
                     foreign += [f"{session}: {q}" for q in questions if not q.startswith(f"{name}-")]
-                    status, _ = replacement.get(f"/v1/contextledger/sessions/{session}/messages", other)
-                    if status != 404:
-                        foreign.append(f"{session} readable by the other tenant: {status}")
+                status, _ = replacement.get(f"/v1/contextledger/sessions/only-{name}/messages", other)
+                if status != 404:
+                    foreign.append(f"only-{name} readable by the other tenant: {status}")
     after_kill = [moment for moment in ledger.failures if moment >= killed_at and moment < proxy_killed_at]
     recovered = (max(after_kill) - killed_at) if after_kill else 0.0
     acknowledged = sum(len(texts) for texts in ledger.acknowledged.values())

@@ -356,6 +356,12 @@ class RedisHistoryProvider:
                 if self._connection.cluster:
                     await self._forget_masters()  # the master may have failed over: ask again next time
                 raise
+            except RuntimeError as error:  # a pooled connection whose transport closed: nothing was sent
+                if "closed" not in str(error):
+                    raise
+                if self._connection.cluster:
+                    await self._forget_masters()
+                raise self._connection.errors.ConnectionError(f"Error connecting to the master: {error}") from error
             return result, int(acknowledged)
         raise AssertionError("unreachable: the second attempt returns or raises")
 
