@@ -203,6 +203,9 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
     }
     print("\nfailover run:", json.dumps(figures))
     assert acknowledged > CLIENTS * 5, figures
+    assert "500" not in ledger.statuses, figures  # a failing store is a 503 the client can retry, never a 500
+    tracebacks = [log.name for log in tmp_path.glob("p*.log") if "Traceback" in log.read_text(errors="replace")]
+    assert not tracebacks, tracebacks
     assert not lost, lost[:5]
     assert not duplicated, duplicated[:5]
     assert not interleaved, interleaved[:5]
