@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextledger._keys import escape_key_part, storage_key
+from contextledger._keys import escape_key_part, slot_key, storage_key
 from contextledger.facts import RedisFactStore, parse_assertions
 from contextledger.history import RedisHistoryProvider
 from contextledger.messages import Message
@@ -40,10 +40,20 @@ def test_ids_without_separators_keep_their_old_key() -> None:
 
 
 def test_the_reported_collision_is_gone() -> None:
-    history_a = RedisHistoryProvider.__new__(RedisHistoryProvider)
-    history_b = RedisHistoryProvider.__new__(RedisHistoryProvider)
-    history_a.namespace, history_b.namespace = "a", "a:history:b"
-    assert history_a.key("b:history:c") != history_b.key("c")
+    pytest.importorskip("redis", reason="the redis extra")
+    for url in ("redis://127.0.0.1:1/0", "redis+cluster://127.0.0.1:1/0"):  # clients connect on first use
+        history_a = RedisHistoryProvider(url, namespace="a")
+        history_b = RedisHistoryProvider(url, namespace="a:history:b")
+        assert history_a.key("b:history:c") != history_b.key("c")
+
+
+@given(st.lists(st.text(alphabet="ab:%{}", max_size=4), min_size=3, max_size=3), st.text(alphabet="ab:%{}", max_size=4))
+def test_slot_keys_are_one_to_one_and_tag_the_session(parts: list[str], other: str) -> None:
+    key = slot_key(*parts[:2], tag=parts[2])
+    assert key.count("{") == 1  # the one hash tag is the session, whatever it holds
+    assert key.endswith("}")
+    assert (slot_key(*parts[:2], tag=other) == key) == (other == parts[2])
+    assert slot_key(parts[0], parts[1] + ":x", tag=parts[2]) != slot_key(parts[0], parts[1], tag="x:" + parts[2])
 
 
 @pytest.mark.redis

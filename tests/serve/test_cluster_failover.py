@@ -17,6 +17,7 @@ one tenant in the other's sessions, and neither tenant can read the other's.  Th
 from __future__ import annotations
 
 import collections
+import http.client
 import json
 import os
 import random
@@ -93,7 +94,7 @@ def one_turn(proxy: Proxy, key: str, session: str, text: str, stream: bool) -> s
     headers = {"X-Contextledger-Session": session, "Idempotency-Key": text}
     try:
         status, answer = proxy.call("POST", "/v1/chat/completions", body, key, headers, timeout=60)
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
+    except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError) as error:
         return f"unreachable ({type(error).__name__})"
     if status != 200:
         return str(status)

@@ -83,7 +83,7 @@ def test_the_upstream_key_comes_from_the_environment_and_is_never_shown(monkeypa
     ("argv", "message"),
     [
         (["--upstream", "localhost:8000"], "base URL"),
-        (["--upstream", UPSTREAM, "--store", "mysql://x"], "sqlite:PATH, a redis:// or a postgresql:// URL"),
+        (["--upstream", UPSTREAM, "--store", "mysql://x"], "sqlite:PATH, a redis:// URL"),
         (
             ["--upstream", UPSTREAM, "--strategy", "sliding-window", "--param", "keep_last=3"],
             "no parameter 'keep_last'",

@@ -25,7 +25,12 @@ WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 @pytest.mark.parametrize(
     "store",
-    ["sqlite", pytest.param("redis", marks=pytest.mark.redis), pytest.param("postgres", marks=pytest.mark.postgres)],
+    [
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
 )
 def test_near_valid_bodies_never_get_a_500_a_traceback_or_a_broken_connection(
     start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, tmp_path: Path, store: str
@@ -33,6 +38,8 @@ def test_near_valid_bodies_never_get_a_500_a_traceback_or_a_broken_connection(
     def where(name: str) -> tuple[str, ...]:
         if store == "redis":
             return ("--store", f"redis://127.0.0.1:{request.getfixturevalue('redis_server').port}/11")
+        if store == "redis-cluster":
+            return ("--store", request.getfixturevalue("redis_cluster").url)
         if store == "postgres":
             return ("--store", request.getfixturevalue("postgres_server").fresh_database())
         return ("--store", f"sqlite:{tmp_path / name}")
