@@ -78,13 +78,13 @@ class Ledger:
         self.acknowledged: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
         self.statuses: Counter[str] = Counter()
         self.retries = 0
-        self.failures: list[float] = []
+        self.failures: list[tuple[float, str]] = []
 
     def saw(self, outcome: str, failed: bool) -> None:
         with self.lock:
             self.statuses[outcome] += 1
             if failed:
-                self.failures.append(time.monotonic())
+                self.failures.append((time.monotonic(), outcome))
 
 
 def one_turn(proxy: Proxy, key: str, session: str, text: str, stream: bool) -> str:
@@ -97,7 +97,8 @@ def one_turn(proxy: Proxy, key: str, session: str, text: str, stream: bool) -> s
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError) as error:
         return f"unreachable ({type(error).__name__})"
     if status != 200:
-        return str(status)
+        said = answer.get("error") if isinstance(answer, dict) else None
+        return f"{status} {said.get('code')}" if isinstance(said, dict) else str(status)
     if stream:
         said = events(answer) if isinstance(answer, str) else []
         return "ok" if said and said[-1] == "[DONE]" else "broken stream"
@@ -187,8 +188,16 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
                 status, _ = replacement.get(f"/v1/contextledger/sessions/only-{name}/messages", other)
                 if status != 404:
                     foreign.append(f"only-{name} readable by the other tenant: {status}")
-    after_kill = [moment for moment in ledger.failures if moment >= killed_at and moment < proxy_killed_at]
-    recovered = (max(after_kill) - killed_at) if after_kill else 0.0
+    # The outage: requests failing because the store could not be reached.  After it, turns on the
+    # promoted master's slots are not confirmed by a replica (it has none until one is added back):
+    # 503 turn_outcome_unknown after --redis-replicas' wait (an error event ending a stream), and
+    # the retry returns the stored turn.
+    outage = [
+        moment
+        for moment, outcome in ledger.failures
+        if killed_at <= moment < proxy_killed_at and "store_unavailable" in outcome
+    ]
+    recovered = (max(outage) - killed_at) if outage else 0.0
     acknowledged = sum(len(texts) for texts in ledger.acknowledged.values())
     figures = {
         "seconds": SECONDS,
@@ -200,11 +209,14 @@ def test_acknowledged_turns_survive_a_master_failover_and_a_killed_proxy(
         "duplicated": len(duplicated),
         "interleaved": len(interleaved),
         "cross_tenant": len(foreign),
-        "master_failover_recovered_in_s": round(recovered, 2),
+        "store_reachable_again_after_s": round(recovered, 2),
     }
     print("\nfailover run:", json.dumps(figures))
+    timeline = Counter(int(moment - killed_at) for moment, _ in ledger.failures)
+    print("failures by second after the master's kill:", dict(sorted(timeline.items())))
     assert acknowledged > CLIENTS * 5, figures
-    assert "500" not in ledger.statuses, figures  # a failing store is a 503 the client can retry, never a 500
+    # A failing store is a 503 the client can retry, never a 500.
+    assert not [said for said in ledger.statuses if said.startswith("500")], figures
     tracebacks = [log.name for log in tmp_path.glob("p*.log") if "Traceback" in log.read_text(errors="replace")]
     assert not tracebacks, tracebacks
     assert not lost, lost[:5]
