@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("redis", reason="the 'redis' extra")
 
+import redis
 from redis.cluster import RedisCluster as ClusterClient
 
 from tests.redis_cluster import RedisCluster, started_redis_cluster
@@ -35,12 +36,19 @@ def test_the_cluster_serves_keys_on_every_master_and_a_hash_tag_on_one(redis_clu
 def test_a_killed_master_is_replaced_by_its_replica() -> None:
     # A cluster of its own: the session's must stay whole for the tests that share it.
     with started_redis_cluster() as cluster:
-        client = ClusterClient.from_url(cluster.seed_url, decode_responses=True)
-        try:
-            client.set("{s1}:before", "kept")
-        finally:
-            client.close()
         master = cluster.master_of("{s1}:before")
+        # Written on the master and confirmed by its replica (WAIT counts the writes of its own
+        # connection, hence one pipeline): replication is asynchronous, and a write the replica
+        # has not had yet is lost with the master.
+        direct = redis.Redis(port=master, decode_responses=True)
+        try:
+            with direct.pipeline(transaction=False) as pipeline:
+                pipeline.set("{s1}:before", "kept")
+                pipeline.wait(1, 5000)
+                _, replicas = pipeline.execute()
+            assert replicas == 1
+        finally:
+            direct.close()
         cluster.kill(master)
         killed_at = time.monotonic()
         cluster.wait_until_ok(timeout=20)
@@ -51,7 +59,7 @@ def test_a_killed_master_is_replaced_by_its_replica() -> None:
         assert promoted != master
         client = ClusterClient.from_url(f"redis://127.0.0.1:{cluster.alive[0]}/0", decode_responses=True)
         try:
-            assert client.get("{s1}:before") == "kept"  # written before the kill, replicated in time
+            assert client.get("{s1}:before") == "kept"  # written before the kill, confirmed by the replica
             client.set("{s1}:after", "written")
             assert client.get("{s1}:after") == "written"
         finally:

@@ -46,16 +46,17 @@ def test_a_session_turn_costs_a_few_round_trips_to_postgres(
             _turn(proxy.call, "first turn: opens the pools")
             _turn(proxy.call, "second turn: every connection is open")
             counts = []
-            for number in range(3):
+            for number in range(5):
                 relay.reset()
                 _turn(proxy.call, f"turn {number}: customer=Acme {number}")
                 counts.append(relay.round_trips())
             if facts:
-                assert proxy.facts("counted", KEY) == {"customer": "Acme 2"}
+                assert proxy.facts("counted", KEY) == {"customer": "Acme 4"}
     print(f"\nround trips to Postgres per session turn ({'facts on' if facts else 'no facts'}): {counts}")
-    # The lease renewal is timed, not per turn: on a loaded machine one may fall inside a counted turn.
-    assert sorted(counts)[1] <= most, counts
-    assert max(counts) <= most + 1, counts
+    # The lease renewal and the pool's upkeep (a connection opened again) are timed, not per turn:
+    # on a loaded machine they may fall inside a counted turn, so the figure is the median of five.
+    assert sorted(counts)[2] <= most, counts
+    assert max(counts) <= 2 * most, counts
 
 
 @pytest.mark.redis
@@ -71,12 +72,12 @@ def test_a_session_turn_costs_a_few_round_trips_to_redis(
             proxy.create_session(f"counted-{facts}", KEY)
             _turn(proxy.call, "first turn: opens the connections", f"counted-{facts}")
             counts = []
-            for number in range(3):
+            for number in range(5):
                 relay.reset()
                 _turn(proxy.call, f"turn {number}: customer=Acme {number}", f"counted-{facts}")
                 counts.append(relay.round_trips())
             if facts:
-                assert proxy.facts(f"counted-{facts}", KEY) == {"customer": "Acme 2"}
+                assert proxy.facts(f"counted-{facts}", KEY) == {"customer": "Acme 4"}
     print(f"\nround trips to Redis per session turn ({'facts on' if facts else 'no facts'}): {counts}")
-    assert sorted(counts)[1] <= most, counts
-    assert max(counts) <= most + 1, counts
+    assert sorted(counts)[2] <= most, counts
+    assert max(counts) <= 2 * most, counts
