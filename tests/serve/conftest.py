@@ -39,6 +39,20 @@ STORES = [
     pytest.param("postgres", marks=pytest.mark.postgres),
 ]
 """The session stores a test runs the proxy on, as a ``store`` parameter."""
+
+
+def store_args(request: pytest.FixtureRequest, store: str) -> tuple[str, ...]:
+    """The ``--store`` flag of a :data:`STORES` parameter: the tests' own Redis, Redis Cluster or
+    Postgres (a fresh database), or nothing for the default SQLite file."""
+    if store == "redis":
+        return ("--store", request.getfixturevalue("redis_server").url)
+    if store == "redis-cluster":
+        return ("--store", request.getfixturevalue("redis_cluster").url)
+    if store == "postgres":
+        return ("--store", request.getfixturevalue("postgres_server").fresh_database())
+    return ()
+
+
 _START_TIMEOUT = 30.0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.history.support import RedisServer
 from tests.optional_imports import try_import
-from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
+from tests.serve.conftest import STORES, FakeUpstream, Proxy, StartProxy, store_args
 
 with try_import("anthropic") as anthropic_extra:
     import anthropic
@@ -224,12 +224,14 @@ def test_a_session_tool_loop_with_thinking_and_isolated_tenants(
             other.messages.create(model="fake", max_tokens=64, messages=[{"role": "user", "content": "hi"}])
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_the_seed_facts_sequence_and_exactly_once_through_the_sdk(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, store: str
 ) -> None:
-    with start(start_proxy, fake_upstream) as proxy:
-        proxy.create_session("desk", KEY)
-        client = client_for(proxy, **{"X-Contextledger-Session": "desk"})
+    desk = f"desk-{store}"
+    with start(start_proxy, fake_upstream, *store_args(request, store)) as proxy:
+        proxy.create_session(desk, KEY)
+        client = client_for(proxy, **{"X-Contextledger-Session": desk})
 
         def say(text: str, **headers: str) -> Any:
             return client.messages.create(
@@ -241,9 +243,9 @@ def test_the_seed_facts_sequence_and_exactly_once_through_the_sdk(
             )
 
         say("module=Reporting; database=PostgreSQL")
-        assert proxy.facts("desk", KEY) == {"module": "Reporting", "database": "PostgreSQL"}
+        assert proxy.facts(desk, KEY) == {"module": "Reporting", "database": "PostgreSQL"}
         say("module=Billing; database=SQL Server 2022")
-        assert proxy.facts("desk", KEY) == {"module": "Billing", "database": "SQL Server 2022"}
+        assert proxy.facts(desk, KEY) == {"module": "Billing", "database": "SQL Server 2022"}
         say("Where can I find logs?")
         sent = fake_upstream.last_body()
         assert sent["system"][0]["text"] == SYSTEM
@@ -252,9 +254,9 @@ def test_the_seed_facts_sequence_and_exactly_once_through_the_sdk(
         assert "SQL Server 2022" in last["content"][0]["text"]  # the facts block, with the newest user message
         assert last["content"][-1]["text"] == "Where can I find logs?"
         assert fake_upstream.received()[-1]["problems"] == []
-        status, report = proxy.call("POST", "/v1/contextledger/sessions/desk/forget", {"key": "module"}, KEY)
+        status, report = proxy.call("POST", f"/v1/contextledger/sessions/{desk}/forget", {"key": "module"}, KEY)
         assert status == 200, report
-        assert "Billing" not in json.dumps(proxy.messages("desk", KEY))
+        assert "Billing" not in json.dumps(proxy.messages(desk, KEY))
         say("Which module was it?")
         assert "Billing" not in json.dumps(fake_upstream.last_body())
         assert "SQL Server 2022" in json.dumps(fake_upstream.last_body())
@@ -280,7 +282,7 @@ def test_the_seed_facts_sequence_and_exactly_once_through_the_sdk(
         assert reused.value.status_code == 422
 
         # A broken stream, or one with an error event, stores nothing and admits nothing.
-        before = proxy.messages("desk", KEY)
+        before = proxy.messages(desk, KEY)
         for model in ("fake-broken", "fake-error-event"):
             with (
                 pytest.raises(anthropic.APIError),
@@ -289,7 +291,7 @@ def test_the_seed_facts_sequence_and_exactly_once_through_the_sdk(
                 ) as stream,
             ):
                 stream.get_final_message()
-        assert proxy.messages("desk", KEY) == before
-        assert proxy.facts("desk", KEY) == {"database": "SQL Server 2022"}
+        assert proxy.messages(desk, KEY) == before
+        assert proxy.facts(desk, KEY) == {"database": "SQL Server 2022"}
         _, metrics = proxy.get("/metrics")
     assert 'contextledger_requests_total{endpoint="messages",mode="session",status="200"}' in metrics

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tests.optional_imports import try_import
-from tests.serve.conftest import STORES, FakeUpstream, Proxy, StartProxy
+from tests.serve.conftest import STORES, FakeUpstream, Proxy, StartProxy, store_args
 from tests.serve.test_responses import output_items, pairing_problems
 
 from contextledger.messages import from_responses, validate
@@ -29,16 +29,6 @@ KEY = "sk-client-responses-alpha-0123456789"
 OTHER_KEY = "sk-client-responses-beta-9876543210"
 SESSION = "X-Contextledger-Session"
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(6)")
-
-
-def store_args(request: pytest.FixtureRequest, store: str) -> tuple[str, ...]:
-    if store == "redis":
-        return ("--store", request.getfixturevalue("redis_server").url)
-    if store == "redis-cluster":
-        return ("--store", request.getfixturevalue("redis_cluster").url)
-    if store == "postgres":
-        return ("--store", request.getfixturevalue("postgres_server").fresh_database())
-    return ()
 
 
 def client_for(proxy: Proxy, session: str | None, key: str = KEY) -> openai.OpenAI:
