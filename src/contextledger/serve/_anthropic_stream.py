@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from contextledger.serve._stream import event_data, split_events
+
 __all__ = ["MessagesAssembler", "message_events", "named_event"]
 
 
@@ -40,20 +42,17 @@ class MessagesAssembler:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The complete events in ``data`` (with what was left before), ``message_stop`` held back."""
-        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
-        events: list[bytes] = []
-        while True:
-            end = self._buffer.find(b"\n\n")
-            if end < 0:
-                return events
-            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+        events, self._buffer = split_events(self._buffer, data)
+        passed: list[bytes] = []
+        for event in events:
             if self._read(event):
-                events.append(event)
+                passed.append(event)
             else:
                 self._held = event
+        return passed
 
     def _read(self, event: bytes) -> bool:
-        payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
+        payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
         try:

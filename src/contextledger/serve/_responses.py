@@ -56,6 +56,7 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import MessageReader, json_object
+from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Upstream, passed_back
 from contextledger.serve._usage import CostMeter
@@ -141,20 +142,17 @@ class ResponsesAssembler:
         self._held = b""
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
-        events: list[bytes] = []
-        while True:
-            end = self._buffer.find(b"\n\n")
-            if end < 0:
-                return events
-            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+        events, self._buffer = split_events(self._buffer, data)
+        passed: list[bytes] = []
+        for event in events:
             if self._read(event):
-                events.append(event)
+                passed.append(event)
             else:
                 self._held = event
+        return passed
 
     def _read(self, event: bytes) -> bool:
-        payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
+        payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
         try:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DONE_EVENT", "StreamAssembler", "sse_event"]
+__all__ = ["DONE_EVENT", "StreamAssembler", "event_data", "split_events", "sse_event"]
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -21,6 +21,23 @@ DONE_EVENT = b"data: [DONE]\n\n"
 def sse_event(body: dict[str, Any]) -> bytes:
     """One server-sent event carrying ``body`` as JSON (an error body makes the official SDKs raise)."""
     return b"data: " + json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def split_events(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The whole events in ``pending + data``, and what is left of an unfinished one.  Joined
+    before normalising, so a CR LF split across two reads is still one line break.  Every API's
+    assembler reads its upstream's bytes through this."""
+    buffer = (pending + data).replace(b"\r\n", b"\n")
+    events: list[bytes] = []
+    while (end := buffer.find(b"\n\n")) >= 0:
+        events.append(buffer[: end + 2])
+        buffer = buffer[end + 2 :]
+    return events, buffer
+
+
+def event_data(event: bytes) -> bytes:
+    """An event's ``data:`` lines joined (empty for a comment or keep-alive)."""
+    return b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
 
 
 @dataclass
@@ -52,21 +69,13 @@ class StreamAssembler:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The complete events in ``data`` (with what was left over before), ``[DONE]`` held back."""
-        # Joined before normalising, so a CR LF split across two reads is still one line break.
-        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
-        events: list[bytes] = []
-        while True:
-            end = self._buffer.find(b"\n\n")
-            if end < 0:
-                return events
-            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
-            if self._read(event):
-                events.append(event)
+        events, self._buffer = split_events(self._buffer, data)
+        return [event for event in events if self._read(event)]
 
     def _read(self, event: bytes) -> bool:
         """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself, and
         for a usage chunk the client did not ask for."""
-        payload = b"".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")).strip()
+        payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
         if payload == b"[DONE]":
