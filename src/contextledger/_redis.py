@@ -77,6 +77,16 @@ class RedisConnection:
         """The key of ``parts`` for ``session``: its hash tag on a cluster (see :mod:`contextledger._keys`)."""
         return slot_key(*parts, tag=session) if self.cluster else storage_key(*parts, session)
 
+    @functools.cached_property
+    def location(self) -> str:
+        """The server (host, port and database) or the cluster (its startup nodes) the client
+        talks to, whichever way it was made: two stores with the same location can share a
+        script's atomic step."""
+        if self.cluster:
+            return "cluster " + ",".join(sorted(self.client.nodes_manager.startup_nodes))
+        settings = self.client.connection_pool.connection_kwargs
+        return f"{settings.get('path') or settings.get('host')}:{settings.get('port')}/{settings.get('db') or 0}"
+
     def close(self) -> None:
         """Close a synchronous client made here; the connections are gone even if closing raised."""
         if self.owned:

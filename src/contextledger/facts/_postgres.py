@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from contextledger._postgres import PostgresFailures, check_namespace, ensure_schema, open_pool, quoted
@@ -82,6 +82,11 @@ class PostgresFactStore(LedgerStore):
         self._ns = quoted(self.namespace)
         self._lock = threading.Lock()
         self._pool: Any = None
+
+    @property
+    def location(self) -> str:
+        """The database the facts are in (a history there can write them with a turn)."""
+        return str(self._postgres.conninfo)
 
     def __repr__(self) -> str:
         return f"PostgresFactStore({self._where!r}, owner={self.owner!r})"
@@ -166,52 +171,114 @@ class PostgresFactStore(LedgerStore):
                 connection.execute("ROLLBACK")
 
     def _write(self, connection: Any, before: State, state: State) -> None:
+        for sql, rows in self._changes(before, state):
+            if len(rows) == 1:
+                connection.execute(sql, rows[0])
+            else:
+                connection.cursor().executemany(sql, rows)
+        if state.erase is not None:
+            sql, parameters = self._erasing(state.erase)
+            rows = connection.execute(sql, parameters).fetchall()
+            if rows:
+                connection.cursor().executemany(*self._erased(rows))
+        if state.events:
+            connection.cursor().executemany(*self._events(state))
+
+    async def write_in(
+        self, connection: Any, step: Callable[[State], _T], proceed: Callable[[], Awaitable[bool]]
+    ) -> _T | None:
+        """Run ``step`` on the owner's facts inside a transaction the caller holds on an asyncio
+        connection to this store's database (a history's turn, so that both commit together or
+        neither does), if ``proceed()``, awaited once the reads are sent, says so (else None).
+        Taking the owner's row first makes other writers of the owner wait; the tables must
+        exist (:meth:`prepare_tables`, called off the event loop, makes sure)."""
+        taken = await connection.execute(self._sql(_TAKE), (self._owner,))
+        listed = await connection.execute(self._sql(_FACTS), (self._owner,))
+        if not await proceed():
+            return None
+        epoch, turn = await taken.fetchone()
+        try:
+            facts = {key: decode_fact(body) for key, body in await listed.fetchall()}
+        except (ValueError, KeyError, TypeError) as error:
+            raise self._not_facts(error, "write the facts") from error
+        before = State(int(epoch), int(turn), facts)
+        state = State(before.epoch, before.turn, dict(before.facts))
+        result = step(state)
+        for sql, rows in self._changes(before, state):
+            if len(rows) == 1:
+                await connection.execute(sql, rows[0])
+            else:
+                await connection.cursor().executemany(sql, rows)
+        if state.erase is not None:
+            sql, parameters = self._erasing(state.erase)
+            erased = await (await connection.execute(sql, parameters)).fetchall()
+            if erased:
+                await connection.cursor().executemany(*self._erased(erased))
+        if state.events:
+            await connection.cursor().executemany(*self._events(state))
+        return result
+
+    def prepare_tables(self) -> None:
+        """Create or migrate the namespace's tables if that was not done yet (once per store)."""
+        with self._failures.mapped("open the facts"):
+            self._opened()
+
+    def _changes(self, before: State, state: State) -> list[tuple[Any, list[tuple[Any, ...]]]]:
+        """The statements (each with its rows of parameters) that write the owner's counters and facts."""
         owner = self._owner
+        changes: list[tuple[Any, list[tuple[Any, ...]]]] = []
         if (state.epoch, state.turn) != (before.epoch, before.turn):
-            connection.execute(
-                self._sql("UPDATE {ns}.contextledger_fact_owners SET epoch = %s, turn = %s WHERE owner = %s"),
-                (state.epoch, state.turn, owner),
+            changes.append(
+                (
+                    self._sql("UPDATE {ns}.contextledger_fact_owners SET epoch = %s, turn = %s WHERE owner = %s"),
+                    [(state.epoch, state.turn, owner)],
+                )
             )
         gone = [key for key in before.facts if key not in state.facts]
         if gone:
-            connection.execute(
-                self._sql("DELETE FROM {ns}.contextledger_facts WHERE owner = %s AND key = ANY(%s::text[])"),
-                (owner, gone),
+            changes.append(
+                (
+                    self._sql("DELETE FROM {ns}.contextledger_facts WHERE owner = %s AND key = ANY(%s::text[])"),
+                    [(owner, gone)],
+                )
             )
         changed = [fact for key, fact in state.facts.items() if before.facts.get(key) != fact]
         if changed:
-            connection.cursor().executemany(
-                self._sql(
-                    "INSERT INTO {ns}.contextledger_facts (owner, key, body) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (owner, key) DO UPDATE SET body = excluded.body"
-                ),
-                [(owner, fact.key, encode_fact(fact)) for fact in changed],
+            changes.append(
+                (
+                    self._sql(
+                        "INSERT INTO {ns}.contextledger_facts (owner, key, body) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (owner, key) DO UPDATE SET body = excluded.body"
+                    ),
+                    [(owner, fact.key, encode_fact(fact)) for fact in changed],
+                )
             )
-        if state.erase is not None:
-            self._erase(connection, state.erase)
-        if state.events:
-            connection.cursor().executemany(
-                self._sql(
-                    "INSERT INTO {ns}.contextledger_fact_trail (owner, key, has_value, body) VALUES (%s, %s, %s, %s)"
-                ),
-                [
-                    (owner, event.key, event.value is not None or event.evidence is not None, encode_event(event))
-                    for event in state.events
-                ],
-            )
+        return changes
 
-    def _erase(self, connection: Any, key: str) -> None:
-        """Take the values and evidence out of every trail event of ``key`` (every key: ``ALL_KEYS``)."""
+    def _erasing(self, key: str) -> tuple[Any, tuple[str, ...]]:
+        """The query of the trail events whose values and evidence a forget of ``key`` (every
+        key: ``ALL_KEYS``) takes out."""
         sql = "SELECT seq, body FROM {ns}.contextledger_fact_trail WHERE owner = %s AND has_value"
-        parameters: tuple[str, ...] = (self._owner,)
-        if key != ALL_KEYS:
-            sql, parameters = sql + " AND key = %s", (self._owner, key)
-        rows = connection.execute(self._sql(sql), parameters).fetchall()
-        if rows:
-            connection.cursor().executemany(
-                self._sql("UPDATE {ns}.contextledger_fact_trail SET body = %s, has_value = false WHERE seq = %s"),
-                [(encode_event(erase(decode_event(body))), seq) for seq, body in rows],
-            )
+        if key == ALL_KEYS:
+            return self._sql(sql), (self._owner,)
+        return self._sql(sql + " AND key = %s"), (self._owner, key)
+
+    def _erased(self, rows: list[tuple[Any, ...]]) -> tuple[Any, list[tuple[Any, ...]]]:
+        return (
+            self._sql("UPDATE {ns}.contextledger_fact_trail SET body = %s, has_value = false WHERE seq = %s"),
+            [(encode_event(erase(decode_event(body))), seq) for seq, body in rows],
+        )
+
+    def _events(self, state: State) -> tuple[Any, list[tuple[Any, ...]]]:
+        return (
+            self._sql(
+                "INSERT INTO {ns}.contextledger_fact_trail (owner, key, has_value, body) VALUES (%s, %s, %s, %s)"
+            ),
+            [
+                (self._owner, event.key, event.value is not None or event.evidence is not None, encode_event(event))
+                for event in state.events
+            ],
+        )
 
     def _peek(self) -> State:
         with self._failures.mapped("read the facts"), self._opened().connection() as connection:

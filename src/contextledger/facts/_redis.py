@@ -35,6 +35,7 @@ from contextledger.exceptions import FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, check_name, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
+from contextledger.history import RedisTurnFacts
 
 __all__ = ["RedisFactStore"]
 
@@ -100,6 +101,11 @@ class RedisFactStore(LedgerStore):
         self.valued_keys = self._connection.key(self.namespace, "facts-trail-keys", session=self.owner)
         """The Redis set of the keys whose trail values are kept, each in a hash of its own."""
 
+    @property
+    def location(self) -> str:
+        """The server or cluster the facts are on (a history there can write them with a turn)."""
+        return self._connection.location
+
     def __repr__(self) -> str:
         return f"RedisFactStore({self._where!r}, owner={self.owner!r})"
 
@@ -143,42 +149,14 @@ class RedisFactStore(LedgerStore):
                 ):
                     transaction.watch(self.key, self.trail_key)
                     raw = transaction.hgetall(self.key)
-                    before = self._decode(raw)
-                    if not raw:
-                        # A new (or deleted) owner starts its epoch from the server's clock, not
-                        # from 0, so no ticket issued before a deletion can match it again.
-                        seconds, micros = (
-                            # A cluster's transaction takes only its keys' commands: the clock is
-                            # read apart, by a script on the key's own node.
-                            self._client.eval(_TIME, 1, self.key) if self._connection.cluster else transaction.time()
-                        )
-                        before = State(int(seconds) * 1_000_000 + int(micros), 0, {})
+                    before = self._decode(raw) if raw else self._new_owner(transaction)
                     state = State(before.epoch, before.turn, dict(before.facts))
                     result = step(state)
-                    erased: list[str] = []
-                    if state.erase == ALL_KEYS:
-                        erased = [_text(key) for key in transaction.smembers(self.valued_keys)]
-                    elif state.erase is not None:
-                        erased = [state.erase]
+                    erased = self._erased(state, transaction)
                     position = transaction.llen(self.trail_key) if state.events else 0
                     transaction.multi()
-                    gone = [_FACT_PREFIX + key for key in before.facts if key not in state.facts]
-                    changed = {
-                        _FACT_PREFIX + key: encode_fact(fact)
-                        for key, fact in state.facts.items()
-                        if before.facts.get(key) != fact
-                    }
-                    # A step that only adds to the trail leaves a missing hash missing.
-                    if (state.epoch, state.turn) != (before.epoch, before.turn) or (changed and not raw):
-                        transaction.hset(self.key, mapping={"epoch": state.epoch, "turn": state.turn})
-                    if gone:
-                        transaction.hdel(self.key, *gone)
-                    if changed:
-                        transaction.hset(self.key, mapping=changed)
-                    for key in erased:
-                        transaction.delete(self._values_key(key))
-                        transaction.srem(self.valued_keys, key)
-                    self._append(transaction, state.events, position)
+                    for command in self._commands(bool(raw), before, state, erased, position):
+                        transaction.execute_command(*command)
                     with self._failures.mapped("write the facts", self.key, outcome_unknown=self._unconfirmed):
                         transaction.execute()
                     return result
@@ -189,6 +167,79 @@ class RedisFactStore(LedgerStore):
             "attempts; nothing was changed"
         )
 
+    def plan(self, step: Callable[[State], _T]) -> tuple[RedisTurnFacts, _T]:
+        """``step`` run on the owner's facts as they are now, and the commands that write its
+        changes if they are still as they are now: what a history's turn script checks and runs
+        in its own atomic step (the owner's keys share the session's hash tag on a cluster).
+        The guard is the owner's epoch, turn and trail length, one of which every change moves."""
+        with (
+            self._failures.mapped("read the facts", self.key),
+            self._client.pipeline(transaction=False) as pipeline,
+        ):
+            pipeline.hgetall(self.key)
+            pipeline.llen(self.trail_key)
+            raw, length = pipeline.execute()
+            before = self._decode(raw) if raw else self._new_owner(self._client)
+            state = State(before.epoch, before.turn, dict(before.facts))
+            result = step(state)
+            erased = self._erased(state, self._client)
+        fields = {_text(name): _text(value) for name, value in raw.items() if _text(name) in ("epoch", "turn")}
+        commands = self._commands(bool(raw), before, state, erased, int(length))
+        guard = RedisTurnFacts(
+            self.key, self.trail_key, fields.get("epoch", ""), fields.get("turn", ""), int(length), tuple(commands)
+        )
+        return guard, result
+
+    def _new_owner(self, client: Any) -> State:
+        """A new (or deleted) owner starts its epoch from the server's clock, not from 0, so no
+        ticket issued before a deletion can match it again."""
+        # A cluster's transaction takes only its keys' commands: the clock is read apart, by a
+        # script on the key's own node.
+        seconds, micros = self._client.eval(_TIME, 1, self.key) if self._connection.cluster else client.time()
+        return State(int(seconds) * 1_000_000 + int(micros), 0, {})
+
+    def _erased(self, state: State, client: Any) -> list[str]:
+        """The keys whose trail values the step's forget takes out."""
+        if state.erase == ALL_KEYS:
+            return [_text(key) for key in client.smembers(self.valued_keys)]
+        return [] if state.erase is None else [state.erase]
+
+    def _commands(
+        self, existed: bool, before: State, state: State, erased: list[str], position: int
+    ) -> list[tuple[Any, ...]]:
+        """The commands that write what ``step`` changed: the counters, the facts, the erased
+        values and the new trail events (their values apart, one hash per key, so that forgetting
+        a key deletes one hash instead of reading the whole trail)."""
+        commands: list[tuple[Any, ...]] = []
+        gone = [_FACT_PREFIX + key for key in before.facts if key not in state.facts]
+        changed = [
+            part
+            for key, fact in state.facts.items()
+            if before.facts.get(key) != fact
+            for part in (_FACT_PREFIX + key, encode_fact(fact))
+        ]
+        # A step that only adds to the trail leaves a missing hash missing.
+        if (state.epoch, state.turn) != (before.epoch, before.turn) or (changed and not existed):
+            commands.append(("HSET", self.key, "epoch", state.epoch, "turn", state.turn))
+        if gone:
+            commands.append(("HDEL", self.key, *gone))
+        if changed:
+            commands.append(("HSET", self.key, *changed))
+        for key in erased:
+            commands.append(("DEL", self._values_key(key)))
+            commands.append(("SREM", self.valued_keys, key))
+        if state.events:
+            bodies = []
+            for offset, event in enumerate(state.events):
+                detached = event.key is not None and (event.value is not None or event.evidence is not None)
+                bodies.append(encode_event(erase(event) if detached else event, detached=detached))
+                if detached and event.key is not None:
+                    details = json.dumps({"value": event.value, "evidence": event.evidence}, ensure_ascii=False)
+                    commands.append(("HSET", self._values_key(event.key), str(position + offset), details))
+                    commands.append(("SADD", self.valued_keys, event.key))
+            commands.append(("RPUSH", self.trail_key, *bodies))
+        return commands
+
     def _unconfirmed(self, error: Exception) -> FactsError:
         """The error for a transaction the server may have run without its reply arriving:
         running it again could apply it twice, so the caller is told to look instead."""
@@ -196,21 +247,6 @@ class RedisFactStore(LedgerStore):
             f"cannot write the facts: {self._where} took the write but did not confirm it "
             f"({type(error).__name__}: {error}); it was applied whole or not at all, read the facts to see which"
         )
-
-    def _append(self, transaction: Any, events: list[ReviewEvent], position: int) -> None:
-        """Queue ``events`` at the end of the trail; their values go to one hash per key, so that
-        forgetting a key deletes one hash instead of reading the whole trail."""
-        if not events:
-            return
-        bodies = []
-        for offset, event in enumerate(events):
-            detached = event.key is not None and (event.value is not None or event.evidence is not None)
-            bodies.append(encode_event(erase(event) if detached else event, detached=detached))
-            if detached and event.key is not None:
-                details = json.dumps({"value": event.value, "evidence": event.evidence}, ensure_ascii=False)
-                transaction.hset(self._values_key(event.key), str(position + offset), details)
-                transaction.sadd(self.valued_keys, event.key)
-        transaction.rpush(self.trail_key, *bodies)
 
     def _peek(self) -> State:
         with self._failures.mapped("read the facts", self.key):

@@ -128,10 +128,7 @@ class SQLiteFactStore(LedgerStore):
             except sqlite3.Error as error:
                 raise self._failure(error, "write the facts") from error
             try:
-                before = self._read_state(connection)
-                state = State(before.epoch, before.turn, dict(before.facts))
-                result = step(state)
-                self._write(connection, before, state)
+                result = self.write_in(connection, step)
                 connection.execute("COMMIT")
             except BaseException as error:
                 if connection.in_transaction:
@@ -142,6 +139,23 @@ class SQLiteFactStore(LedgerStore):
                     raise self._failure(error, "write the facts") from error
                 raise
             return result
+
+    def write_in(self, connection: sqlite3.Connection, step: Callable[[State], _T]) -> _T:
+        """Run ``step`` on the owner's facts inside a transaction the caller holds on this store's
+        file (a history's turn, so that both commit together or neither does)."""
+        before = self._read_state(connection)
+        state = State(before.epoch, before.turn, dict(before.facts))
+        result = step(state)
+        self._write(connection, before, state)
+        return result
+
+    def prepare_tables(self) -> None:
+        """Create the fact tables if missing, so another connection to the file can write them."""
+        with self._lock:
+            try:
+                self._open()
+            except sqlite3.Error as error:
+                raise self._failure(error, "open the facts") from error
 
     def _write(self, connection: sqlite3.Connection, before: State, state: State) -> None:
         owner = self._owner

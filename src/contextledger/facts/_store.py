@@ -249,54 +249,8 @@ class LedgerStore(abc.ABC):
         ticket's epoch or number is no longer current.  Either way the facts are unchanged and
         the refusal is in the trail (without its values if a forget came in between).
         """
-        now = self._now()
-        try:
-            batch = check_batch(ticket, candidates, self._schema)
-        except FactRejectedError as error:
-            if isinstance(ticket, Ticket) and isinstance(ticket.user_text, str):
-                refused = error
-
-                def record(state: State) -> None:
-                    state.events.extend(
-                        rejection_events(
-                            ticket.user_text,
-                            refused,
-                            now,
-                            self._schema,
-                            ticket.number,
-                            with_values=ticket.epoch == state.epoch,
-                        )
-                    )
-
-                self._transact(record)
-            raise
-
-        def step(state: State) -> Admission | StaleTicketError:
-            if ticket.epoch != state.epoch or ticket.number != state.turn:
-                error = stale_ticket(ticket, state.epoch, state.turn)
-                if batch:
-                    state.events.extend(
-                        rejection_events(
-                            ticket.user_text,
-                            error,
-                            now,
-                            self._schema,
-                            ticket.number,
-                            with_values=ticket.epoch == state.epoch,
-                        )
-                    )
-                return error
-            self._expire(state, now)
-            if not batch:
-                return Admission()
-            state.facts, admission = settle(
-                state.facts, batch, ticket.number, now, self._schema, expiry_of(now, self._ttl)
-            )
-            state.events.extend(admission_events(admission, now))
-            return admission
-
-        outcome = self._transact(step)
-        if isinstance(outcome, StaleTicketError):
+        outcome = self._transact(self.admission_step(ticket, candidates))
+        if isinstance(outcome, FactsError):
             raise outcome
         return outcome
 
@@ -313,16 +267,55 @@ class LedgerStore(abc.ABC):
             )
         if not isinstance(error, FactsError):
             raise FactsError(f"reject() needs the FactsError that refused the extraction, got {error!r}")
-        now = self._now()
+        self._transact(self.admission_step(ticket, error))
 
-        def record(state: State) -> None:
+    def admission_step(
+        self, ticket: Ticket, proposed: Sequence[Candidate] | FactsError
+    ) -> Callable[[State], Admission | FactsError]:
+        """The end of a facts turn as one step on the owner's state: what :meth:`apply` and
+        :meth:`reject` run, and what a history writes in a turn's own atomic step.
+
+        ``proposed`` is the writer's batch, or the error that refused it.  The step admits the
+        batch, or records the refusal in the trail and returns it (a refused batch, a stale
+        ticket): it never raises, so the write it is part of goes through either way.  The
+        batch is checked against the message here, before any store is touched; a ``ticket``
+        that is no ticket at all raises :class:`FactRejectedError` at once, recording nothing.
+        """
+        now = self._now()
+        refused: FactsError | None = proposed if isinstance(proposed, FactsError) else None
+        batch: tuple[Candidate, ...] = ()
+        if refused is None:
+            try:
+                batch = check_batch(ticket, proposed, self._schema)
+            except FactRejectedError as error:
+                if not isinstance(ticket, Ticket) or not isinstance(ticket.user_text, str):
+                    raise
+                refused = error
+
+        def refusal(state: State, error: FactsError) -> FactsError:
             state.events.extend(
                 rejection_events(
                     ticket.user_text, error, now, self._schema, ticket.number, with_values=ticket.epoch == state.epoch
                 )
             )
+            return error
 
-        self._transact(record)
+        def step(state: State) -> Admission | FactsError:
+            if refused is not None:
+                return refusal(state, refused)
+            if ticket.epoch != state.epoch or ticket.number != state.turn:
+                stale = stale_ticket(ticket, state.epoch, state.turn)
+                return refusal(state, stale) if batch else stale
+            self._expire(state, now)
+            if not batch:
+                return Admission()
+            state.facts, admission = settle(
+                state.facts, batch, ticket.number, now, self._schema, expiry_of(now, self._ttl)
+            )
+            state.events.extend(admission_events(admission, now))
+            return admission
+
+        return step
 
     @staticmethod
     def _expire(state: State, now: datetime) -> list[Fact]:

@@ -9,17 +9,130 @@ is reported (never raised into a run that succeeded, never silent) or what the d
 
 from __future__ import annotations
 
+import os
 import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from contextledger.exceptions import ConfigurationError, FactsError
+from contextledger.exceptions import ConfigurationError, FactsError, HistoryUnavailableError
 from contextledger.facts._diagnostics import Diagnostic, diagnose
-from contextledger.facts._records import Admission, Ticket
-from contextledger.facts._store import FactMemory, LedgerStore
-from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, extract
+from contextledger.facts._postgres import PostgresFactStore
+from contextledger.facts._records import Admission, Candidate, Ticket
+from contextledger.facts._redis import RedisFactStore
+from contextledger.facts._sqlite import SQLiteFactStore
+from contextledger.facts._store import FactMemory, FactStore, LedgerStore
+from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, extract, propose
+from contextledger.history import RedisTurnFacts
 
-__all__ = ["FactsHost", "FactsTurn"]
+_T = TypeVar("_T")
+
+
+async def _directly(operation: Callable[[], _T]) -> _T:
+    return operation()
+
+
+class FactsWrite:
+    """A turn's admission, ready to be written with the turn (see :meth:`FactsHost.prepare`).
+
+    It is :class:`~contextledger.history.TurnFacts` for the built-in histories: the history
+    runs the admission on the store's state in its own atomic step (``write_*``; on Redis, a
+    plan its script checks and runs) and :func:`~contextledger.history.write_turn` confirms it
+    once the turn is stored; ``outcome`` is then the :class:`Admission`, or the refusal (a
+    rejected batch, a stale ticket) recorded in the trail.  A history that cannot hold the facts
+    has them written right after the turn (``alone``).  A failure to write the facts with the
+    turn fails the turn: nothing of either is written.
+    """
+
+    def __init__(
+        self, store: FactMemory, ticket: Ticket, proposed: Sequence[Candidate] | FactsError, call: StoreCall
+    ) -> None:
+        self.store = store
+        self.ticket = ticket
+        self.proposed = proposed
+        self.outcome: Admission | FactsError | None = None
+        self._call = call
+        self._step = store.admission_step(ticket, proposed) if isinstance(store, LedgerStore) else None
+        self._pending: Admission | FactsError | None = None
+
+    def __repr__(self) -> str:
+        return f"FactsWrite({self.store!r}, turn {self.ticket.number}, outcome={self.outcome!r})"
+
+    @property
+    def owner(self) -> str:
+        return self.store.owner
+
+    def lives_in(self, kind: str, where: str) -> bool:
+        store = self.store
+        if self._step is None:
+            return False
+        if kind == "memory":
+            return isinstance(store, FactStore)
+        if kind == "sqlite":
+            return isinstance(store, SQLiteFactStore) and os.path.realpath(store.path) == os.path.realpath(where)
+        if kind == "postgres":
+            return isinstance(store, PostgresFactStore) and store.location == where
+        return kind == "redis" and isinstance(store, RedisFactStore) and store.location == where
+
+    def write_sqlite(self, connection: Any) -> None:
+        assert isinstance(self.store, SQLiteFactStore)
+        assert self._step is not None
+        store, step = self.store, self._step
+        self._pending = self._with_turn(lambda: store.write_in(connection, step))
+
+    async def write_postgres(self, connection: Any, stored: Callable[[], Awaitable[bool]]) -> None:
+        assert isinstance(self.store, PostgresFactStore)
+        assert self._step is not None
+        try:
+            self._pending = await self.store.write_in(connection, self._step, stored)
+        except FactsError as error:
+            raise self._failed(error) from error
+
+    async def plan_redis(self) -> RedisTurnFacts:
+        assert isinstance(self.store, RedisFactStore)
+        assert self._step is not None
+        store, step = self.store, self._step
+        try:
+            plan, self._pending = await self._call(lambda: store.plan(step))
+        except FactsError as error:
+            raise self._failed(error) from error
+        return plan
+
+    def write_memory(self) -> None:
+        assert isinstance(self.store, FactStore)
+        assert self._step is not None
+        store, step = self.store, self._step
+        self._pending = self._with_turn(lambda: store._transact(step))
+
+    def confirm(self) -> None:
+        self.outcome = self._pending
+
+    async def alone(self) -> None:
+        """Write the admission after the turn, by itself (a refusal or an unreachable store is
+        the outcome, never raised: the turn is stored)."""
+        store, ticket, proposed = self.store, self.ticket, self.proposed
+        try:
+            if isinstance(proposed, FactsError):
+                await self._call(lambda: store.reject(ticket, proposed))
+                self.outcome = proposed
+            else:
+                self.outcome = await self._call(lambda: store.apply(ticket, proposed))
+        except FactsError as error:
+            self.outcome = error
+
+    def _with_turn(self, write: Callable[[], _T]) -> _T:
+        try:
+            return write()
+        except FactsError as error:
+            raise self._failed(error) from error
+
+    def _failed(self, error: FactsError) -> HistoryUnavailableError:
+        return HistoryUnavailableError(
+            f"the turn's facts could not be written with it, so neither was stored ({error}); run the turn again"
+        )
+
+
+__all__ = ["FactsHost", "FactsTurn", "FactsWrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +248,34 @@ class FactsHost:
                 problem = error
             diagnostics = self._diagnose(begun.ticket.user_text, admission, problem)
             finished = FactsTurn(begun.ticket, admission, problem, response, diagnostics)
+        self.last_turn = finished
+        return finished
+
+    async def prepare(self, begun: FactsTurn | None) -> FactsWrite | None:
+        """The end of ``begun`` made ready to be written with its turn
+        (:func:`~contextledger.history.write_turn`'s ``facts``): the writer proposes now, before
+        the turn is stored, and the admission is written in the turn's own atomic step where the
+        history holds the facts too, so that a crash leaves both or neither.  :meth:`settled`
+        tells what it did.  ``None`` when there is nothing to admit (no turn, or one refused at
+        its start)."""
+        if begun is None or begun.ticket is None:
+            return None
+        call: StoreCall = self.call if self.call is not None else _directly
+        store = self.store
+        if isinstance(store, (SQLiteFactStore, PostgresFactStore)):
+            await call(store.prepare_tables)  # so that the history's own connection finds them
+        return FactsWrite(store, begun.ticket, await propose(self.writer, begun.ticket), call)
+
+    def settled(self, write: FactsWrite | None, response: Any = None) -> FactsTurn | None:
+        """What :meth:`prepare`'s write did once its turn was written: a finished turn (also
+        kept on ``last_turn``), or ``None`` when nothing was written (the turn was not stored
+        now, as a retried one is not)."""
+        if write is None or write.outcome is None:
+            return None
+        admission = write.outcome if isinstance(write.outcome, Admission) else None
+        problem = write.outcome if isinstance(write.outcome, FactsError) else None
+        diagnostics = self._diagnose(write.ticket.user_text, admission, problem)
+        finished = FactsTurn(write.ticket, admission, problem, response, diagnostics)
         self.last_turn = finished
         return finished
 

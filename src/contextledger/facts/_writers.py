@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -31,6 +31,7 @@ __all__ = [
     "RuleWriter",
     "StoreCall",
     "extract",
+    "propose",
     "writer_instructions",
 ]
 
@@ -185,18 +186,26 @@ async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket, *, call
     ``call``, if given, is how the store is called (a store doing network I/O off the loop).
     """
     run: StoreCall = _directly if call is None else call
+    proposed = await propose(writer, ticket)
+    if not isinstance(proposed, FactRejectedError):
+        admission: Admission = await run(lambda: store.apply(ticket, proposed))
+        return admission
+    await run(lambda: store.reject(ticket, proposed))
+    raise proposed
+
+
+async def propose(writer: FactWriter, ticket: Ticket) -> Sequence[Candidate] | FactRejectedError:
+    """The writer's candidates for the ticket's message, or the refusal any failure of the
+    writer becomes (invalid declarations, an unreadable reply, a model error, a bug)."""
     try:
-        proposal = await writer.propose(ticket.user_text)
+        candidates: Sequence[Candidate] = (await writer.propose(ticket.user_text)).candidates
     except FactRejectedError as error:
-        refused = error
+        return error
     except Exception as error:
         refused = rejection(
             [f"the fact writer {writer!r} failed: {type(error).__name__}: {error}"],
             what=f"the extraction for turn {ticket.number}",
         )
         refused.__cause__ = error
-    else:
-        admission: Admission = await run(lambda: store.apply(ticket, proposal.candidates))
-        return admission
-    await run(lambda: store.reject(ticket, refused))
-    raise refused
+        return refused
+    return candidates

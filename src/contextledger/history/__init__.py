@@ -9,7 +9,8 @@ constructor.  Importing this package imports neither ``redis`` nor ``psycopg``; 
 Where things live (every name is imported from here, ``contextledger.history``):
 
 - the promises of a store: ``_protocol.py`` (:class:`HistoryProvider`, :class:`TurnRewriter`,
-  :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`);
+  :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`, and for a turn's facts written
+  in its own atomic step :class:`TurnFacts`, :class:`FactsBesideTurns`, :class:`RedisTurnFacts`);
 - the stores: ``_memory.py`` (:class:`InMemoryHistoryProvider`), ``_sqlite.py``
   (:class:`SQLiteHistoryProvider`), ``_redis.py`` (:class:`RedisHistoryProvider`), ``_postgres.py``
   (:class:`PostgresHistoryProvider`, its tables and functions in ``contextledger._postgres_schema``), with the
@@ -26,7 +27,16 @@ Where things live (every name is imported from here, ``contextledger.history``):
 from contextledger.history._encoding import check_storable, check_turn_id
 from contextledger.history._memory import InMemoryHistoryProvider
 from contextledger.history._postgres import PostgresHistoryProvider
-from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter, TurnWrite
+from contextledger.history._protocol import (
+    FactsBesideTurns,
+    HistoryProvider,
+    HistoryVersion,
+    RedisTurnFacts,
+    StoredTurn,
+    TurnFacts,
+    TurnRewriter,
+    TurnWrite,
+)
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
 from contextledger.history._turns import (
@@ -40,16 +50,19 @@ from contextledger.history._turns import (
 )
 
 __all__ = [
+    "FactsBesideTurns",
     "HistoryProvider",
     "HistoryVersion",
     "InMemoryHistoryProvider",
     "KeptHistory",
     "PostgresHistoryProvider",
     "RedisHistoryProvider",
+    "RedisTurnFacts",
     "RetainedRewrite",
     "SQLiteHistoryProvider",
     "StoredTurn",
     "Turn",
+    "TurnFacts",
     "TurnOutcome",
     "TurnRewriter",
     "TurnTarget",

@@ -18,7 +18,7 @@ from contextledger.history._encoding import (
     encode_turns,
     last_run,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnFacts, TurnWrite
 from contextledger.messages import Message
 
 __all__ = ["InMemoryHistoryProvider"]
@@ -107,13 +107,25 @@ class InMemoryHistoryProvider:
                 self._sessions.pop(key, None)
             self._rewritten(key)
 
+    def beside(self, facts: TurnFacts, session_id: str) -> bool:
+        """Whether ``facts`` live in this process too (a ``FactStore``), so that a turn writes
+        them under the same lock (:class:`FactsBesideTurns`)."""
+        return facts.lives_in("memory", "")
+
     async def append_turn(
-        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+        self,
+        session_id: str,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> bool:
         input_items, reply_items = _materialise(inputs), _materialise(reply)
         key, turn, _, _, _ = encode_turn(session_id, turn_id, input_items, reply_items, self._encoded)
         # Checked to be lists of Messages just now; the objects are kept, as in append().
-        return self._write_turn(key, StoredTurn(turn, tuple(input_items), tuple(reply_items))).stored  # type: ignore[arg-type]
+        stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
+        return self._write_turn(key, stored, None, facts).stored
 
     async def rewrite_and_append_turn(
         self,
@@ -124,6 +136,8 @@ class InMemoryHistoryProvider:
         turn_id: str,
         inputs: Sequence[Message],
         reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`; everything is checked before the lock."""
         input_items, reply_items, items = _materialise(inputs), _materialise(reply), _materialise(messages)
@@ -131,10 +145,14 @@ class InMemoryHistoryProvider:
             session_id, start, items, expected, turn_id, input_items, reply_items, self._encoded
         )
         stored = StoredTurn(turn, tuple(input_items), tuple(reply_items))  # type: ignore[arg-type]
-        return self._write_turn(key, stored, (start, items, expected))  # type: ignore[arg-type]
+        return self._write_turn(key, stored, (start, items, expected), facts)  # type: ignore[arg-type]
 
     def _write_turn(
-        self, key: str, stored: StoredTurn, rewrite: tuple[int, list[Message], HistoryVersion] | None = None
+        self,
+        key: str,
+        stored: StoredTurn,
+        rewrite: tuple[int, list[Message], HistoryVersion] | None = None,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """Record the turn and append its messages under the lock, unless it is recorded already;
         with ``rewrite`` (start, messages, expected version), first replace the stored messages
@@ -153,6 +171,8 @@ class InMemoryHistoryProvider:
                 history.extend(rewrite[1])
                 self._rewritten(key)
             history.extend([*stored.inputs, *stored.reply])
+            if facts is not None:
+                facts.write_memory()
             return TurnWrite(True, HistoryVersion(self._generations[key], len(history)) if rewritten else None)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:

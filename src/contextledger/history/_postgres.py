@@ -33,7 +33,7 @@ from contextledger.history._encoding import (
     encode_turn,
     encode_turns,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnFacts, TurnWrite
 from contextledger.messages import Message
 
 __all__ = ["PostgresHistoryProvider"]
@@ -150,8 +150,19 @@ class PostgresHistoryProvider:
             f"replace session {key!r}", "SELECT {ns}.contextledger_write(%s, %s::text[], true)", (key, bodies)
         )
 
+    def beside(self, facts: TurnFacts, session_id: str) -> bool:
+        """Whether ``facts`` live in this database (a ``PostgresFactStore`` on the same server and
+        database), so that a turn writes them in its own transaction (:class:`FactsBesideTurns`)."""
+        return facts.lives_in("postgres", str(self._postgres.conninfo))
+
     async def append_turn(
-        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+        self,
+        session_id: str,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> bool:
         """See :meth:`HistoryProvider.append_turn`: one function call checks the turn id and writes.
 
@@ -160,7 +171,7 @@ class PostgresHistoryProvider:
         ``TurnOutcomeUnknownError``.
         """
         key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
-        result = await self._turn(key, turn, record, bodies, None)
+        result = await self._turn(key, turn, record, bodies, None, facts)
         return result[0] == 1
 
     async def rewrite_and_append_turn(
@@ -172,12 +183,14 @@ class PostgresHistoryProvider:
         turn_id: str,
         inputs: Sequence[Message],
         reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`: one function call, failing as ``append_turn``'s."""
         key, turn, bodies, record, suffix, _ = encode_rewritten_turn(
             session_id, start, messages, expected, turn_id, inputs, reply, self._encoded
         )
-        result = await self._turn(key, turn, record, bodies, (start, suffix, expected))
+        result = await self._turn(key, turn, record, bodies, (start, suffix, expected), facts)
         if result[0] != 1:
             return TurnWrite(False, None)
         return TurnWrite(True, HistoryVersion(int(result[1]), int(result[2])) if len(result) == 3 else None)
@@ -189,8 +202,11 @@ class PostgresHistoryProvider:
         record: str,
         bodies: list[str],
         rewrite: tuple[int, list[str], HistoryVersion] | None,
+        facts: TurnFacts | None = None,
     ) -> list[int]:
-        """Call ``contextledger_append_turn``, fenced by the writer's lock when it holds one."""
+        """Call ``contextledger_append_turn``, fenced by the writer's lock when it holds one; with
+        ``facts``, in a transaction that writes them too when the turn is stored, else rolls back
+        (two round trips: the turn and the facts' reads, then the facts' writes and the commit)."""
         held = None if self._fence is None else self._fence(session_id)
         lock, token = held if held is not None else (None, None)
         start, suffix, expected = rewrite if rewrite is not None else (None, None, HistoryVersion(0, 0))
@@ -220,8 +236,11 @@ class PostgresHistoryProvider:
         action = f"append turn {turn!r} to session {session_id!r} (nothing was stored)"
         with self._failures.mapped(action, outcome_unknown=outcome_unknown):
             async with self.connection() as connection:
-                cursor = await connection.execute(sql, parameters)
-                row = await cursor.fetchone()
+                if facts is None:
+                    cursor = await connection.execute(sql, parameters)
+                    row = await cursor.fetchone()
+                else:
+                    row = await self._turn_with_facts(connection, sql, parameters, facts)
         result: list[int] = list(row[0]) if row is not None else []
         if result and result[0] == _LOCK_LOST:
             raise LeaseLostError(
@@ -230,6 +249,35 @@ class PostgresHistoryProvider:
                 "written, so run the turn again under the lock"
             )
         return result
+
+    async def _turn_with_facts(
+        self, connection: Any, sql: str, parameters: tuple[Any, ...], facts: TurnFacts
+    ) -> tuple[Any, ...] | None:
+        """The turn's statement and the facts' writes in one transaction, sent in a pipeline: the
+        facts' reads go with the turn, and their writes and the commit follow only if it was stored."""
+        row: tuple[Any, ...] | None = None
+        try:
+            async with connection.pipeline():
+                await connection.execute("BEGIN")
+                cursor = await connection.execute(sql, parameters)
+
+                async def stored() -> bool:
+                    nonlocal row
+                    row = await cursor.fetchone()
+                    return row is not None and list(row[0])[:1] == [1]
+
+                await facts.write_postgres(connection, stored)
+                if row is None:
+                    await stored()  # the facts did not ask: the turn's answer is still wanted
+                await connection.execute("COMMIT" if row is not None and list(row[0])[:1] == [1] else "ROLLBACK")
+        except BaseException:
+            psycopg = self._postgres.errors
+            status = connection.info.transaction_status
+            if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
+                with contextlib.suppress(psycopg.Error):
+                    await connection.execute("ROLLBACK")
+            raise
+        return row
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from contextledger.messages import Message
 
-__all__ = ["HistoryProvider", "HistoryVersion", "StoredTurn", "TurnRewriter", "TurnWrite"]
+__all__ = [
+    "FactsBesideTurns",
+    "HistoryProvider",
+    "HistoryVersion",
+    "RedisTurnFacts",
+    "StoredTurn",
+    "TurnFacts",
+    "TurnRewriter",
+    "TurnWrite",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,3 +199,63 @@ class TurnRewriter(Protocol):
         ``start``.
         """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTurnFacts:
+    """A fact store's change, planned for a Redis turn script to make with the turn: the owner's
+    hash and trail keys, the ``epoch``, ``turn`` (as the hash holds them, empty when missing) and
+    trail ``length`` it was planned on, and the ``commands`` that make it.  The script runs them
+    only if the owner is still where the plan saw it; every change to facts moves one of the three."""
+
+    key: str
+    trail_key: str
+    epoch: str
+    turn: str
+    length: int
+    commands: tuple[tuple[Any, ...], ...]
+
+
+class TurnFacts(Protocol):
+    """What a turn admits to a fact store, for a history that writes it in the turn's own atomic
+    step when the facts live in its store (:class:`FactsBesideTurns`).  Made by
+    :meth:`contextledger.facts.FactsHost.prepare`; :func:`~contextledger.history.write_turn`
+    passes it on, and writes it after the turn (``alone``) where the history cannot take it.
+
+    Each ``write_*`` runs the admission on the store's state inside the history's own step and
+    keeps its outcome as pending; ``confirm`` says the turn carrying it was stored, so the
+    outcome stands.  ``lives_in`` says whether the facts are in that store: ``("sqlite", path)``,
+    ``("postgres", where)``, ``("redis", where)``, ``("memory", "")``.
+    """
+
+    @property
+    def owner(self) -> str:
+        """The fact store's owner (the proxy names it after the session)."""
+        ...
+
+    def lives_in(self, kind: str, where: str) -> bool: ...
+
+    def write_sqlite(self, connection: Any) -> None: ...
+
+    async def write_postgres(self, connection: Any, stored: Callable[[], Awaitable[bool]]) -> None:
+        """Queue the facts' reads on ``connection`` (in the history's transaction), then write them
+        if ``stored()`` (the turn's outcome, awaited after the reads were queued) says so."""
+        ...
+
+    async def plan_redis(self) -> RedisTurnFacts: ...
+
+    def write_memory(self) -> None: ...
+
+    def confirm(self) -> None: ...
+
+    async def alone(self) -> None: ...
+
+
+@runtime_checkable
+class FactsBesideTurns(Protocol):
+    """A history that can write a turn's facts in the turn's own atomic step (its ``append_turn``
+    and ``rewrite_and_append_turn`` then take ``facts=``), when ``beside(facts)`` says the facts
+    live in its store for a turn of ``session_id``: a crash leaves the turn and its facts both
+    written or neither."""
+
+    def beside(self, facts: TurnFacts, session_id: str) -> bool: ...

@@ -30,7 +30,7 @@ from contextledger.history._encoding import (
     encode_turn,
     encode_turns,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
+from contextledger.history._protocol import HistoryVersion, RedisTurnFacts, StoredTurn, TurnFacts, TurnWrite
 from contextledger.messages import Message
 
 if TYPE_CHECKING:
@@ -38,25 +38,64 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisHistoryProvider"]
 
-# Each turn script below runs after one of these two headers, which sets ``last``, the index of
-# the turn's last argument.  The fenced one is for a writer that holds a lock on the session (see
-# ``fence`` in RedisHistoryProvider): the lock's key comes after the script's own keys and the
-# holder's token after its arguments, and the script writes nothing and answers -1 unless the
-# lock still holds that token, so a writer whose lease ran out and passed to another holder can
-# never store a turn beside the new holder's.
-_UNFENCED = "local last = #ARGV\n"
-_FENCED = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then return -1 end\nlocal last = #ARGV - 1\n"
+# Each turn script below runs after one of these two headers and then _FACTS.  The fenced one is
+# for a writer that holds a lock on the session (see ``fence`` in RedisHistoryProvider): the
+# lock's key comes after the script's other keys and the holder's token after its arguments, and
+# the script writes nothing and answers -1 unless the lock still holds that token, so a writer
+# whose lease ran out and passed to another holder can never store a turn beside the new holder's.
+_UNFENCED = "local tail = 0\n"
+_FENCED = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then return -1 end\nlocal tail = 1\n"
 _LOCK_LOST = -1
+
+# The turn's facts (a RedisTurnFacts), written by the turn's own script.  Before the tail, the
+# last argument counts the facts' arguments (0 for none) that precede it; ``last`` is the index of
+# the turn's own last argument.  The facts' arguments: the owner hash's key index, the epoch and
+# turn it must hold, the trail's key index and the length it must have, then each command as its
+# argument count, name, key index and arguments.  facts_hold() reads first (a key of another type
+# fails the script there, before anything is written) and says whether the owner is where the
+# plan saw it; if not, the script answers -2 and writes nothing, and the writer plans again.
+_FACTS = """
+local nf = tonumber(ARGV[#ARGV - tail])
+local last = #ARGV - tail - 1 - nf
+local function facts_hold()
+  if nf == 0 then return true end
+  local at = last + 1
+  local owner = KEYS[tonumber(ARGV[at])]
+  if (redis.call('HGET', owner, 'epoch') or '') ~= ARGV[at + 1] then return false end
+  if (redis.call('HGET', owner, 'turn') or '') ~= ARGV[at + 2] then return false end
+  if redis.call('LLEN', KEYS[tonumber(ARGV[at + 3])]) ~= tonumber(ARGV[at + 4]) then return false end
+  local reads = {HSET = 'HLEN', HDEL = 'HLEN', SADD = 'SCARD', SREM = 'SCARD', RPUSH = 'LLEN'}
+  at = at + 5
+  while at <= last + nf do
+    local read = reads[ARGV[at + 1]]
+    if read then redis.call(read, KEYS[tonumber(ARGV[at + 2])]) end
+    at = at + 3 + tonumber(ARGV[at])
+  end
+  return true
+end
+local function facts_write()
+  local at = last + 6
+  while at <= last + nf do
+    local count = tonumber(ARGV[at])
+    redis.call(ARGV[at + 1], KEYS[tonumber(ARGV[at + 2])], unpack(ARGV, at + 3, at + 2 + count))
+    at = at + 3 + count
+  end
+end
+"""
+_FACTS_MOVED = -2
+_FACTS_ATTEMPTS = 100
 
 # KEYS: the session's message list, its hash of turn records.  ARGV: turn id, record, bodies.
 # The check and both writes run as one script, which Redis executes atomically.  The reads come
 # first, so a key holding another type fails before anything is written.
 _APPEND_TURN = """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+if not facts_hold() then return -2 end
 redis.call('LLEN', KEYS[1])
 for first = 3, last, 500 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, last)))
 end
+facts_write()
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
@@ -68,6 +107,7 @@ return 1
 # no rewrite) or {1, generation, length} (both).
 _REWRITE_AND_APPEND_TURN = """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+if not facts_hold() then return -2 end
 local length = redis.call('LLEN', KEYS[1])
 local generation = tonumber(redis.call('GET', KEYS[3]) or '0')
 local rewrite = generation == tonumber(ARGV[3]) and length == tonumber(ARGV[4])
@@ -83,6 +123,7 @@ end
 for first = 7 + count, last, 500 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 499, last)))
 end
+facts_write()
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if rewrite then return {1, generation, redis.call('LLEN', KEYS[1])} end
 return {1}
@@ -135,6 +176,20 @@ for start = #all - size + 1, 1, -1 do
 end
 return 0
 """
+
+
+def _facts_arguments(facts: RedisTurnFacts, before: int) -> tuple[tuple[str, ...], list[Any]]:
+    """The keys and arguments of ``facts`` in a turn script whose own keys are the first ``before``
+    (see _FACTS): each key given once, named by its index."""
+    keys: dict[str, int] = {}
+
+    def index(key: str) -> int:
+        return keys.setdefault(key, before + len(keys) + 1)
+
+    arguments: list[Any] = [index(facts.key), facts.epoch, facts.turn, index(facts.trail_key), facts.length]
+    for name, key, *rest in facts.commands:
+        arguments.extend((len(rest), name, index(key), *rest))
+    return tuple(keys), arguments
 
 
 class RedisHistoryProvider:
@@ -253,10 +308,24 @@ class RedisHistoryProvider:
                 transaction.incr(self.generation_key(checked))
                 await transaction.execute()
 
+    def beside(self, facts: TurnFacts, session_id: str) -> bool:
+        """Whether ``facts`` live on this server (a ``RedisFactStore`` on the same URL; on a
+        cluster, owned by the session, so that its keys share the session's slot): a turn's
+        script then writes them too (:class:`FactsBesideTurns`)."""
+        same_slot = not self._connection.cluster or facts.owner == session_id
+        return same_slot and facts.lives_in("redis", self._connection.location)
+
     async def append_turn(
-        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+        self,
+        session_id: str,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> bool:
-        """See :meth:`HistoryProvider.append_turn`: one Lua script checks the turn id and writes.
+        """See :meth:`HistoryProvider.append_turn`: one Lua script checks the turn id and writes,
+        the facts too when given (see :meth:`beside`).
 
         A failure to connect means the script was never sent: ``HistoryUnavailableError``,
         nothing stored.  Any failure after that (no answer within ``socket_timeout``, a dropped
@@ -264,7 +333,7 @@ class RedisHistoryProvider:
         """
         checked, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
         key, turns = self.key(checked), self.turns_key(checked)
-        stored = await self._turn_script(checked, turn, _APPEND_TURN, (key, turns), (turn, record, *bodies))
+        stored = await self._turn_script(checked, turn, _APPEND_TURN, (key, turns), (turn, record, *bodies), facts)
         return bool(stored)
 
     async def rewrite_and_append_turn(
@@ -276,6 +345,8 @@ class RedisHistoryProvider:
         turn_id: str,
         inputs: Sequence[Message],
         reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`: one Lua script, failing as ``append_turn``'s."""
         checked, turn, bodies, record, suffix, _ = encode_rewritten_turn(
@@ -285,24 +356,50 @@ class RedisHistoryProvider:
         keys = (key, self.turns_key(checked), self.generation_key(checked))
         counts = (expected.generation, expected.length, start, len(suffix))
         result = await self._turn_script(
-            checked, turn, _REWRITE_AND_APPEND_TURN, keys, (turn, record, *counts, *suffix, *bodies)
+            checked, turn, _REWRITE_AND_APPEND_TURN, keys, (turn, record, *counts, *suffix, *bodies), facts
         )
         if not result:
             return TurnWrite(False, None)
         return TurnWrite(True, HistoryVersion(int(result[1]), int(result[2])) if len(result) == 3 else None)
 
     async def _turn_script(
+        self,
+        session_id: str,
+        turn: str,
+        script: str,
+        keys: tuple[str, ...],
+        arguments: tuple[Any, ...],
+        facts: TurnFacts | None = None,
+    ) -> Any:
+        """Run a script that records ``turn`` (and ``facts``), fenced by the writer's lock when
+        there is one: a failure before it reached the server is a ``HistoryError`` (nothing
+        stored), any later one a ``TurnOutcomeUnknownError``; a lock held by another is a
+        ``LeaseLostError``.  Facts that moved since they were planned are planned again."""
+        for _ in range(_FACTS_ATTEMPTS):
+            if facts is None:
+                result = await self._run_turn_script(session_id, turn, script, keys, (*arguments, 0))
+            else:
+                planned = await facts.plan_redis()
+                extra_keys, extra = _facts_arguments(planned, len(keys))
+                result = await self._run_turn_script(
+                    session_id, turn, script, (*keys, *extra_keys), (*arguments, *extra, len(extra))
+                )
+            if result != _FACTS_MOVED:
+                return result
+        raise HistoryUnavailableError(
+            f"turn {turn!r} of session {session_id!r} was not stored: its facts kept changing during "
+            f"{_FACTS_ATTEMPTS} attempts (nothing was written); run the turn again"
+        )
+
+    async def _run_turn_script(
         self, session_id: str, turn: str, script: str, keys: tuple[str, ...], arguments: tuple[Any, ...]
     ) -> Any:
-        """Run a script that records ``turn``, fenced by the writer's lock when there is one: a
-        failure before it reached the server is a ``HistoryError`` (nothing stored), any later one
-        a ``TurnOutcomeUnknownError``; a lock held by another is a ``LeaseLostError``."""
         held = None if self._fence is None else self._fence(session_id)
         if held is None:
-            script, fence_key = _UNFENCED + script, None
+            script, fence_key = _UNFENCED + _FACTS + script, None
         else:
             fence_key, token = held
-            script, keys, arguments = _FENCED + script, (*keys, fence_key), (*arguments, token)
+            script, keys, arguments = _FENCED + _FACTS + script, (*keys, fence_key), (*arguments, token)
 
         def outcome_unknown(error: Exception) -> TurnOutcomeUnknownError:
             return TurnOutcomeUnknownError(
@@ -319,7 +416,7 @@ class RedisHistoryProvider:
                 result, acknowledged = await self._acknowledged(script, keys, arguments)
             else:
                 result, acknowledged = await self._client.eval(script, len(keys), *keys, *arguments), 0
-        if self.replicas and result and result != _LOCK_LOST and acknowledged < self.replicas:
+        if self.replicas and result and result not in (_LOCK_LOST, _FACTS_MOVED) and acknowledged < self.replicas:
             raise outcome_unknown(
                 TimeoutError(
                     f"{acknowledged} of the {self.replicas} replicas asked for confirmed the write within "

@@ -25,7 +25,7 @@ from contextledger.history._encoding import (
     encode_turns,
     last_run,
 )
-from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnWrite
+from contextledger.history._protocol import HistoryVersion, StoredTurn, TurnFacts, TurnWrite
 from contextledger.messages import Message
 
 __all__ = ["SQLiteHistoryProvider"]
@@ -143,17 +143,29 @@ class SQLiteHistoryProvider:
         key, bodies, _ = encode_messages(session_id, messages, "replace", self._encoded)
         await asyncio.to_thread(self._write, key, bodies, True)
 
+    def beside(self, facts: TurnFacts, session_id: str) -> bool:
+        """Whether ``facts`` live in this file (a ``SQLiteFactStore`` on the same path), so that a
+        turn writes them in its own transaction (:class:`FactsBesideTurns`)."""
+        return self.path != ":memory:" and facts.lives_in("sqlite", self.path)
+
     async def append_turn(
-        self, session_id: str, turn_id: str, inputs: Sequence[Message], reply: Sequence[Message]
+        self,
+        session_id: str,
+        turn_id: str,
+        inputs: Sequence[Message],
+        reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> bool:
-        """See :meth:`HistoryProvider.append_turn`.
+        """See :meth:`HistoryProvider.append_turn`; ``facts`` (see :meth:`beside`) are written in
+        the same transaction if the turn is stored.
 
         A caller cancelled while this waits for the write lock (``asyncio.wait_for``) does not
         stop the write: it is committed when the lock frees, once, and a retry with the same
         turn id finds it.
         """
         key, turn, bodies, _, record = encode_turn(session_id, turn_id, inputs, reply, self._encoded)
-        return (await asyncio.to_thread(self._write_turn, key, turn, bodies, record)).stored
+        return (await asyncio.to_thread(self._write_turn, key, turn, bodies, record, None, facts)).stored
 
     async def rewrite_and_append_turn(
         self,
@@ -164,12 +176,14 @@ class SQLiteHistoryProvider:
         turn_id: str,
         inputs: Sequence[Message],
         reply: Sequence[Message],
+        *,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """See :meth:`TurnRewriter.rewrite_and_append_turn`: one transaction, as ``append_turn``'s."""
         key, turn, bodies, record, suffix, _ = encode_rewritten_turn(
             session_id, start, messages, expected, turn_id, inputs, reply, self._encoded
         )
-        return await asyncio.to_thread(self._write_turn, key, turn, bodies, record, (start, suffix, expected))
+        return await asyncio.to_thread(self._write_turn, key, turn, bodies, record, (start, suffix, expected), facts)
 
     async def load_turn(self, session_id: str, turn_id: str) -> StoredTurn | None:
         key, turn = check_session_id(session_id), check_turn_id(turn_id)
@@ -256,10 +270,11 @@ class SQLiteHistoryProvider:
         bodies: list[str],
         record: str,
         rewrite: tuple[int, list[str], HistoryVersion] | None = None,
+        facts: TurnFacts | None = None,
     ) -> TurnWrite:
         """Record ``turn_id`` and append its messages in one transaction, unless it is recorded
         already; with ``rewrite`` (start, bodies, expected version), first replace the rows from
-        ``start`` on if the version is the one expected."""
+        ``start`` on if the version is the one expected; with ``facts``, write them too."""
         with self._transaction(f"append turn {turn_id!r} to session {session_id!r} (nothing was stored)") as connection:
             inserted = connection.execute(
                 "INSERT OR IGNORE INTO contextledger_turns (session_id, turn_id, record) VALUES (?, ?, ?)",
@@ -267,21 +282,27 @@ class SQLiteHistoryProvider:
             ).rowcount
             if not inserted:
                 return TurnWrite(False, None)
+            written = TurnWrite(True, None)
             if rewrite is None:
                 self._put(connection, session_id, bodies, False)
-                return TurnWrite(True, None)
-            start, suffix, expected = rewrite
-            generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
-            if HistoryVersion(generation or 0, length) != expected:
-                self._put(connection, session_id, bodies, False)
-                return TurnWrite(True, None)
-            connection.execute(
-                "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
-            )
-            connection.execute(_BUMP, (session_id,))
-            rows = [*suffix, *bodies]
-            connection.executemany(_INSERT, [(session_id, start + offset, body) for offset, body in enumerate(rows)])
-        return TurnWrite(True, HistoryVersion(expected.generation + 1, start + len(rows)))
+            else:
+                start, suffix, expected = rewrite
+                generation, length = connection.execute(_VERSION, (session_id, session_id)).fetchone()
+                if HistoryVersion(generation or 0, length) != expected:
+                    self._put(connection, session_id, bodies, False)
+                else:
+                    connection.execute(
+                        "DELETE FROM contextledger_history WHERE session_id = ? AND seq >= ?", (session_id, start)
+                    )
+                    connection.execute(_BUMP, (session_id,))
+                    rows = [*suffix, *bodies]
+                    connection.executemany(
+                        _INSERT, [(session_id, start + offset, body) for offset, body in enumerate(rows)]
+                    )
+                    written = TurnWrite(True, HistoryVersion(expected.generation + 1, start + len(rows)))
+            if facts is not None:
+                facts.write_sqlite(connection)
+        return written
 
     def _peek_version(self, session_id: str) -> HistoryVersion | None:
         """The version read on the caller's thread over a reader connection that never waits (no

@@ -21,9 +21,17 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contextledger.exceptions import HistoryError
-from contextledger.history._protocol import HistoryProvider, HistoryVersion, StoredTurn, TurnRewriter
+from contextledger.history._protocol import (
+    FactsBesideTurns,
+    HistoryProvider,
+    HistoryVersion,
+    StoredTurn,
+    TurnFacts,
+    TurnRewriter,
+)
 from contextledger.messages import Message
 
 __all__ = ["KeptHistory", "RetainedRewrite", "Turn", "TurnOutcome", "TurnTarget", "synced_history", "write_turn"]
@@ -121,7 +129,7 @@ class TurnOutcome:
     rewritten: HistoryVersion | None = None
 
 
-async def write_turn(turn: Turn, targets: Sequence[TurnTarget]) -> TurnOutcome:
+async def write_turn(turn: Turn, targets: Sequence[TurnTarget], *, facts: TurnFacts | None = None) -> TurnOutcome:
     """Store ``turn`` in every target history, all of them or (taking back what it can) none.
 
     The first target decides: if it holds the turn id already, nothing is written and the stored
@@ -134,13 +142,21 @@ async def write_turn(turn: Turn, targets: Sequence[TurnTarget]) -> TurnOutcome:
     A rewrite is made with the turn only when the turn goes to one history: ``undo_turn`` can
     take a turn back, not what a rewrite replaced.  With more targets the rewrites are not made
     (``rewritten`` is None) and the caller writes them after, if it still wants them.
+
+    ``facts``, the user's facts the turn admits (:meth:`~contextledger.facts.FactsHost.prepare`),
+    are written only if the turn is stored now: in the turn's own atomic step when the turn goes
+    to one history that holds the facts too (:class:`FactsBesideTurns`: the built-in stores,
+    with the fact store of the same kind on the same file, server or database), so that a crash
+    leaves both or neither; otherwise right after the turn.
     """
-    rewrites = len(targets) == 1
+    single = len(targets) == 1
+    first = targets[0].history if single else None
+    together = facts is not None and isinstance(first, FactsBesideTurns) and first.beside(facts, turn.session_id)
     done: list[HistoryProvider] = []
     rewritten: HistoryVersion | None = None
     for target in targets:
         try:
-            stored, version = await _write_one(turn, target, with_rewrite=rewrites)
+            stored, version = await _write_one(turn, target, with_rewrite=single, facts=facts if together else None)
         except HistoryError:
             for history in done:
                 await history.undo_turn(turn.session_id, turn.turn_id, turn.messages)
@@ -150,6 +166,11 @@ async def write_turn(turn: Turn, targets: Sequence[TurnTarget]) -> TurnOutcome:
         if stored:
             done.append(target.history)
             rewritten = version
+    if facts is not None:
+        if together:
+            facts.confirm()
+        else:
+            await facts.alone()
     return TurnOutcome(True, None, rewritten)
 
 
@@ -159,12 +180,18 @@ def _ends_with(messages: Sequence[Message], tail: Sequence[Message]) -> bool:
     return len(messages) >= size and all(map(operator.is_, messages[len(messages) - size :], tail))
 
 
-async def _write_one(turn: Turn, target: TurnTarget, *, with_rewrite: bool) -> tuple[bool, HistoryVersion | None]:
-    """Store the turn in one history; (stored now, the version after the rewrite if one was made)."""
+async def _write_one(
+    turn: Turn, target: TurnTarget, *, with_rewrite: bool, facts: TurnFacts | None
+) -> tuple[bool, HistoryVersion | None]:
+    """Store the turn in one history, with ``facts`` in the same step if given (the history takes
+    them: :class:`FactsBesideTurns`); (stored now, the version after the rewrite if one was made)."""
     history, kept, rewrite = target.history, target.kept, target.rewrite
     session, added = turn.session_id, turn.messages
+    # Given only to a history that declared it takes them, so a provider of another's making
+    # never sees an argument its protocol does not have.
+    extra: dict[str, Any] = {} if facts is None else {"facts": facts}
     if not with_rewrite or rewrite is None or kept is None:
-        stored = await history.append_turn(session, turn.turn_id, turn.inputs, turn.reply)
+        stored = await history.append_turn(session, turn.turn_id, turn.inputs, turn.reply, **extra)
         if stored and kept is not None:
             # Right after the write, with no await in between: another writer's turn landing
             # first makes the store's version differ from the copy's, and the next sync reads.
@@ -174,7 +201,7 @@ async def _write_one(turn: Turn, target: TurnTarget, *, with_rewrite: bool) -> t
         # The usual case: the reduction is of what came before the turn, so both go in one step.
         before = rewrite.messages[: len(rewrite.messages) - len(added)]
         written = await history.rewrite_and_append_turn(
-            session, rewrite.start, before, kept.version, turn.turn_id, turn.inputs, turn.reply
+            session, rewrite.start, before, kept.version, turn.turn_id, turn.inputs, turn.reply, **extra
         )
         if written.stored and written.version is not None:
             kept.rewritten(rewrite.start, rewrite.messages, written.version)
@@ -185,7 +212,7 @@ async def _write_one(turn: Turn, target: TurnTarget, *, with_rewrite: bool) -> t
     # A store that cannot take both at once, or a reduction of the turn's own messages: the turn,
     # then the rewrite if nothing else wrote in between.  Between the two the history holds the
     # turn unreduced, which a later reduction takes up again.
-    if not await history.append_turn(session, turn.turn_id, turn.inputs, turn.reply):
+    if not await history.append_turn(session, turn.turn_id, turn.inputs, turn.reply, **extra):
         return False, None
     kept.appended(added)
     try:

@@ -25,6 +25,7 @@ from contextledger.history import (
     HistoryProvider,
     KeptHistory,
     Turn,
+    TurnFacts,
     TurnOutcome,
     TurnTarget,
     synced_history,
@@ -106,9 +107,10 @@ class KeptSessions:
             entry.view = CompactionProvider(self._strategy, tokenizer=self._tokenizer)
         return await entry.view.prepare_request(conversation, None)
 
-    async def store_turn(self, turn: Turn, kept: KeptHistory) -> TurnOutcome:
+    async def store_turn(self, turn: Turn, kept: KeptHistory, facts: TurnFacts | None = None) -> TurnOutcome:
         """Store ``turn`` after ``kept`` (the history it was built on) through the one turn writer,
-        with the retained history's reduction in the same atomic write, and keep the result.
+        with the retained history's reduction and the turn's ``facts`` in the same atomic write,
+        and keep the result.
 
         Any error leaves nothing kept of the session (the next turn reads the store) and
         propagates: a ``HistoryError`` means nothing was stored, a ``TurnOutcomeUnknownError``
@@ -126,7 +128,7 @@ class KeptSessions:
         # The part a rewrite replaces, counted before the writer changes the copy in place.
         replaced = kept.messages[rewrite.start :] if rewrite is not None else []
         try:
-            outcome = await write_turn(turn, [TurnTarget(self._history, kept, rewrite)])
+            outcome = await write_turn(turn, [TurnTarget(self._history, kept, rewrite)], facts=facts)
         except BaseException:
             self.rewritten(turn.session_id)
             raise

@@ -22,6 +22,7 @@ require_extra("starlette", extra="serve", feature="contextledger serve")
 from starlette.responses import Response  # noqa: E402
 
 from contextledger.exceptions import (  # noqa: E402
+    FactsError,
     HistoryError,
     InvalidMessageError,
     LeaseLostError,
@@ -82,16 +83,21 @@ class SessionTurns:
         ticket: Ticket | None,
         told: list[FactsTurn] | None = None,
     ) -> bool:
-        """Store the turn under its id (at most once) with the retained history's reduction, admit the user's facts.
+        """Store the turn under its id (at most once) with the retained history's reduction and
+        the user's facts admitted, in one atomic write where the store holds both (every built-in
+        session store does), so that a crash leaves both or neither.
 
         ``False`` when the turn id was already stored (nothing written, nothing admitted).  A store
         failure becomes a :class:`ProxyError`: 503 saying nothing was stored, or saying the outcome
         is unknown and the retry that settles it (the same ``Idempotency-Key``); a lost hold on the
         session (the store refused the write as fenced), 409 saying nothing was stored.
         """
+        host = None if store is None else FactsHost(store, host="the proxy", call=self.sessions.run_facts)
         try:
+            # The writer proposes before the turn is written; what it proposes is admitted with the turn.
+            facts = None if host is None or ticket is None else await host.prepare(FactsTurn(ticket))
             outcome = await self.kept.store_turn(
-                Turn(turn.key, turn.turn_id, tuple(turn.inputs), turn.reply), turn.before
+                Turn(turn.key, turn.turn_id, tuple(turn.inputs), turn.reply), turn.before, facts
             )
         except TurnOutcomeUnknownError:
             self.metrics.count(self.metrics.turns, "unknown")
@@ -120,7 +126,7 @@ class SessionTurns:
                 error_type="upstream_error",
                 code="upstream_invalid_response",
             ) from None
-        except HistoryError as error:
+        except (HistoryError, FactsError) as error:  # the facts' store, before anything was written
             self.metrics.count(self.metrics.turns, "failed")
             raise ProxyError(
                 f"the turn could not be stored and nothing was stored ({error})",
@@ -131,22 +137,19 @@ class SessionTurns:
         if not outcome.stored:
             return False
         self.metrics.count(self.metrics.turns, "stored")
-        if store is not None and ticket is not None:
-            facts = await self.admit(store, ticket)
-            if facts is not None and told is not None:
-                told.append(facts)  # what the answer tells the client (``facts_headers``)
+        finished = None if host is None else host.settled(facts)
+        if finished is not None:
+            self.count_facts(finished)
+            if told is not None:
+                told.append(finished)  # what the answer tells the client (``facts_headers``)
         return True
 
-    async def admit(self, store: FactMemory, ticket: Ticket) -> FactsTurn | None:
-        """The end of the facts turn, after the turn is stored: the one facts host's extraction
-        (the store's own schema, its trail), the store called off the event loop; counted."""
-        facts = await FactsHost(store, host="the proxy", call=self.sessions.run_facts).finish(FactsTurn(ticket))
-        if facts is not None and facts.admission is not None:
+    def count_facts(self, facts: FactsTurn) -> None:
+        if facts.admission is not None:
             self.metrics.count(self.metrics.facts, "admitted", amount=len(facts.admission.admitted))
-        elif facts is not None and facts.rejection is not None:
+        elif facts.rejection is not None:
             problems = getattr(facts.rejection, "problems", ()) or (str(facts.rejection),)
             self.metrics.count(self.metrics.facts, "rejected", amount=len(problems))
-        return facts
 
 
 FACTS_ADMITTED_HEADER = "x-contextledger-facts-admitted"
