@@ -42,7 +42,8 @@ Where things live (every name is imported from here, ``contextledger.facts``):
   :func:`place_facts_block` puts it in a request where :data:`FactsPlacement` says);
 - writers and the one turn: ``_writers.py`` (the :class:`FactWriter` protocol, :class:`RuleWriter`,
   :class:`ModelWriter` with its :data:`WRITER_INSTRUCTIONS`, the :class:`Proposal` a writer makes,
-  :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`);
+  :func:`extract`, :class:`StoreCall`), ``_turns.py`` (:class:`FactsHost`, :class:`FactsTurn`, and
+  :class:`FactsWrite`, a turn's admission written in the turn's own atomic step);
 - forgetting: ``_forget.py`` (:func:`forget_facts` and its :class:`ForgetReport`,
   :func:`scrub_history`, :class:`HistoryTarget` and :func:`history_target`);
 
@@ -72,7 +73,7 @@ from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._sqlite import SQLiteFactStore
 from contextledger.facts._store import FactMemory, FactStore
 from contextledger.facts._trail import ReviewEvent
-from contextledger.facts._turns import FactsHost, FactsTurn
+from contextledger.facts._turns import FactsHost, FactsTurn, FactsWrite
 from contextledger.facts._writers import (
     WRITER_INSTRUCTIONS,
     FactWriter,
@@ -103,6 +104,7 @@ __all__ = [
     "FactsHost",
     "FactsPlacement",
     "FactsTurn",
+    "FactsWrite",
     "ForgetReport",
     "Forgotten",
     "HistoryTarget",

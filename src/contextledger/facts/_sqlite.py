@@ -143,7 +143,10 @@ class SQLiteFactStore(LedgerStore):
     def write_in(self, connection: sqlite3.Connection, step: Callable[[State], _T]) -> _T:
         """Run ``step`` on the owner's facts inside a transaction the caller holds on this store's
         file (a history's turn, so that both commit together or neither does)."""
-        before = self._read_state(connection)
+        try:
+            before = self._read_state(connection)
+        except (ValueError, KeyError, TypeError) as error:
+            raise self._failure(error, "write the facts") from error
         state = State(before.epoch, before.turn, dict(before.facts))
         result = step(state)
         self._write(connection, before, state)

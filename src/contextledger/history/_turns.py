@@ -18,6 +18,8 @@ the whole history again.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,7 +153,12 @@ async def write_turn(turn: Turn, targets: Sequence[TurnTarget], *, facts: TurnFa
     """
     single = len(targets) == 1
     first = targets[0].history if single else None
-    together = facts is not None and isinstance(first, FactsBesideTurns) and first.beside(facts, turn.session_id)
+    together = (
+        facts is not None
+        and isinstance(first, FactsBesideTurns)
+        and _takes_facts(type(first))
+        and first.beside(facts, turn.session_id)
+    )
     done: list[HistoryProvider] = []
     rewritten: HistoryVersion | None = None
     for target in targets:
@@ -172,6 +179,14 @@ async def write_turn(turn: Turn, targets: Sequence[TurnTarget], *, facts: TurnFa
         else:
             await facts.alone()
     return TurnOutcome(True, None, rewritten)
+
+
+@functools.cache
+def _takes_facts(kind: type) -> bool:
+    """Whether a history class's turn writes take ``facts=`` (a subclass of a built-in store that
+    overrides one without it inherits ``beside`` all the same: it gets the facts after the turn)."""
+    methods = [getattr(kind, name, None) for name in ("append_turn", "rewrite_and_append_turn")]
+    return all(method is not None and "facts" in inspect.signature(method).parameters for method in methods)
 
 
 def _ends_with(messages: Sequence[Message], tail: Sequence[Message]) -> bool:
