@@ -4,7 +4,7 @@
     python benchmarks/serve.py --quick    # a smoke run
     python benchmarks/serve.py --retain   # session turns with a retain strategy as well
     python benchmarks/serve.py --endpoint responses   # one endpoint (default: all three)
-    python benchmarks/serve.py --store sqlite --store redis --store postgres   # stores side by side
+    python benchmarks/serve.py --store sqlite --store redis --store redis-cluster --store postgres
 
 Three processes on 127.0.0.1: a fake upstream that answers at once (a bare ASGI app under
 uvicorn, speaking chat completions, the Responses API and Anthropic's Messages API), the proxy
@@ -32,8 +32,9 @@ sockets) and reports CPU time per request: the proxy's own work, which a busy ma
 does not inflate the way it inflates wall-clock latency.
 
 With ``--store`` the run compares session stores instead: for each store named, a proxy on that
-store (SQLite in a file; a ``redis-server`` and a Postgres the run starts on 127.0.0.1, reached
-through a relay that counts round trips) takes session turns at 1 and 32 clients, and the table
+store (SQLite in a file; a ``redis-server``, a Redis Cluster of 3 masters and 3 replicas, and a
+Postgres the run starts on 127.0.0.1, reached through relays that count round trips; the
+cluster's nodes announce their relay's port) takes session turns at 1 and 32 clients, and the table
 gives the latency it adds beside the store round trips a turn costs (every wait on the store's
 answer, counted at the socket; SQLite is in the proxy's process and has none).
 
@@ -316,6 +317,54 @@ def started_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise SystemExit("redis-server did not come up")
 
 
+class Relays:
+    """The round-trip relays of a cluster's nodes, counted together."""
+
+    def __init__(self, relays: dict[int, Any]) -> None:
+        self.relays = relays
+        self.first = next(iter(relays.values())).port
+
+    def reset(self) -> None:
+        for relay in self.relays.values():
+            relay.reset()
+
+    def round_trips(self) -> int:
+        return sum(relay.round_trips() for relay in self.relays.values())
+
+
+@contextlib.contextmanager
+def relayed_cluster() -> Any:
+    """A Redis Cluster (3 masters, 3 replicas, as the tests start it) whose nodes announce a
+    round-trip relay's port instead of their own, so a client that follows the cluster's layout
+    talks to every node through a relay; the nodes' own traffic (the bus, replication, set up
+    before the announcement changed) goes around the relays and is not counted."""
+    from tests.redis_cluster import started_redis_cluster  # noqa: PLC0415  (the tests' cluster)
+    from tests.round_trip_relay import RoundTripRelay  # noqa: PLC0415
+
+    import redis  # noqa: PLC0415
+
+    with started_redis_cluster() as cluster, contextlib.ExitStack() as stack:
+        relays = {port: stack.enter_context(RoundTripRelay(port)) for port in cluster.ports}
+        for port, relay in relays.items():
+            with redis.Redis(host="127.0.0.1", port=port) as client:
+                client.config_set("cluster-announce-bus-port", port + 10_000)
+                client.config_set("cluster-announce-port", relay.port)
+        wanted = {relay.port for relay in relays.values()}
+        deadline = time.monotonic() + 30
+        while True:  # until every node tells the relays' ports for every slot
+            announced = set()
+            for port in cluster.ports:
+                with redis.Redis(host="127.0.0.1", port=port) as client:
+                    for _first, _last, *nodes in client.execute_command("CLUSTER", "SLOTS"):
+                        announced.update(int(node[1]) for node in nodes)
+            if announced <= wanted:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the cluster still announces {sorted(announced - wanted)} after 30 s")
+            time.sleep(0.2)
+        yield relays
+
+
 def fill_store(url: str, proxy: str, count: int) -> None:
     """Create ``count`` sessions through the proxy, then write 1,000 turns into each through the
     store the proxy uses (its own backend, opened as the proxy opens it)."""
@@ -372,6 +421,9 @@ def compare_stores(stores: list[str], total: int, rounds: int) -> None:
                 stack.callback(stop, server)
                 relay = stack.enter_context(RoundTripRelay(port))
                 url = f"redis://127.0.0.1:{relay.port}/0"
+            elif store == "redis-cluster":
+                relay = Relays(stack.enter_context(relayed_cluster()))
+                url = f"redis+cluster://127.0.0.1:{relay.first}/0"
             else:
                 from tests.postgres_server import started_postgres  # noqa: PLC0415
 
@@ -432,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--store",
-        choices=("sqlite", "redis", "postgres"),
+        choices=("sqlite", "redis", "redis-cluster", "postgres"),
         action="append",
         help="compare session turns on these stores instead (repeatable; see above)",
     )

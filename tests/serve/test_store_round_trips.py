@@ -17,9 +17,9 @@ from tests.round_trip_relay import RoundTripRelay
 from tests.serve.conftest import StartProxy
 
 KEY = "sk-round-trips-7a1e"
-TURN_WITH_FACTS = 10
+TURN_WITH_FACTS = 9
 TURN_WITHOUT_FACTS = 5
-REDIS_TURN_WITH_FACTS = 13
+REDIS_TURN_WITH_FACTS = 10
 REDIS_TURN_WITHOUT_FACTS = 5
 # A lease renewed every 20 s, not 3: its renewal is a round trip of its own, timed, not the turn's.
 LONG_LEASE = ("--lock-lease", "60")
