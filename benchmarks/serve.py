@@ -338,10 +338,9 @@ def relayed_cluster() -> Any:
     round-trip relay's port instead of their own, so a client that follows the cluster's layout
     talks to every node through a relay; the nodes' own traffic (the bus, replication, set up
     before the announcement changed) goes around the relays and is not counted."""
+    import redis  # noqa: PLC0415
     from tests.redis_cluster import started_redis_cluster  # noqa: PLC0415  (the tests' cluster)
     from tests.round_trip_relay import RoundTripRelay  # noqa: PLC0415
-
-    import redis  # noqa: PLC0415
 
     with started_redis_cluster() as cluster, contextlib.ExitStack() as stack:
         relays = {port: stack.enter_context(RoundTripRelay(port)) for port in cluster.ports}
