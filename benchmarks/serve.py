@@ -351,7 +351,7 @@ def relayed_cluster() -> Any:
         wanted = {relay.port for relay in relays.values()}
         deadline = time.monotonic() + 30
         while True:  # until every node tells the relays' ports for every slot
-            announced = set()
+            announced: set[int] = set()
             for port in cluster.ports:
                 with redis.Redis(host="127.0.0.1", port=port) as client:
                     for _first, _last, *nodes in client.execute_command("CLUSTER", "SLOTS"):
