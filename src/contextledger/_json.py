@@ -63,18 +63,20 @@ _LONE_ESCAPE = re.compile(
 _LONE_ESCAPE_BYTES = re.compile(_LONE_ESCAPE.pattern.encode())
 
 
-def strict_loads(text: str | bytes) -> Any:
+def strict_loads(text: str | bytes, *, depth: int = MAX_DEPTH) -> Any:
     """``json.loads``, refusing what RFC 8259 or UTF-8 cannot carry (see the module docstring).
 
     A syntax error is ``json.JSONDecodeError`` as usual; everything this module adds is
     :class:`UnwritableJSONError`.  Its checks ride on the parser (numbers, keys) or look only
     where a problem can be (nesting, escapes), so a large body costs little more than ``json.loads``.
+    ``depth``: the nesting taken, less than :data:`MAX_DEPTH` for a value read apart from the
+    document it sits in (an item of a body's array, two levels down).
     """
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique)
     except RecursionError:
         raise UnwritableJSONError(f"it nests arrays and objects deeper than {MAX_DEPTH} levels") from None
-    if (type(value) is dict or type(value) is list) and _too_deep(value):
+    if (type(value) is dict or type(value) is list) and _too_deep(value, depth):
         raise UnwritableJSONError(f"it nests arrays and objects deeper than {MAX_DEPTH} levels")
     escaped = _LONE_ESCAPE_BYTES.search(text) if isinstance(text, bytes) else _LONE_ESCAPE.search(text)
     if escaped is not None:
@@ -84,12 +86,12 @@ def strict_loads(text: str | bytes) -> Any:
     return value
 
 
-def _too_deep(value: Any) -> bool:
-    """Whether ``value`` nests containers more than :data:`MAX_DEPTH` levels, one level at a time
+def _too_deep(value: Any, depth: int) -> bool:
+    """Whether ``value`` nests containers more than ``depth`` levels, one level at a time
     (``json.loads`` makes only plain dicts and lists, hence the exact type tests, three times
     faster than ``isinstance`` on a large body)."""
     level = [value]
-    for _ in range(MAX_DEPTH):
+    for _ in range(depth):
         below: list[Any] = []
         keep = below.append
         for item in level:

@@ -150,11 +150,10 @@ class Proxy:
         mode = "session" if SESSION_HEADER in request.headers else "stateless"
         try:
             body = await self._read_body(request)
-            payload = parse_payload(body)
             if mode == "session":
-                response = await self.flow.turn(self.chat, request, payload)
+                response = await self.flow.turn(self.chat, request, parse_payload(body))
             else:
-                response = await self.chat.stateless(request, payload, body)
+                response = await self.chat.stateless_body(request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))

@@ -28,13 +28,33 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, completion
 from contextledger.serve._replies import completion_events, reply_message, stored_completion
-from contextledger.serve._requests import MessageReader, refuse_invalid, without_metadata
+from contextledger.serve._requests import (
+    MessageReader,
+    check_payload,
+    joined,
+    parse_payload,
+    refuse_invalid,
+    split_array,
+    without_metadata,
+)
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Upstream, passed_back
 from contextledger.serve._usage import CostMeter, with_usage_requested
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["ChatFormat"]
+
+_METADATA_MARK = b'"_contextledger"'  # the library's private key, which never goes upstream
+
+
+def _as_sent(sent: list[Message], incoming: list[Message], items: list[bytes]) -> list[bytes]:
+    """Each message of ``sent`` as the bytes it came in (``items``, one per message of
+    ``incoming``), or written anew when a strategy made it."""
+    came = {id(message): item for message, item in zip(incoming, items, strict=True)}
+    return [
+        came.get(id(message)) or json.dumps(to_openai([message])[0], ensure_ascii=False).encode("utf-8")
+        for message in sent
+    ]
 
 
 class ChatFormat:
@@ -63,29 +83,56 @@ class ChatFormat:
 
     # Stateless mode ---------------------------------------------------------------------------
 
-    async def stateless(self, request: Request, payload: dict[str, Any], body: bytes) -> Response:
+    async def stateless_body(self, request: Request, body: bytes) -> Response:
+        """A stateless request, read as its messages' bytes where it can be: a history sent again
+        is looked up message by message, not parsed, and the messages kept go upstream as the bytes
+        that came in.  A body that cannot be read so (not strict JSON, a malformed message, the
+        library's private key in a message) is read whole, which refuses it with its own message."""
+        split = split_array(body, "messages")
+        if split is not None and not any(_METADATA_MARK in item for item in split.items):
+            incoming = self.reader.read_raw(split.items)
+            if incoming is not None:
+                payload = check_payload(split.payload, split.items)
+                return await self.stateless(request, payload, body, incoming, split.items)
+        payload = parse_payload(body)
+        return await self.stateless(request, payload, body, self.reader.read(payload["messages"]), None)
+
+    async def stateless(
+        self,
+        request: Request,
+        payload: dict[str, Any],
+        body: bytes,
+        incoming: list[Message],
+        items: list[bytes] | None,
+    ) -> Response:
+        """``incoming``: the messages read from ``payload["messages"]``, or (``items`` given) from
+        the items of a :class:`SplitBody`, whose ``payload`` holds an empty array in their place."""
         # Every message is read, strategy or not, so a malformed one is refused here and not upstream
         # (the reader remembers what it has read: a repeated history costs little).  With no strategy
         # the body then goes as it came.
-        incoming = self.reader.read(payload["messages"])
         refuse_invalid(incoming)
-        plain = without_metadata(payload["messages"])
-        if plain is not None:
-            payload = {**payload, "messages": plain}
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None))
-        if keyed is not payload:
-            payload = keyed
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        rewrite = False
+        if items is None:
+            plain = without_metadata(payload["messages"])
+            if plain is not None:
+                payload, rewrite = {**payload, "messages": plain}, True
+        first = None if items is None or self.config.prompt_cache_key != "prefix" else [json.loads(i) for i in items]
+        keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, first))
+        rewrite = rewrite or keyed is not payload
+        payload = keyed
+        sent = incoming
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
-            incoming = result.messages
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
-                messages = to_openai(result.messages)
-                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
-        expected = self.cost.expect("stateless", payload, incoming)
+                sent, rewrite = result.messages, True
+        if rewrite and items is not None:
+            body = joined(payload, "messages", _as_sent(sent, incoming, items) if sent is not incoming else items)
+        elif rewrite:
+            messages = to_openai(sent) if sent is not incoming else payload["messages"]
+            body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
+        expected = self.cost.expect("stateless", payload, sent)
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
             usage = functools.partial(self.cost.answered, expected)
@@ -100,21 +147,23 @@ class ChatFormat:
             headers=passed_back(upstream.headers),
         )
 
-    def cache_key(self, payload: dict[str, Any], request: Request, session: str | None) -> dict[str, Any]:
+    def cache_key(
+        self, payload: dict[str, Any], request: Request, session: str | None, messages: list[Any] | None = None
+    ) -> dict[str, Any]:
         """``payload`` with a ``prompt_cache_key`` as ``--prompt-cache-key`` asks, unless the client
         set one: OpenAI routes requests with one key to the same cache, so a session's or a
         conversation's requests find their prefix (some compatible servers refuse fields they do
         not know, hence off by default).  ``session``: a hash of the tenant and session; ``prefix``:
         a hash of the conversation's first messages (its instructions and first user message), the
         same for every request of one conversation.  Keys are hashes: nothing of the tenant's key
-        or text is sent."""
+        or text is sent.  ``messages``: the request's messages, when ``payload`` holds them apart."""
         mode = self.config.prompt_cache_key
         if mode == "off" or "prompt_cache_key" in payload:
             return payload
         if mode == "session" and session is not None:
             seed = "session\0" + session
         else:
-            messages = [m for m in payload["messages"] if isinstance(m, dict)]
+            messages = [m for m in (payload["messages"] if messages is None else messages) if isinstance(m, dict)]
             lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
             first_user = next((m for m in messages if m.get("role") == "user"), None)
             try:

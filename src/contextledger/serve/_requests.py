@@ -19,21 +19,27 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from contextledger._json import UnwritableJSONError, strict_loads
+from contextledger._json import MAX_DEPTH, UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.messages import Message, message_from_openai, validate
 
 __all__ = [
     "REMEMBERED_BYTES",
     "MessageReader",
+    "SplitBody",
     "bad_request",
+    "check_payload",
+    "joined",
     "json_object",
     "open_block",
     "parse_payload",
     "refuse_invalid",
+    "split_array",
     "turn_id_of",
     "user_text",
     "without_metadata",
@@ -46,6 +52,14 @@ containers, as ``sys.getsizeof`` counts them); a single message larger than that
 _METADATA_KEY = "_contextledger"  # where ``to_openai(..., metadata=True)`` keeps the library's own fields
 
 _NODE_BYTES = 64  # a container, number or key tuple: roughly what the key and the message add for it
+
+try:  # in the serve extra; without it, bodies are read whole (slower, the same answers)
+    import msgspec
+
+    _OBJECT: Any = msgspec.json.Decoder(dict[str, msgspec.Raw])
+    _ITEMS: Any = msgspec.json.Decoder(list[msgspec.Raw])
+except ImportError:  # pragma: no cover - the serve extra brings it
+    _OBJECT = _ITEMS = None
 
 
 def bad_request(message: str, code: str) -> ProxyError:
@@ -70,7 +84,13 @@ def json_object(body: bytes, what: str) -> dict[str, Any]:
 def parse_payload(body: bytes) -> dict[str, Any]:
     """A chat-completions request: a JSON object with a non-empty ``messages`` list."""
     payload = json_object(body, "a chat-completions JSON object")
-    if not isinstance(payload.get("messages"), list) or not payload["messages"]:
+    return check_payload(payload, payload.get("messages"))
+
+
+def check_payload(payload: dict[str, Any], messages: object) -> dict[str, Any]:
+    """``payload`` if it is a chat-completions request whose ``messages`` (as read, or as split
+    apart by :func:`split_array`) is a non-empty list; 400 saying what is wrong otherwise."""
+    if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of chat messages", "invalid_messages")
     model = payload.get("model")
     if not isinstance(model, str) or not model.strip():
@@ -83,6 +103,57 @@ def parse_payload(body: bytes) -> dict[str, Any]:
     if "stream" in payload and not isinstance(payload["stream"], bool):
         raise bad_request(f"'stream' must be true or false, got {payload['stream']!r}", "invalid_stream")
     return payload
+
+
+@dataclass(frozen=True, slots=True)
+class SplitBody:
+    """A JSON object body with one array read apart, item by item, as the bytes that came in.
+
+    ``payload`` is the object with that array empty, read strictly; ``items`` are the array's
+    items, not read yet (each is read strictly when first seen, see :meth:`MessageReader.read_raw`).
+    """
+
+    payload: dict[str, Any]
+    field: str
+    items: list[bytes]
+
+
+def split_array(body: bytes, field: str) -> SplitBody | None:
+    """``body`` with its top-level ``field`` array split into its items' bytes, or ``None`` when it
+    is not an object holding such an array (or ``msgspec`` is missing): the caller then reads the
+    body whole, which refuses a bad one with its own message.
+
+    What the items do not hold is read strictly here, all but the array (duplicate keys, numbers,
+    nesting); the items are checked when first read, so a history sent again costs a lookup per
+    message instead of a parse.  ``msgspec`` only finds where the values start and end.
+    """
+    if _OBJECT is None or _ITEMS is None:
+        return None
+    try:
+        found = _OBJECT.decode(body).get(field)
+        if found is None:
+            return None
+        array = bytes(found)
+        items = [bytes(item) for item in _ITEMS.decode(array)]
+    except (ValueError, TypeError, RecursionError):  # msgspec's DecodeError is a ValueError
+        return None
+    start = body.find(array)  # the same bytes earlier would be an equal array: the check below sees it
+    try:
+        payload = strict_loads(body[:start] + b"[]" + body[start + len(array) :])
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if type(payload) is not dict or payload.get(field) != []:
+        return None
+    return SplitBody(payload, field, items)
+
+
+def joined(payload: dict[str, Any], field: str, items: Sequence[bytes]) -> bytes:
+    """``payload`` written as JSON with ``items`` (each a JSON value's bytes) as its ``field``
+    array, in the place the field has in ``payload``."""
+    marker = f"contextledger-{uuid.uuid4().hex}"
+    text = json.dumps({**payload, field: marker}, ensure_ascii=False).encode("utf-8")
+    head, _, tail = text.partition(json.dumps(marker).encode())
+    return b"".join((head, b"[", b",".join(items), b"]", tail))
 
 
 def refuse_invalid(messages: Sequence[Message], *, before: Sequence[Message] = ()) -> None:
@@ -183,6 +254,27 @@ class MessageReader:
                     continue
                 self._remember(made[1])
             self._made[key] = made  # at the end: the most recently used
+            messages.append(made[0])
+        return messages
+
+    def read_raw(self, items: list[bytes]) -> list[Message] | None:
+        """The messages of a :class:`SplitBody`'s items, keyed by their bytes: an item not seen
+        before is read strictly and converted, a known one is looked up.  ``None`` when an item is
+        not strict JSON or not a message: the caller reads the body whole, for the error it gives."""
+        messages: list[Message] = []
+        for position, item in enumerate(items):
+            made = self._made.pop(item, None)
+            if made is None:
+                try:
+                    value = strict_loads(item, depth=MAX_DEPTH - 2)  # the body's object and array hold it
+                    made = (message_from_openai(value, position=position), 2 * sys.getsizeof(item) + _NODE_BYTES)
+                except (ValueError, UnicodeDecodeError, RecursionError, InvalidMessageError):
+                    return None
+                if made[1] > self.limit:
+                    messages.append(made[0])
+                    continue
+                self._remember(made[1])
+            self._made[item] = made  # at the end: the most recently used
             messages.append(made[0])
         return messages
 
