@@ -72,7 +72,7 @@ from contextledger.messages import (
     validate,
 )
 from contextledger.serve._requests import MessageReader
-from contextledger.serve._responses import _forwarded
+from contextledger.serve._responses import _forwarded, _item_bytes, _same
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.history.support import RedisServer
 from tests.integrations import scripted_turns as turns
@@ -263,10 +263,19 @@ def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversion
     assert messages == from_responses(items)
     again, _ = reader.read_runs(items, item_runs(items), from_responses)
     assert all(first is second for first, second in zip(messages, again))  # remembered, not converted again
-    kept = asyncio.run(
-        compact_with_report(messages, strategy=SlidingWindowStrategy(keep_last_groups=keep, stable_step=1))
-    ).messages
-    assert _forwarded(kept, messages, spans, items) == kept_as_given(to_responses(kept), items)
+    strategy = SlidingWindowStrategy(keep_last_groups=keep, stable_step=1)
+    kept = asyncio.run(compact_with_report(messages, strategy=strategy)).messages
+    assert _forwarded(kept, messages, spans, items, _same) == kept_as_given(to_responses(kept), items)
+    # Read as a stateless body's items, each as its bytes: the same messages, and what is forwarded
+    # is the bytes of the items the dicts' path forwards.
+    raw = [json.dumps(item, ensure_ascii=False).encode() for item in items]
+    read = MessageReader().read_raw_runs(raw, item_runs, from_responses)
+    assert read is not None
+    values, raw_messages, raw_spans = read
+    assert (values, raw_messages, raw_spans) == (items, messages, spans)
+    raw_kept = asyncio.run(compact_with_report(raw_messages, strategy=strategy)).messages
+    forwarded = _forwarded(raw_kept, raw_messages, raw_spans, raw, _item_bytes)
+    assert [json.loads(item) for item in forwarded] == kept_as_given(to_responses(kept), items)
 
 
 @settings(max_examples=200, deadline=None)

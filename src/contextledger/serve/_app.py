@@ -200,11 +200,10 @@ class Proxy:
         mode = "session" if SESSION_HEADER in request.headers else "stateless"
         try:
             body = await self._read_body(request)
-            payload = parse_responses_payload(body)
             if mode == "session":
-                response = await self.flow.turn(self.responses_api, request, payload)
+                response = await self.flow.turn(self.responses_api, request, parse_responses_payload(body))
             else:
-                response = await self.responses_api.stateless(request, payload)
+                response = await self.responses_api.stateless_body(request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "responses", mode, str(response.status_code))

@@ -278,6 +278,42 @@ class MessageReader:
             messages.append(made[0])
         return messages
 
+    def read_raw_runs(
+        self,
+        items: list[bytes],
+        runs_of: Callable[[list[Any]], Sequence[tuple[int, int]]],
+        convert: Callable[[list[Any]], list[Message]],
+    ) -> tuple[list[Any], list[Message], list[tuple[int, int]]] | None:
+        """:meth:`read_runs` for a :class:`SplitBody`'s items: each item read strictly when first
+        seen (the values are remembered too, as ``runs_of`` needs them to cut the runs), each run
+        keyed by its items' bytes.  The values, the messages and their slices; ``None`` when an
+        item is not strict JSON or a run not messages: the caller reads the body whole, for its error."""
+        values: list[Any] = []
+        for item in items:
+            key = (item,)  # a value, apart from a run of this one item, keyed by the bytes alone
+            made = self._made.pop(key, None)
+            if made is None:
+                try:
+                    made = (strict_loads(item, depth=MAX_DEPTH - 2), 2 * sys.getsizeof(item) + _NODE_BYTES)
+                except (ValueError, UnicodeDecodeError, RecursionError):
+                    return None
+                if made[1] > self.limit:
+                    values.append(made[0])
+                    continue
+                self._remember(made[1])
+            self._made[key] = made
+            values.append(made[0])
+        try:
+            messages, spans = self._runs(
+                values,
+                runs_of(values),
+                convert,
+                lambda start, end: (b",".join(items[start:end]), 2 * sum(map(sys.getsizeof, items[start:end]))),
+            )
+        except InvalidMessageError:
+            return None
+        return values, messages, spans
+
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
     ) -> tuple[list[Message], list[tuple[int, int]]]:
@@ -286,18 +322,31 @@ class MessageReader:
         message; with each message, the slice of ``items`` it came from.  ``convert``'s
         :class:`InvalidMessageError` reaches the caller as converting the whole input raises it,
         so it names the item by its place in the input, not in its run."""
+
+        def key_of(start: int, end: int) -> tuple[Hashable, int]:
+            size = [0]
+            return _key(items[start:end], size), size[0]
+
+        try:
+            return self._runs(items, runs, convert, key_of)
+        except InvalidMessageError:
+            convert(items)  # raises the same problem, named by its place in the whole input
+            raise
+
+    def _runs(
+        self,
+        items: list[Any],
+        runs: Sequence[tuple[int, int]],
+        convert: Callable[[list[Any]], list[Message]],
+        key_of: Callable[[int, int], tuple[Hashable, int]],
+    ) -> tuple[list[Message], list[tuple[int, int]]]:
         messages: list[Message] = []
         spans: list[tuple[int, int]] = []
         for start, end in runs:
-            size = [0]
-            key = _key(items[start:end], size)
+            key, size = key_of(start, end)
             made = self._made.pop(key, None)
             if made is None:
-                try:
-                    made = (tuple(convert(items[start:end])), size[0])
-                except InvalidMessageError:
-                    convert(items)  # raises the same problem, named by its place in the whole input
-                    raise
+                made = (tuple(convert(items[start:end])), size)
                 if made[1] > self.limit:
                     messages += made[0]
                     spans += [(start, end)] * len(made[0])

@@ -32,7 +32,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -55,7 +56,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, json_object
+from contextledger.serve._requests import MessageReader, joined, json_object, split_array
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Upstream, passed_back
@@ -76,10 +77,15 @@ def _bad(message: str, code: str = "invalid_request") -> ProxyError:
 def parse_responses_payload(body: bytes) -> dict[str, Any]:
     """A Responses API request: a JSON object with ``model`` and an ``input`` (a string or a list of items)."""
     payload = json_object(body, "a Responses API JSON object")
+    return check_responses_payload(payload, payload.get("input"))
+
+
+def check_responses_payload(payload: dict[str, Any], items: object) -> dict[str, Any]:
+    """``payload`` if it is a Responses API request whose ``input`` (as read, or the values of the
+    items read apart) is a string or a list of items; 400 saying what is wrong otherwise."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("a Responses request needs 'model', a non-empty string")
-    items = payload.get("input")
     if not isinstance(items, str) and (
         not isinstance(items, list) or not all(isinstance(item, dict) for item in items)
     ):
@@ -89,13 +95,36 @@ def parse_responses_payload(body: bytes) -> dict[str, Any]:
     return payload
 
 
+@dataclass(frozen=True, slots=True)
+class RawInput:
+    """A stateless request's input read apart (see ``stateless_body``): each item's bytes, its
+    value, the messages made of them and the slice of items each message came from."""
+
+    items: list[bytes]
+    values: list[Any]
+    messages: list[Message]
+    spans: list[tuple[int, int]]
+
+
+def _same(item: Any) -> Any:
+    return item
+
+
+def _item_bytes(item: Any) -> bytes:
+    return json.dumps(item, ensure_ascii=False).encode("utf-8")
+
+
 def _forwarded(
-    kept: Sequence[Message], messages: list[Message], spans: list[tuple[int, int]], items: list[Any]
+    kept: Sequence[Message],
+    messages: list[Message],
+    spans: list[tuple[int, int]],
+    items: list[Any],
+    written: Callable[[Any], Any],
 ) -> list[Any]:
     """What goes upstream for a compaction ``kept`` of ``messages`` (read from ``items``, each
     message from ``items[start:end]``): each kept message as the very items it came from, found
     by identity (a strategy keeps the objects it was given), and what the strategy wrote (a
-    summary, a collapsed result) as :func:`to_responses` writes it."""
+    summary, a collapsed result) as :func:`to_responses` writes it, made an item by ``written``."""
     places: dict[int, list[int]] = {}
     for index, message in enumerate(messages):
         places.setdefault(id(message), []).append(index)
@@ -104,7 +133,7 @@ def _forwarded(
     for message in kept:
         found = next((i for i in places.get(id(message), ()) if i >= after), None)
         if found is None:
-            out += to_responses([message])
+            out += map(written, to_responses([message]))
             continue
         after = found + 1
         start, end = spans[found]
@@ -237,10 +266,25 @@ class ResponsesFormat:
 
     # Stateless mode ---------------------------------------------------------------------------
 
-    async def stateless(self, request: Request, payload: dict[str, Any]) -> Response:
-        sent, incoming, said = await self.prepare(payload, request)
+    async def stateless_body(self, request: Request, body: bytes) -> Response:
+        """A stateless request, its input read as its items' bytes where it can be (as chat
+        completions' messages are, see ``ChatFormat.stateless_body``): items seen before are looked
+        up, and the items kept go upstream as the bytes that came in."""
+        split = split_array(body, "input")
+        if split is not None:
+            read = self.reader.read_raw_runs(split.items, item_runs, from_responses)
+            if read is not None and all(type(value) is dict for value in read[0]):
+                check_responses_payload(split.payload, read[0])
+                return await self.stateless(request, split.payload, RawInput(split.items, *read))
+        return await self.stateless(request, parse_responses_payload(body))
+
+    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
+        sent, incoming, said, kept = await self.prepare(payload, request, raw)
         expected = self.cost.expect("stateless", sent, incoming)
-        body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
+        if raw is None:
+            body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
+        else:
+            body = joined(sent, "input", raw.items if kept is None else kept)
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
             usage = functools.partial(self.cost.answered, expected)
@@ -255,13 +299,15 @@ class ResponsesFormat:
         return Response(upstream.content, upstream.status_code, headers=back, media_type=media)
 
     async def prepare(
-        self, payload: dict[str, Any], request: Request
-    ) -> tuple[dict[str, Any], list[Message], dict[str, str]]:
+        self, payload: dict[str, Any], request: Request, raw: RawInput | None = None
+    ) -> tuple[dict[str, Any], list[Message], dict[str, str], list[bytes] | None]:
         """The payload to send upstream, its input as messages (for the cost meter; none when the
-        proxy did not read it), and the headers that say what the proxy did."""
-        items = payload["input"] if isinstance(payload["input"], list) else None
+        proxy did not read it), the headers that say what the proxy did, and (``raw`` given: the
+        payload's input is apart, as the items' bytes) the bytes of the items kept, None when all are."""
+        items = raw.values if raw is not None else payload["input"] if isinstance(payload["input"], list) else None
         said: dict[str, str] = {}
         messages: list[Message] = []
+        kept: list[bytes] | None = None
         if any(payload.get(name) is not None for name in _UPSTREAM_STATE):
             # Its input may answer calls the stored response made: read nothing into it.
             said[COMPACTION_HEADER] = "skipped; previous_response_id"
@@ -269,7 +315,7 @@ class ResponsesFormat:
             said[COMPACTION_HEADER] = "skipped; text input"
             messages = [Message.user(payload["input"])]
         else:
-            messages, spans = self.conversation(items)
+            messages, spans = (raw.messages, raw.spans) if raw is not None else self.conversation(items)
             problems = validate(messages)  # refused where the upstream would refuse it
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -281,10 +327,12 @@ class ResponsesFormat:
                 self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
                 self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
                 said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
-                if result.changed:
-                    payload = {**payload, "input": _forwarded(result.messages, messages, spans, items)}
+                if result.changed and raw is not None:
+                    kept = _forwarded(result.messages, messages, spans, raw.items, _item_bytes)
+                elif result.changed:
+                    payload = {**payload, "input": _forwarded(result.messages, messages, spans, items, _same)}
                 messages = list(result.messages)
-        return self.cache_key(payload, items, request, None), messages, said
+        return self.cache_key(payload, items, request, None), messages, said, kept
 
     def cache_key(
         self, payload: dict[str, Any], items: list[dict[str, Any]] | None, request: Request, session: str | None
