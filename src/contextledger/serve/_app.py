@@ -165,11 +165,10 @@ class Proxy:
         try:
             form = self._anthropic()
             body = await self._read_body(request)
-            payload = parse_messages_payload(body)
             if mode == "session":
-                response = await self.flow.turn(form, request, payload)
+                response = await self.flow.turn(form, request, parse_messages_payload(body))
             else:
-                response = await form.stateless(request, payload)
+                response = await form.stateless_body(request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = anthropic_error_response(error)
         self.metrics.count(self.metrics.requests, "messages", mode, str(response.status_code))

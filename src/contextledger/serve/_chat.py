@@ -44,8 +44,6 @@ from contextledger.tokenizers import Tokenizer
 
 __all__ = ["ChatFormat"]
 
-_METADATA_MARK = b'"_contextledger"'  # the library's private key, which never goes upstream
-
 
 def _as_sent(sent: list[Message], incoming: list[Message], items: list[bytes]) -> list[bytes]:
     """Each message of ``sent`` as the bytes it came in (``items``, one per message of
@@ -89,7 +87,7 @@ class ChatFormat:
         that came in.  A body that cannot be read so (not strict JSON, a malformed message, the
         library's private key in a message) is read whole, which refuses it with its own message."""
         split = split_array(body, "messages")
-        if split is not None and not any(_METADATA_MARK in item for item in split.items):
+        if split is not None:
             incoming = self.reader.read_raw(split.items)
             if incoming is not None:
                 payload = check_payload(split.payload, split.items)

@@ -41,7 +41,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, bad_request, json_object, refuse_invalid
+from contextledger.serve._requests import MessageReader, bad_request, joined, json_object, refuse_invalid, split_array
 from contextledger.serve._upstream import _TYPES, Upstream, anthropic_error, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
@@ -94,7 +94,13 @@ def _bad(message: str, code: str = "invalid_request") -> ProxyError:
 def parse_messages_payload(body: bytes) -> dict[str, Any]:
     """A Messages API request: a JSON object with ``model`` and a non-empty ``messages`` list."""
     payload = json_object(body, "a Messages API JSON object")
-    if not isinstance(payload.get("messages"), list) or not payload["messages"]:
+    return check_messages_payload(payload, payload.get("messages"))
+
+
+def check_messages_payload(payload: dict[str, Any], messages: object) -> dict[str, Any]:
+    """``payload`` if it is a Messages API request whose ``messages`` (as read, or the values of
+    the messages read apart) is a non-empty list; 400 saying what is wrong otherwise."""
+    if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list of messages", "invalid_messages")
     model = payload.get("model")
     if not isinstance(model, str) or not model.strip():
@@ -128,6 +134,7 @@ def _has_breakpoint(value: Any) -> bool:
 
 
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+_BREAKPOINT = b'"cache_control"'
 
 
 def _mark_last(blocks: list[Any]) -> bool:
@@ -141,6 +148,44 @@ def _mark_last(blocks: list[Any]) -> bool:
         blocks[index] = {**block, "cache_control": {"type": "ephemeral"}}
         return True
     return False
+
+
+def _raw_breakpoints(
+    payload: dict[str, Any], items: list[bytes], values: list[Any]
+) -> tuple[dict[str, Any], list[bytes]]:
+    """:func:`with_breakpoints` for a payload whose messages are apart, as their bytes (and
+    ``values``): only the messages whose bytes may name ``cache_control`` (plainly or escaped) are
+    looked through for the client's breakpoints, and only the last message that takes the proxy's
+    is written again."""
+    if any(
+        (_BREAKPOINT in item or b"\\u" in item) and _has_breakpoint(value)
+        for item, value in zip(items, values, strict=True)
+    ):
+        return payload, items
+    marked = with_breakpoints(payload)
+    if marked is payload:  # the client placed its own (on the system prompt or the tools)
+        return payload, items
+    for position in range(len(items) - 1, -1, -1):
+        message = json.loads(items[position])
+        last = _marked_message(message)
+        if last is not None:
+            written = json.dumps(last, ensure_ascii=False).encode("utf-8")
+            return marked, [*items[:position], written, *items[position + 1 :]]
+    return marked, items
+
+
+def _marked_message(message: Any) -> dict[str, Any] | None:
+    """``message`` with a breakpoint on its last block that takes one, or None if none does."""
+    if not isinstance(message, dict):
+        return None
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        content = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        content = list(content)
+    else:
+        return None
+    return {**message, "content": content} if _mark_last(content) else None
 
 
 def with_breakpoints(payload: dict[str, Any]) -> dict[str, Any]:
@@ -162,18 +207,9 @@ def with_breakpoints(payload: dict[str, Any]) -> dict[str, Any]:
         payload["tools"] = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
     messages = list(payload["messages"])
     for position in range(len(messages) - 1, -1, -1):
-        message = messages[position]
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, str) and content:
-            content = [{"type": "text", "text": content}]
-        elif isinstance(content, list):
-            content = list(content)
-        else:
-            continue
-        if _mark_last(content):
-            messages[position] = {**message, "content": content}
+        marked = _marked_message(messages[position])
+        if marked is not None:
+            messages[position] = marked
             break
     payload["messages"] = messages
     return payload
@@ -230,10 +266,30 @@ class MessagesFormat:
         except InvalidMessageError as error:
             raise _bad(f"'messages' is malformed: {error}", "invalid_messages") from None
 
-    async def stateless(self, request: Request, payload: dict[str, Any]) -> Response:
-        incoming = self.read(payload)
+    async def stateless_body(self, request: Request, body: bytes) -> Response:
+        """A stateless request, its messages read as their bytes where it can be (as chat
+        completions' are, see ``ChatFormat.stateless_body``): messages seen before are looked up,
+        and when the strategy leaves them all, they go upstream as the bytes that came in."""
+        split = split_array(body, "messages")
+        if split is not None:
+            read = self.reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
+            if read is not None:
+                payload = check_messages_payload(split.payload, read[0])
+                return await self.stateless(request, payload, (split.items, read[0], read[1]))
+        return await self.stateless(request, parse_messages_payload(body))
+
+    async def stateless(
+        self,
+        request: Request,
+        payload: dict[str, Any],
+        raw: tuple[list[bytes], list[Any], list[Message]] | None = None,
+    ) -> Response:
+        """``raw``: the messages read apart (their bytes, values and messages), ``payload``
+        holding an empty list in their place."""
+        incoming = self.read(payload) if raw is None else raw[2]
         refuse_invalid(incoming)
         system = _system(payload)
+        items = None if raw is None else raw[0]
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
@@ -241,10 +297,15 @@ class MessagesFormat:
             if result.changed:
                 incoming = result.messages
                 _, written = to_anthropic(incoming)
-                payload = {**payload, "messages": written}
-        payload = with_breakpoints(payload)
+                payload, items = {**payload, "messages": written}, None
+        if items is None:
+            payload = with_breakpoints(payload)
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        else:
+            assert raw is not None
+            payload, items = _raw_breakpoints(payload, items, raw[1])
+            body = joined(payload, "messages", items)
         expected = self.cost.expect("stateless", payload, [*system, *incoming])
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
             usage = functools.partial(self.cost.answered, expected)

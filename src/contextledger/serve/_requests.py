@@ -260,13 +260,16 @@ class MessageReader:
     def read_raw(self, items: list[bytes]) -> list[Message] | None:
         """The messages of a :class:`SplitBody`'s items, keyed by their bytes: an item not seen
         before is read strictly and converted, a known one is looked up.  ``None`` when an item is
-        not strict JSON or not a message: the caller reads the body whole, for the error it gives."""
+        not strict JSON or not a message (the caller reads the body whole, for the error it gives),
+        or holds the library's private key (which the caller takes out, reading the body whole)."""
         messages: list[Message] = []
         for position, item in enumerate(items):
             made = self._made.pop(item, None)
             if made is None:
                 try:
                     value = strict_loads(item, depth=MAX_DEPTH - 2)  # the body's object and array hold it
+                    if type(value) is dict and _METADATA_KEY in value:
+                        return None
                     made = (message_from_openai(value, position=position), 2 * sys.getsizeof(item) + _NODE_BYTES)
                 except (ValueError, UnicodeDecodeError, RecursionError, InvalidMessageError):
                     return None

@@ -1,0 +1,183 @@
+"""Stateless bodies read as their messages' bytes: the same messages, the same refusals, and what
+goes upstream the same JSON as reading the body whole gives.
+
+The proxy finds where each message starts and ends (``split_array``), reads strictly what is not a
+message and each message it has not seen before, and forwards the messages kept as the bytes that
+came in (``joined``).  The properties hold that against reading the whole body; the hostile cases
+are the ones a byte-level shortcut could get wrong: a key written with escapes (the library's
+private key, a client's ``cache_control``), a key named twice at the top, nesting that is within
+bounds for a message alone but not for the body, the same array bytes twice in one body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
+from tests.serve.test_requests import json_values, messages
+
+from contextledger import from_openai
+from contextledger._json import MAX_DEPTH
+from contextledger.compaction import SlidingWindowStrategy, compact_with_report
+from contextledger.messages import to_openai
+from contextledger.serve._chat import _as_sent
+from contextledger.serve._requests import MessageReader, joined, split_array
+
+KEY = "sk-split-bodies"
+formats = st.sampled_from(
+    [
+        {"ensure_ascii": False},
+        {"ensure_ascii": True},
+        {"indent": 2},
+        {"separators": (",", ":")},
+        {"separators": (" , ", " : "), "ensure_ascii": True},
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(messages, min_size=1, max_size=8),
+    st.dictionaries(st.sampled_from(["temperature", "tools", "user", "metadata"]), json_values, max_size=3),
+    formats,
+    st.integers(1, 6),
+)
+def test_reading_a_body_apart_gives_what_reading_it_whole_gives(
+    sent: list[dict[str, Any]], extra: dict[str, Any], style: dict[str, Any], keep: int
+) -> None:
+    document = {"model": "m", **extra, "messages": sent}
+    body = json.dumps(document, **style).encode()
+    split = split_array(body, "messages")
+    assert split is not None
+    assert split.payload == {**document, "messages": []}
+    assert [json.loads(item) for item in split.items] == sent
+    reader = MessageReader()
+    read = reader.read_raw(split.items)
+    assert read == from_openai(sent)
+    again = reader.read_raw(split.items)
+    assert again is not None
+    assert all(first is second for first, second in zip(read, again))  # looked up, not read again
+    # Nothing compacted: the body written again is the same JSON value, in the same key order.
+    assert list(json.loads(joined(split.payload, "messages", split.items))) == list(document)
+    assert json.loads(joined(split.payload, "messages", split.items)) == document
+    # Compacted: each message kept goes as the bytes it came in, what the strategy made as written anew.
+    kept = asyncio.run(compact_with_report(read, strategy=SlidingWindowStrategy(keep_last_groups=keep))).messages
+    forwarded = [json.loads(item) for item in _as_sent(list(kept), read, split.items)]
+    came = {id(message): original for message, original in zip(read, sent)}
+    assert forwarded == [came.get(id(message)) or to_openai([message])[0] for message in kept]
+
+
+def test_what_a_body_read_apart_refuses_or_hands_back() -> None:
+    # Not an object, no such array, an array of something else: read whole instead (None).
+    for body in (b"[1]", b'{"model": "m"}', b'{"messages": "hi"}', b'{"messages": [1,', b"\xff"):
+        assert split_array(body, "messages") is None
+    # A key named twice at the top: the strict reading of the rest sees it.
+    assert split_array(b'{"messages": [], "messages": [{"role": "user", "content": "x"}]}', "messages") is None
+    # The same array bytes twice: the first copy is blanked, and the check sees the other one is not.
+    twice = b'{"copy": [{"role": "user", "content": "x"}], "messages": [{"role": "user", "content": "x"}]}'
+    split = split_array(twice, "messages")
+    assert split is None or split.payload == {"copy": [{"role": "user", "content": "x"}], "messages": []}
+    # A message nested within bounds alone but not inside the body: the reader refuses it.
+    nested: Any = "x"
+    for _ in range(MAX_DEPTH - 2):
+        nested = [nested]
+    body = json.dumps({"messages": [{"role": "user", "content": "x", "extra": nested}]}).encode()
+    split = split_array(body, "messages")
+    assert split is not None
+    assert MessageReader().read_raw(split.items) is None
+    # The library's private key, even written with escapes, sends the body the whole way round.
+    private = b'{"messages": [{"role": "user", "content": "x", "_cont\\u0065xtledger": {"id": "m1"}}]}'
+    split = split_array(private, "messages")
+    assert split is not None
+    assert MessageReader().read_raw(split.items) is None
+
+
+def _send(proxy: Proxy, path: str, body: bytes) -> tuple[int, Any]:
+    return proxy.call("POST", "/v1" + path, body, KEY, headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"})
+
+
+@pytest.fixture(scope="module")
+def running(start_proxy_module: StartProxy, fake_upstream: FakeUpstream) -> Any:
+    root = fake_upstream.base_url.removesuffix("/v1")
+    args = ("--anthropic-upstream", root, "--strategy", "sliding-window", "--param", "keep_last_groups=2")
+    with start_proxy_module(*args) as started:
+        yield started
+
+
+def _history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for number in range(turns):
+        history += [{"role": "user", "content": f"question {number} é"}, {"role": "assistant", "content": f"a{number}"}]
+    return [*history, {"role": "user", "content": "last"}]
+
+
+def test_an_escaped_private_key_never_goes_upstream(running: Proxy, fake_upstream: FakeUpstream) -> None:
+    body = json.dumps({"model": "m", "messages": _history(4)}, ensure_ascii=True).encode()
+    escaped = body.replace(b'"content": "last"}', b'"content": "last", "_cont\\u0065xtledger": {"id": "m9"}}')
+    for _ in range(2):  # the second time, every other message is looked up
+        status, answer = _send(running, "/chat/completions", escaped)
+        assert status == 200, answer
+        forwarded = fake_upstream.last_body()["messages"]
+        assert all("_contextledger" not in message for message in forwarded)
+        assert forwarded[-1] == {"role": "user", "content": "last"}
+
+
+def test_the_same_body_twice_goes_upstream_the_same(running: Proxy, fake_upstream: FakeUpstream) -> None:
+    body = json.dumps({"model": "m", "messages": _history(6), "temperature": 0.5}).encode()
+    sent = []
+    for _ in range(2):
+        status, answer = _send(running, "/chat/completions", body)
+        assert status == 200, answer
+        sent.append(fake_upstream.last_body())
+    assert sent[0] == sent[1]
+    assert sent[0]["temperature"] == 0.5
+    assert sent[0]["messages"][-1] == {"role": "user", "content": "last"}
+    assert len(sent[0]["messages"]) < len(_history(6))  # compacted
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses", "/messages"])
+def test_a_key_named_twice_at_the_top_is_refused(running: Proxy, path: str) -> None:
+    field = "input" if path == "/responses" else "messages"
+    body = b'{"model": "m", "%s": [{"role": "user", "content": "a"}], "%s": [{"role": "user", "content": "b"}]}' % (
+        field.encode(),
+        field.encode(),
+    )
+    status, answer = _send(running, path, body)
+    assert status == 400, answer
+
+
+def test_nesting_past_the_bound_is_refused_and_within_it_taken(running: Proxy) -> None:
+    def body(depth: int) -> bytes:
+        nested: Any = 1
+        for _ in range(depth - 3):  # the body's object, its messages array and the message hold it
+            nested = [nested]
+        return json.dumps({"model": "m", "messages": [{"role": "user", "content": "x", "extra": nested}]}).encode()
+
+    assert _send(running, "/chat/completions", body(MAX_DEPTH))[0] == 200
+    assert _send(running, "/chat/completions", body(MAX_DEPTH + 1))[0] == 400
+
+
+def test_a_client_breakpoint_written_with_escapes_is_the_only_one(running: Proxy, fake_upstream: FakeUpstream) -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "q0", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": "a0"},
+        {"role": "user", "content": "q1"},
+    ]
+    body = json.dumps({"model": "m", "max_tokens": 10, "messages": messages}).encode()
+    escaped = body.replace(b'"cache_control"', b'"cache\\u005fcontrol"')
+    for sent in (body, escaped):
+        status, answer = _send(running, "/messages", sent)
+        assert status == 200, answer
+        forwarded = json.dumps(fake_upstream.last_body())
+        assert forwarded.count("cache_control") == 1, forwarded
+    # No breakpoint of the client's: the proxy places one, on the last message.
+    plain = json.dumps({"model": "m", "max_tokens": 10, "messages": messages[1:]}).encode()
+    status, answer = _send(running, "/messages", plain)
+    assert status == 200, answer
+    last = fake_upstream.last_body()["messages"][-1]
+    assert last["content"][-1]["cache_control"] == {"type": "ephemeral"}
