@@ -157,21 +157,26 @@ def _raw_breakpoints(
     ``values``): only the messages whose bytes may name ``cache_control`` (plainly or escaped) are
     looked through for the client's breakpoints, and only the last message that takes the proxy's
     is written again."""
-    if any(
-        (_BREAKPOINT in item or b"\\u" in item) and _has_breakpoint(value)
-        for item, value in zip(items, values, strict=True)
-    ):
+    if _client_breakpoints(items, values):
         return payload, items
-    marked = with_breakpoints(payload)
+    marked = with_breakpoints(payload, messages_unmarked=True)
     if marked is payload:  # the client placed its own (on the system prompt or the tools)
         return payload, items
     for position in range(len(items) - 1, -1, -1):
-        message = json.loads(items[position])
-        last = _marked_message(message)
+        last = _marked_message(values[position])  # a new dict: the remembered value stays as it was
         if last is not None:
             written = json.dumps(last, ensure_ascii=False).encode("utf-8")
             return marked, [*items[:position], written, *items[position + 1 :]]
     return marked, items
+
+
+def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
+    """Whether a message the client sent (its bytes and value) holds a breakpoint: only those whose
+    bytes may name ``cache_control`` (plainly, or with escapes) are looked through."""
+    return any(
+        (_BREAKPOINT in item or b"\\u" in item) and _has_breakpoint(value)
+        for item, value in zip(items, values, strict=True)
+    )
 
 
 def _marked_message(message: Any) -> dict[str, Any] | None:
@@ -188,13 +193,12 @@ def _marked_message(message: Any) -> dict[str, Any] | None:
     return {**message, "content": content} if _mark_last(content) else None
 
 
-def with_breakpoints(payload: dict[str, Any]) -> dict[str, Any]:
+def with_breakpoints(payload: dict[str, Any], *, messages_unmarked: bool = False) -> dict[str, Any]:
     """``payload`` with the proxy's cache breakpoints (see the module docstring), or as it was
-    when the client placed any of its own."""
-    if (
-        any(_has_breakpoint(payload.get(name)) for name in ("system", "tools", "messages"))
-        or "cache_control" in payload
-    ):
+    when the client placed any of its own (``messages_unmarked``: the caller knows its messages
+    hold none, and they are not looked through again)."""
+    names = ("system", "tools") if messages_unmarked else ("system", "tools", "messages")
+    if any(_has_breakpoint(payload.get(name)) for name in names) or "cache_control" in payload:
         return payload
     payload = dict(payload)
     system, tools = payload.get("system"), payload.get("tools")
@@ -298,11 +302,14 @@ class MessagesFormat:
                 incoming = result.messages
                 _, written = to_anthropic(incoming)
                 payload, items = {**payload, "messages": written}, None
-        if items is None:
+        if raw is None:
             payload = with_breakpoints(payload)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        elif items is None:  # compacted: the messages written again hold the client's breakpoints, if any
+            placed = _client_breakpoints(raw[0], raw[1])
+            payload = payload if placed else with_breakpoints(payload, messages_unmarked=True)
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
-            assert raw is not None
             payload, items = _raw_breakpoints(payload, items, raw[1])
             body = joined(payload, "messages", items)
         expected = self.cost.expect("stateless", payload, [*system, *incoming])
