@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextledger.exceptions import InvalidMessageError, UnknownRoleError
+from contextledger.messages._contents import FunctionCallContent, FunctionResultContent
 from contextledger.messages._message import Message
 from contextledger.messages._openai import message_from_openai
 
@@ -59,8 +60,11 @@ def validate(messages: Sequence[Message | Mapping[str, Any]]) -> list[Problem]:
                 code = "unknown_role" if isinstance(error, UnknownRoleError) else "malformed_message"
                 problems.append(Problem(index, code, str(error)))
                 continue
+        contents = message.contents
         if message.role == "tool":
-            for result in message.function_results:
+            for result in contents:
+                if not isinstance(result, FunctionResultContent):
+                    continue
                 if result.call_id in pending:
                     del pending[result.call_id]
                     answered.add(result.call_id)
@@ -81,10 +85,13 @@ def validate(messages: Sequence[Message | Mapping[str, Any]]) -> list[Problem]:
                         Problem(index, "orphan_tool_result", f"no preceding call has id {result.call_id!r}")
                     )
             continue
-        if message.is_reasoning_only and pending:
+        if pending and message.is_reasoning_only:
             continue
-        close_block()
-        for call in message.function_calls:
+        if pending:
+            close_block()
+        for call in contents:
+            if not isinstance(call, FunctionCallContent):
+                continue
             if call.call_id in seen_calls:
                 problems.append(Problem(index, "duplicate_call_id", f"call id {call.call_id!r} is used twice"))
                 continue
