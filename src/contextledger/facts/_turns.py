@@ -22,14 +22,12 @@ from contextledger.facts._records import Admission, Candidate, Ticket
 from contextledger.facts._redis import RedisFactStore
 from contextledger.facts._sqlite import SQLiteFactStore
 from contextledger.facts._store import FactMemory, FactStore, LedgerStore
-from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, extract, propose
+from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, directly, extract, propose
 from contextledger.history import RedisTurnFacts
 
+__all__ = ["FactsHost", "FactsTurn", "FactsWrite"]
+
 _T = TypeVar("_T")
-
-
-async def _directly(operation: Callable[[], _T]) -> _T:
-    return operation()
 
 
 class FactsWrite:
@@ -130,9 +128,6 @@ class FactsWrite:
         return HistoryUnavailableError(
             f"the turn's facts could not be written with it, so neither was stored ({error}); run the turn again"
         )
-
-
-__all__ = ["FactsHost", "FactsTurn", "FactsWrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +255,7 @@ class FactsHost:
         its start)."""
         if begun is None or begun.ticket is None:
             return None
-        call: StoreCall = self.call if self.call is not None else _directly
+        call: StoreCall = self.call if self.call is not None else directly
         store = self.store
         if isinstance(store, (SQLiteFactStore, PostgresFactStore)):
             await call(store.prepare_tables)  # so that the history's own connection finds them

@@ -30,6 +30,7 @@ __all__ = [
     "Proposal",
     "RuleWriter",
     "StoreCall",
+    "directly",
     "extract",
     "propose",
     "writer_instructions",
@@ -172,7 +173,8 @@ class StoreCall(Protocol):
     def __call__(self, operation: Callable[[], _T]) -> Awaitable[_T]: ...
 
 
-async def _directly(operation: Callable[[], _T]) -> _T:
+async def directly(operation: Callable[[], _T]) -> _T:
+    """A :class:`StoreCall` that calls the store where it is (the default)."""
     return operation()
 
 
@@ -185,7 +187,7 @@ async def extract(store: FactMemory, writer: FactWriter, ticket: Ticket, *, call
     stale ticket raises :class:`StaleTicketError` from ``apply``.  Cancellation propagates.
     ``call``, if given, is how the store is called (a store doing network I/O off the loop).
     """
-    run: StoreCall = _directly if call is None else call
+    run: StoreCall = directly if call is None else call
     proposed = await propose(writer, ticket)
     if not isinstance(proposed, FactRejectedError):
         admission: Admission = await run(lambda: store.apply(ticket, proposed))
