@@ -188,3 +188,18 @@ def test_a_client_breakpoint_written_with_escapes_is_the_only_one(running: Proxy
     assert status == 200, answer
     last = fake_upstream.last_body()["messages"][-1]
     assert last["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_a_client_breakpoint_compacted_away_leaves_the_proxy_to_place_one(
+    running: Proxy, fake_upstream: FakeUpstream
+) -> None:
+    marked = {"role": "user", "content": [{"type": "text", "text": "q0", "cache_control": {"type": "ephemeral"}}]}
+    messages = [marked, *_history(5)[1:]]  # the window keeps the last two groups: the marked one goes
+    status, answer = _send(
+        running, "/messages", json.dumps({"model": "m", "max_tokens": 10, "messages": messages}).encode()
+    )
+    assert status == 200, answer
+    forwarded = fake_upstream.last_body()
+    assert len(forwarded["messages"]) < len(messages)
+    assert json.dumps(forwarded).count("cache_control") == 1
+    assert forwarded["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}

@@ -305,9 +305,11 @@ class MessagesFormat:
         if raw is None:
             payload = with_breakpoints(payload)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        elif items is None:  # compacted: the messages written again hold the client's breakpoints, if any
-            placed = _client_breakpoints(raw[0], raw[1])
-            payload = payload if placed else with_breakpoints(payload, messages_unmarked=True)
+        elif items is None:
+            # Compacted: the messages written again carry the client's breakpoints of those kept. When
+            # no message the client sent can name one (not even escaped), they are not looked through.
+            unmarked = not any(_BREAKPOINT in item or b"\\u" in item for item in raw[0])
+            payload = with_breakpoints(payload, messages_unmarked=unmarked)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
             payload, items = _raw_breakpoints(payload, items, raw[1])
