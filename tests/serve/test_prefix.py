@@ -110,15 +110,20 @@ def test_prompt_cache_key(start_proxy: StartProxy, fake_upstream: FakeUpstream, 
                 {"role": "assistant", "content": "ok"},
                 {"role": "user", "content": f"more {turn}"},
             ]
+        other = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "another"}]
+        assert proxy.call("POST", "/v1/chat/completions", {"model": "fake", "messages": other}, KEY)[0] == 200
+        another = fake_upstream.last_body().get("prompt_cache_key")
         own = {"model": "fake", "messages": conversation, "prompt_cache_key": "mine"}
         assert proxy.call("POST", "/v1/chat/completions", own, KEY)[0] == 200
         assert fake_upstream.last_body()["prompt_cache_key"] == "mine"  # a client's own key is never replaced
     if mode == "off":
         assert keys == [None] * 4
         assert stateless == [None] * 3
+        assert another is None
         return
     assert len(set(stateless)) == 1  # one growing conversation, one key
     assert stateless[0] is not None
+    assert another not in (None, stateless[0])  # another conversation, another key
     assert KEY not in str(keys + stateless)
     if mode == "session":
         assert keys[0] == keys[1] != keys[2] == keys[3]

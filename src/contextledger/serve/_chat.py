@@ -114,8 +114,9 @@ class ChatFormat:
             plain = without_metadata(payload["messages"])
             if plain is not None:
                 payload, rewrite = {**payload, "messages": plain}, True
-        first = None if items is None or self.config.prompt_cache_key != "prefix" else [json.loads(i) for i in items]
-        keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, first))
+        # A stateless request's cache key (``prefix``, or ``session`` with no session) hashes its first messages.
+        apart = None if items is None or self.config.prompt_cache_key == "off" else [json.loads(i) for i in items]
+        keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, apart))
         rewrite = rewrite or keyed is not payload
         payload = keyed
         sent = incoming
