@@ -17,6 +17,7 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import uuid
@@ -223,6 +224,18 @@ def _key(value: Any, size: list[int]) -> Hashable:
     return text
 
 
+class _Unreadable(Exception):
+    """An item a body read apart cannot take: the caller reads the body whole instead."""
+
+
+def _strict_item(item: bytes) -> Any:
+    """An item of a body's array read strictly, within the nesting the body's object and array leave."""
+    try:
+        return strict_loads(item, depth=MAX_DEPTH - 2)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _Unreadable from None
+
+
 class MessageReader:
     """Converts OpenAI message dicts to :class:`Message` objects, remembering the most recently used
     ones it made up to ``limit`` bytes (:data:`REMEMBERED_BYTES` by default)."""
@@ -240,21 +253,17 @@ class MessageReader:
     def read(self, items: list[Any]) -> list[Message]:
         """The messages, or 400 naming the first malformed one."""
         messages: list[Message] = []
+
+        def made(item: Any, position: int, size: int) -> tuple[Any, int]:
+            try:
+                return message_from_openai(item, position=position), size
+            except InvalidMessageError as error:
+                raise bad_request(f"'messages' is malformed: {error}", "invalid_messages") from None
+
         for position, item in enumerate(items):
             size = [0]
             key = _key(item, size)
-            made = self._made.pop(key, None)
-            if made is None:
-                try:
-                    made = (message_from_openai(item, position=position), size[0])
-                except InvalidMessageError as error:
-                    raise bad_request(f"'messages' is malformed: {error}", "invalid_messages") from None
-                if made[1] > self.limit:
-                    messages.append(made[0])
-                    continue
-                self._remember(made[1])
-            self._made[key] = made  # at the end: the most recently used
-            messages.append(made[0])
+            messages.append(self._recall(key, functools.partial(made, item, position, size[0])))
         return messages
 
     def read_raw(self, items: list[bytes]) -> list[Message] | None:
@@ -262,24 +271,17 @@ class MessageReader:
         before is read strictly and converted, a known one is looked up.  ``None`` when an item is
         not strict JSON or not a message (the caller reads the body whole, for the error it gives),
         or holds the library's private key (which the caller takes out, reading the body whole)."""
-        messages: list[Message] = []
-        for position, item in enumerate(items):
-            made = self._made.pop(item, None)
-            if made is None:
-                try:
-                    value = strict_loads(item, depth=MAX_DEPTH - 2)  # the body's object and array hold it
-                    if type(value) is dict and _METADATA_KEY in value:
-                        return None
-                    made = (message_from_openai(value, position=position), 2 * sys.getsizeof(item) + _NODE_BYTES)
-                except (ValueError, UnicodeDecodeError, RecursionError, InvalidMessageError):
-                    return None
-                if made[1] > self.limit:
-                    messages.append(made[0])
-                    continue
-                self._remember(made[1])
-            self._made[item] = made  # at the end: the most recently used
-            messages.append(made[0])
-        return messages
+
+        def made(item: bytes, position: int) -> tuple[Any, int]:
+            value = _strict_item(item)
+            if type(value) is dict and _METADATA_KEY in value:
+                raise _Unreadable
+            return message_from_openai(value, position=position), 2 * sys.getsizeof(item) + _NODE_BYTES
+
+        try:
+            return [self._recall(item, functools.partial(made, item, position)) for position, item in enumerate(items)]
+        except (_Unreadable, InvalidMessageError):
+            return None
 
     def read_raw_runs(
         self,
@@ -291,29 +293,20 @@ class MessageReader:
         seen (the values are remembered too, as ``runs_of`` needs them to cut the runs), each run
         keyed by its items' bytes.  The values, the messages and their slices; ``None`` when an
         item is not strict JSON or a run not messages: the caller reads the body whole, for its error."""
-        values: list[Any] = []
-        for item in items:
-            key = (item,)  # a value, apart from a run of this one item, keyed by the bytes alone
-            made = self._made.pop(key, None)
-            if made is None:
-                try:
-                    made = (strict_loads(item, depth=MAX_DEPTH - 2), 2 * sys.getsizeof(item) + _NODE_BYTES)
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    return None
-                if made[1] > self.limit:
-                    values.append(made[0])
-                    continue
-                self._remember(made[1])
-            self._made[key] = made
-            values.append(made[0])
+
+        def value(item: bytes) -> tuple[Any, int]:
+            return _strict_item(item), 2 * sys.getsizeof(item) + _NODE_BYTES
+
         try:
+            # A value is keyed by its bytes in a tuple, apart from a run of this one item.
+            values = [self._recall((item,), functools.partial(value, item)) for item in items]
             messages, spans = self._runs(
                 values,
                 runs_of(values),
                 convert,
                 lambda start, end: (b",".join(items[start:end]), 2 * sum(map(sys.getsizeof, items[start:end]))),
             )
-        except InvalidMessageError:
+        except (_Unreadable, InvalidMessageError):
             return None
         return values, messages, spans
 
@@ -345,20 +338,28 @@ class MessageReader:
     ) -> tuple[list[Message], list[tuple[int, int]]]:
         messages: list[Message] = []
         spans: list[tuple[int, int]] = []
+
+        def made(start: int, end: int, size: int) -> tuple[Any, int]:
+            return tuple(convert(items[start:end])), size
+
         for start, end in runs:
             key, size = key_of(start, end)
-            made = self._made.pop(key, None)
-            if made is None:
-                made = (tuple(convert(items[start:end])), size)
-                if made[1] > self.limit:
-                    messages += made[0]
-                    spans += [(start, end)] * len(made[0])
-                    continue
-                self._remember(made[1])
-            self._made[key] = made  # at the end: the most recently used
-            messages += made[0]
-            spans += [(start, end)] * len(made[0])
+            kept = self._recall(key, functools.partial(made, start, end, size))
+            messages += kept
+            spans += [(start, end)] * len(kept)
         return messages, spans
+
+    def _recall(self, key: Hashable, make: Callable[[], tuple[Any, int]]) -> Any:
+        """What is remembered under ``key`` (now the most recently used), or what ``make`` makes
+        (with the bytes it holds), remembered unless it alone is over the limit."""
+        made = self._made.pop(key, None)
+        if made is None:
+            made = make()
+            if made[1] > self.limit:
+                return made[0]
+            self._remember(made[1])
+        self._made[key] = made  # at the end: the most recently used
+        return made[0]
 
     def _remember(self, size: int) -> None:
         """Count ``size`` more bytes held, letting the least recently used go past the limit."""
