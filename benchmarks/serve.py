@@ -27,9 +27,10 @@ Workloads:
 For each workload and concurrency (1 and 32 clients), the same requests are sent to the upstream
 directly (the baseline) and through the proxy, in alternating rounds; the report gives median
 and p99 latency of each, the latency the proxy adds (proxy minus direct, per percentile), and the
-request rates.  A second table drives the proxy and the bare upstream app in this process (no
-sockets) and reports CPU time per request: the proxy's own work, which a busy machine's load
-does not inflate the way it inflates wall-clock latency.
+request rates.  A second table runs the client, the upstream and the proxy in this process (each
+server under uvicorn on its own loopback socket) and reports CPU time per request, directly and
+through the proxy: the proxy's own work, which a busy machine's load does not inflate the way it
+inflates wall-clock latency.
 
 With ``--store`` the run compares session stores instead: for each store named, a proxy on that
 store (SQLite in a file; a ``redis-server``, a Redis Cluster of 3 masters and 3 replicas, and a
@@ -57,7 +58,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -233,46 +234,67 @@ def fill_sessions(store: Path, proxy: str, count: int) -> None:
     asyncio.run(fill())
 
 
-async def cpu_per_request(app: Any, path: str, body: bytes, headers: dict[str, str], total: int) -> tuple[float, float]:
-    """Median and p99 CPU milliseconds per request to an ASGI app in this process (no sockets)."""
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://in-process") as client:
+async def serving(app: Any) -> tuple[Any, asyncio.Task[None], str]:
+    """``app`` under uvicorn on 127.0.0.1 in this event loop: the server, its task and its URL."""
+    import uvicorn  # noqa: PLC0415
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            raise SystemExit(f"the in-process server did not start: {task.exception()!r}")
+        await asyncio.sleep(0.01)
+    return server, task, f"http://127.0.0.1:{port}"
+
+
+async def cpu_per_request(url: str, body: bytes, headers: dict[str, str], total: int) -> tuple[float, float]:
+    """Median and p99 CPU milliseconds per request to ``url``, served in this process."""
+    import aiohttp  # noqa: PLC0415
+
+    async with aiohttp.ClientSession() as client:
         for _ in range(5):
-            await client.post(path, content=body, headers=headers)
+            async with client.post(url, data=body, headers=headers) as response:
+                await response.read()
         samples: list[float] = []
         for _ in range(total):
             started = time.process_time()
-            response = await client.post(path, content=body, headers=headers)
+            async with client.post(url, data=body, headers=headers) as response:
+                text = await response.read()
             samples.append((time.process_time() - started) * 1000)
-            if response.status_code != 200:
-                raise SystemExit(f"in-process {path} answered {response.status_code}: {response.text[:300]}")
+            if response.status != 200:
+                raise SystemExit(f"in-process {url} answered {response.status}: {text[:300]!r}")
     return statistics.median(samples), percentile(samples, 0.99)
 
 
 async def in_process(workdir: Path, endpoints: list[str], total: int, rounds: int, retain: bool) -> None:
-    """The proxy's own work per request, in CPU time (threads included), against the bare upstream
-    app driven the same way: what the machine's load cannot inflate."""
+    """The proxy's own work per request in CPU time (threads included), what the machine's load
+    cannot inflate: the client, the proxy and the upstream in one process, each server on its own
+    loopback socket, so a request through the proxy costs what a request to the upstream costs
+    (the client's side and the upstream's) plus all that the proxy adds (its server, its handling
+    and its call upstream)."""
+    upstream_server, upstream_task, upstream = await serving(fake_upstream)
     app = create_app(
         ServeConfig(
-            upstream="http://upstream.in-process/v1",
-            anthropic_upstream="http://upstream.in-process",
+            upstream=upstream + "/v1",
+            anthropic_upstream=upstream,
             store=f"sqlite:{workdir / 'in-process.db'}",
             strategy=StrategySpec("sliding-window", ("trigger=turns_exceed(20)",)),
             retain=RETAIN if retain else StrategySpec(),
         )
     )
     proxy = app.state.proxy
-    proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_upstream))
-    proxy.anthropic.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_upstream))
+    proxy_server, proxy_task, proxied = await serving(app)
     plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://in-process") as client:
+    async with httpx.AsyncClient(base_url=proxied) as client:
         await client.post("/v1/contextledger/sessions", json={"id": "cpu"}, headers=plain)
     tenant = tenant_of(plain, trust_tenant_header=False)
     rng = random.Random(11)
     stored = [message for number in range(1, STORED_TURNS + 1) for message in from_openai(turn(number, rng))]
     await proxy.sessions.history.append(session_key(tenant, "cpu"), stored)
     session = {**plain, "x-contextledger-session": "cpu"}
-    print("\nCPU time per request in one process (ASGI in memory, no sockets); ms")
+    print("\nCPU time per request, client, proxy and upstream in one process (loopback sockets); ms")
     print(
         f"{'workload':34} {'endpoint':>9} {'upstream p50':>12} {'p99':>7} {'proxy p50':>10} {'p99':>7}"
         f" {'added p50':>10} {'p99':>7}"
@@ -284,15 +306,28 @@ async def in_process(workdir: Path, endpoints: list[str], total: int, rounds: in
             bare: list[tuple[float, float]] = []
             through: list[tuple[float, float]] = []
             for _ in range(rounds):
-                bare.append(await cpu_per_request(fake_upstream, path, body, plain, total))
-                through.append(await cpu_per_request(app, path, body, headers, total))
+                bare.append(await cpu_per_request(upstream + path, body, plain, total))
+                through.append(await cpu_per_request(proxied + path, body, headers, total))
             b50, b99 = (statistics.median(run[i] for run in bare) for i in (0, 1))
             t50, t99 = (statistics.median(run[i] for run in through) for i in (0, 1))
             print(
                 f"{name:34} {endpoint:>9} {b50:>12.2f} {b99:>7.2f} {t50:>10.2f} {t99:>7.2f} {t50 - b50:>10.2f}"
                 f" {t99 - b99:>7.2f}"
             )
+    for server in (proxy_server, upstream_server):
+        server.should_exit = True
+    await asyncio.gather(proxy_task, upstream_task)
     await proxy.close()
+
+
+def run_loop(work: Coroutine[Any, Any, None]) -> None:
+    """``work`` on the event loop the proxy runs on (uvloop where installed), as ``serve`` runs it."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        asyncio.run(work)
+    else:
+        uvloop.run(work)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -584,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:34} {endpoint:>9} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f}"
                     f" {p50 - d50:>10.2f} {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
                 )
-        asyncio.run(in_process(workdir, endpoints, total, rounds, args.retain))
+        run_loop(in_process(workdir, endpoints, total, rounds, args.retain))
     finally:
         for process in processes:
             process.terminate()

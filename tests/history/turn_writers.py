@@ -5,7 +5,7 @@ turn id in a session, and answers (stored now, the reply text the session holds 
 Each is built on a :class:`Counted` history, which counts what the host asks of the store, so a
 test can tell one atomic write from two, and a turn that read the whole history from one that
 did not.  The writers: the agent runtime, the proxy (its ASGI app in this process, in front of
-an upstream app that answers at once), the Agent Framework history adapter, and
+an upstream on 127.0.0.1 that answers at once), the Agent Framework history adapter, and
 :class:`ReducedHistoryProvider`.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pytest
@@ -169,7 +169,8 @@ class MafWriter:
 
 
 class ProxyWriter:
-    """The proxy's ASGI app, driven in this process; its session store's history is ``history``."""
+    """The proxy's ASGI app, driven in this process; its session store's history is ``history``,
+    its upstream a server on 127.0.0.1 in this process's event loop, started with the first turn."""
 
     name = "proxy"
 
@@ -204,21 +205,29 @@ class ProxyWriter:
         proxy.kept = KeptSessions(history, proxy.strategy, proxy.tokenizer, proxy.retain)
         proxy.turns = SessionTurns(proxy.sessions, proxy.kept, proxy.metrics)
         proxy.flow.kept, proxy.flow.turns = proxy.kept, proxy.turns  # every endpoint's session turns run here
-        proxy.upstream.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._upstream))
+        self._runner: Any = None
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://proxy.test")
         self.headers = {"authorization": f"Bearer {KEY}"}
         self.tenant = tenant_of(self.headers, trust_tenant_header=False)
         self._session_key = session_key
         self.created: set[str] = set()
 
-    async def _upstream(self, scope: Any, receive: Callable[[], Awaitable[Any]], send: Any) -> None:
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        messages = json.loads(body)["messages"]
+    async def _start_upstream(self) -> None:
+        from aiohttp import web  # noqa: PLC0415
+
+        application = web.Application()
+        application.router.add_post("/v1/chat/completions", self._completion)
+        self._runner = web.AppRunner(application, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.proxy.upstream.base_url = f"http://127.0.0.1:{port}/v1"
+
+    async def _completion(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        messages = json.loads(await request.read())["messages"]
         reply = await self.model.get_response([Message.user(str(messages[-1]["content"]))])
         completion = {
             "id": f"chatcmpl-{self.model.calls}",
@@ -227,14 +236,15 @@ class ProxyWriter:
             "model": "fake",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
         }
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": json.dumps(completion).encode()})
+        return web.json_response(completion)
 
     def key(self, session_id: str) -> str:
         key: str = self._session_key(self.tenant, session_id)
         return key
 
     async def turn(self, session_id: str, turn_id: str, text: str) -> tuple[bool, str]:
+        if self._runner is None:
+            await self._start_upstream()
         if session_id not in self.created:
             created = await self.client.post(
                 "/v1/contextledger/sessions", json={"id": session_id}, headers=self.headers
@@ -254,6 +264,8 @@ class ProxyWriter:
     async def close(self) -> None:
         await self.client.aclose()
         await self.proxy.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
         await self.history.inner.close()
 
 

@@ -271,8 +271,8 @@ def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversion
     raw = [json.dumps(item, ensure_ascii=False).encode() for item in items]
     read = MessageReader().read_raw_runs(raw, item_runs, from_responses)
     assert read is not None
-    values, raw_messages, raw_spans = read
-    assert (values, raw_messages, raw_spans) == (items, messages, spans)
+    values, raw_messages, raw_spans = read.values, read.messages, read.spans
+    assert (read.items, values, raw_messages, raw_spans) == (raw, items, messages, spans)
     raw_kept = asyncio.run(compact_with_report(raw_messages, strategy=strategy)).messages
     forwarded = _forwarded(raw_kept, raw_messages, raw_spans, raw, _item_bytes)
     assert [json.loads(item) for item in forwarded] == kept_as_given(to_responses(kept), items)

@@ -11,7 +11,7 @@ header it keeps the history and the facts (SPEC §11, "The proxy")::
 :data:`DEFAULT_STRATEGY` is what it compacts with unless told otherwise) and
 :func:`add_serve_command` adds ``serve`` to the command line's parser.  Importing this package
 needs no optional extra; :func:`create_app` needs the ``serve`` extra
-(starlette, uvicorn, httpx) and raises :class:`MissingExtraError` without it.
+(starlette, uvicorn, aiohttp) and raises :class:`MissingExtraError` without it.
 """
 
 from __future__ import annotations

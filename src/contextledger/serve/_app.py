@@ -19,7 +19,7 @@ from typing import Any
 from contextledger._extras import require_extra
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
-require_extra("httpx", extra="serve", feature="contextledger serve")
+require_extra("aiohttp", extra="serve", feature="contextledger serve")
 
 from starlette.applications import Starlette  # noqa: E402
 from starlette.convertors import Convertor, register_url_convertor  # noqa: E402
@@ -211,9 +211,7 @@ class Proxy:
     async def models(self, request: Request) -> Response:
         try:
             started = time.perf_counter()
-            upstream = await self.upstream.send(
-                "GET", "/models", self.upstream.headers(request.headers), None, stream=False
-            )
+            upstream = await self.upstream.send("GET", "/models", self.upstream.headers(request.headers), None)
             self.metrics.observe(self.metrics.upstream_seconds, time.perf_counter() - started, "models", "answered")
             if upstream.status_code >= 400:
                 raise upstream_error(upstream.status_code, upstream.content, upstream.headers)

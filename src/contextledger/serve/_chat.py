@@ -16,7 +16,6 @@ import hashlib
 import json
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -38,7 +37,7 @@ from contextledger.serve._requests import (
     without_metadata,
 )
 from contextledger.serve._tenants import tenant_of
-from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter, with_usage_requested
 from contextledger.tokenizers import Tokenizer
 
@@ -186,7 +185,7 @@ class ChatFormat:
     ) -> tuple[dict[str, Any], bool]:
         return with_usage_requested(self.cache_key({**payload, "messages": to_openai(sent)}, request, session))
 
-    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         reply, message = completion(upstream)
         meta = {name: reply.get(name) for name in ("id", "model", "created", "usage", "system_fingerprint")}
         meta["finish_reason"] = reply["choices"][0].get("finish_reason")

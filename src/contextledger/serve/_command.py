@@ -1,7 +1,7 @@
 """``contextledger serve``: the sub-command, registered by the command line with one call.
 
 Nothing here imports the ``serve`` extra: the command line starts without it, and only running
-the command needs starlette, uvicorn and httpx (a missing one is reported with its install line).
+the command needs starlette, uvicorn and aiohttp (a missing one is reported with its install line).
 """
 
 from __future__ import annotations

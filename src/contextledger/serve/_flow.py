@@ -18,7 +18,6 @@ import json
 import uuid
 from typing import Any, Protocol
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -34,7 +33,7 @@ from contextledger.serve._requests import bad_request, open_block, refuse_invali
 from contextledger.serve._sessions import Sessions, session_key
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of
 from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
-from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
@@ -60,7 +59,7 @@ class TurnFormat(Protocol):
         """What goes upstream for ``sent``, and whether usage in a stream is the proxy's to keep."""
         ...
 
-    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """The upstream's reply, its message and the fields a session keeps beside it (or 502)."""
         ...
 

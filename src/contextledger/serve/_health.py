@@ -18,9 +18,8 @@ from collections.abc import Awaitable, Mapping
 from contextledger._extras import require_extra
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
-require_extra("httpx", extra="serve", feature="contextledger serve")
+require_extra("aiohttp", extra="serve", feature="contextledger serve")
 
-import httpx  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 
 from contextledger.exceptions import ContextLedgerError  # noqa: E402
@@ -53,14 +52,9 @@ class Readiness:
 
     async def _ask_upstream(self) -> None:
         """Any answer below 500 is an upstream that serves (a 401 too: keys are the clients')."""
-        try:
-            reply = await self._upstream.client.get(
-                self._upstream.base_url + "/models", headers=self._upstream.headers({}), timeout=READY_TIMEOUT
-            )
-        except httpx.HTTPError as error:
-            raise ConnectionError(f"{self._upstream.base_url}/models did not answer ({type(error).__name__})") from None
-        if reply.status_code >= 500:
-            raise ConnectionError(f"{self._upstream.base_url}/models answered HTTP {reply.status_code}")
+        status = await self._upstream.status_of("/models", self._upstream.headers({}), READY_TIMEOUT)
+        if status >= 500:
+            raise ConnectionError(f"{self._upstream.base_url}/models answered HTTP {status}")
 
 
 async def _checked(check: Awaitable[None]) -> str:

@@ -114,10 +114,15 @@ class Leases:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
         self._held[key] = (lock_key, token)
-        renewal = asyncio.create_task(self._keep(lock_key, token))
+        stop = asyncio.Event()
+        renewal = asyncio.create_task(self._keep(lock_key, token, stop))
         try:
             yield
         finally:
+            # Told twice: a store client that turns the cancellation into an error of its own
+            # (closing its connection) would otherwise leave the renewal running, and the lease
+            # renewed for ever after its holder is done.
+            stop.set()
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
@@ -127,16 +132,20 @@ class Leases:
             with contextlib.suppress(HistoryError):
                 await self._release(lock_key, token)
 
-    async def _keep(self, lock_key: str, token: str) -> None:
-        """Extend the lease every third of it until cancelled, or until it is lost: taken by another
-        holder, or not renewed for a whole lease (the store out of reach).  A lost lease is logged;
-        the turn's fenced write is what keeps it from being stored."""
+    async def _keep(self, lock_key: str, token: str, stop: asyncio.Event) -> None:
+        """Extend the lease every third of it until ``stop`` is set (or the task cancelled), or
+        until it is lost: taken by another holder, or not renewed for a whole lease (the store out
+        of reach).  A lost lease is logged; the turn's fenced write is what keeps it from being stored."""
         renewed = time.monotonic()
-        while True:
+        while not stop.is_set():
             await asyncio.sleep(self._lease / 3)
+            if stop.is_set():
+                return
             try:
                 held = await self._renew(lock_key, token)
             except HistoryError as error:
+                if stop.is_set():
+                    return
                 if time.monotonic() - renewed < self._lease:
                     continue  # the lease still runs: try again at the next third
                 _log.warning("the lease on %s could not be renewed within %gs: %s", lock_key, self._lease, error)

@@ -24,11 +24,11 @@ none is added beside them.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -41,8 +41,16 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, bad_request, joined, json_object, refuse_invalid, split_array
-from contextledger.serve._upstream import _TYPES, Upstream, anthropic_error, passed_back
+from contextledger.serve._requests import (
+    MessageReader,
+    RawInput,
+    bad_request,
+    joined,
+    json_object,
+    refuse_invalid,
+    split_array,
+)
+from contextledger.serve._upstream import _TYPES, Answer, Upstream, anthropic_error, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
@@ -170,6 +178,44 @@ def _raw_breakpoints(
     return marked, items
 
 
+def _whole_items(kept: Sequence[Message], raw: RawInput) -> tuple[list[bytes], list[Any]] | None:
+    """The client's messages a compaction kept, as their bytes and values, when sending them is
+    sending what :func:`to_anthropic` would write of ``kept``: every kept message is one the client
+    sent (found by identity: a strategy keeps the objects it was given), all the messages made of
+    one client message (its tool results and its text) are kept together, and the client messages
+    left start with a user message and alternate roles (``to_anthropic`` would merge two of one
+    role, and read a leading assistant message as context).  None when they must be written anew."""
+    places: dict[int, list[int]] = {}
+    for index, message in enumerate(raw.messages):
+        places.setdefault(id(message), []).append(index)
+    chosen: list[int] = []
+    for message in kept:
+        after = chosen[-1] if chosen else -1
+        found = next((index for index in places.get(id(message), ()) if index > after), None)
+        if found is None:
+            return None  # written by the strategy
+        chosen.append(found)
+    spans = raw.spans
+    taken: list[int] = []  # the client's messages, by their place in the array
+    position = 0
+    while position < len(chosen):
+        first = last = chosen[position]
+        if first > 0 and spans[first - 1] == spans[first]:
+            return None  # kept from the middle of one client message
+        while last + 1 < len(spans) and spans[last + 1] == spans[first]:
+            last += 1
+        if chosen[position : position + last - first + 1] != list(range(first, last + 1)):
+            return None  # part of one client message dropped
+        taken.extend(range(*spans[first]))
+        position += last - first + 1
+    roles = [raw.values[index].get("role") if type(raw.values[index]) is dict else None for index in taken]
+    if not roles or roles[0] != "user" or any(role not in ("user", "assistant") for role in roles):
+        return None
+    if any(one == other for one, other in itertools.pairwise(roles)):
+        return None
+    return [raw.items[index] for index in taken], [raw.values[index] for index in taken]
+
+
 def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
     """Whether a message the client sent (its bytes and value) holds a breakpoint: only those whose
     bytes may name ``cache_control`` (plainly, or with escapes) are looked through."""
@@ -278,41 +324,37 @@ class MessagesFormat:
         if split is not None:
             read = self.reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
             if read is not None:
-                payload = check_messages_payload(split.payload, read[0])
-                return await self.stateless(request, payload, (split.items, read[0], read[1]))
+                payload = check_messages_payload(split.payload, read.values)
+                return await self.stateless(request, payload, read)
         return await self.stateless(request, parse_messages_payload(body))
 
-    async def stateless(
-        self,
-        request: Request,
-        payload: dict[str, Any],
-        raw: tuple[list[bytes], list[Any], list[Message]] | None = None,
-    ) -> Response:
-        """``raw``: the messages read apart (their bytes, values and messages), ``payload``
-        holding an empty list in their place."""
-        incoming = self.read(payload) if raw is None else raw[2]
+    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
+        """``raw``: the messages read apart, ``payload`` holding an empty list in their place."""
+        incoming = self.read(payload) if raw is None else raw.messages
         refuse_invalid(incoming)
         system = _system(payload)
-        items = None if raw is None else raw[0]
+        kept = None if raw is None else (raw.items, raw.values)  # the client's messages that go as they came
         if self.strategy is not None:
             result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
                 incoming = result.messages
-                _, written = to_anthropic(incoming)
-                payload, items = {**payload, "messages": written}, None
+                kept = None if raw is None else _whole_items(incoming, raw)
+                if kept is None:
+                    _, written = to_anthropic(incoming)
+                    payload = {**payload, "messages": written}
         if raw is None:
             payload = with_breakpoints(payload)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        elif items is None:
-            # Compacted: the messages written again carry the client's breakpoints of those kept. When
-            # no message the client sent can name one (not even escaped), they are not looked through.
-            unmarked = not any(_BREAKPOINT in item or b"\\u" in item for item in raw[0])
+        elif kept is None:
+            # Written again: they carry the client's breakpoints of the messages kept. When no
+            # message the client sent can name one (not even escaped), they are not looked through.
+            unmarked = not any(_BREAKPOINT in item or b"\\u" in item for item in raw.items)
             payload = with_breakpoints(payload, messages_unmarked=unmarked)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
-            payload, items = _raw_breakpoints(payload, items, raw[1])
+            payload, items = _raw_breakpoints(payload, *kept)
             body = joined(payload, "messages", items)
         expected = self.cost.expect("stateless", payload, [*system, *incoming])
         headers = self.upstream.headers(request.headers)
@@ -333,7 +375,7 @@ class MessagesFormat:
         """``POST /v1/messages/count_tokens``, passed through as it came."""
         json_object(body, "a Messages API JSON object")  # strict JSON, or a 400 here
         upstream = await self.upstream.send(
-            "POST", "/v1/messages/count_tokens", self.upstream.headers(request.headers), body, stream=False
+            "POST", "/v1/messages/count_tokens", self.upstream.headers(request.headers), body
         )
         if upstream.status_code >= 400:
             raise _upstream_error(upstream.status_code, upstream.content, upstream.headers)
@@ -359,7 +401,7 @@ class MessagesFormat:
             payload["system"] = _with_system(payload.get("system"), added)
         return with_breakpoints(payload), False
 
-    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """The upstream's message, or 502: a client must never take a malformed answer for a
         message, nor a session store it."""
         try:

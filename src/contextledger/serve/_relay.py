@@ -16,14 +16,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from contextledger.exceptions import ContextLedgerError, ProxyError
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._stream import StreamAssembler, sse_event
-from contextledger.serve._upstream import Upstream, error_body, passed_back, timeout_error, upstream_error
+from contextledger.serve._upstream import (
+    Answer,
+    StreamBroken,
+    Upstream,
+    error_body,
+    passed_back,
+    timeout_error,
+    upstream_error,
+)
 
 __all__ = ["CHAT_WIRE", "Assembly", "Finish", "Relay", "Wire", "completion"]
 
@@ -96,9 +103,9 @@ class Relay:
         self.metrics = metrics
         self.wire = wire
 
-    async def call(self, headers: dict[str, str], body: bytes) -> httpx.Response:
+    async def call(self, headers: dict[str, str], body: bytes) -> Answer:
         started = time.perf_counter()
-        upstream = await self.upstream.send("POST", self.wire.path, headers, body, stream=False)
+        upstream = await self.upstream.send("POST", self.wire.path, headers, body)
         self.metrics.observe(
             self.metrics.upstream_seconds,
             time.perf_counter() - started,
@@ -128,7 +135,7 @@ class Relay:
         """
         started = time.perf_counter()
         try:
-            upstream = await self.upstream.send("POST", self.wire.path, headers, body, stream=True)
+            upstream = await self.upstream.open_stream("POST", self.wire.path, headers, body)
             if upstream.status_code >= 400:
                 content = await upstream.aread()
                 await upstream.aclose()
@@ -142,13 +149,11 @@ class Relay:
             assembler = self.wire.assembler(hide_usage)
             failure: ProxyError | None = None
             try:
-                async for data in upstream.aiter_bytes():
+                async for data in upstream.chunks():
                     for event in assembler.feed(data):
                         yield event
-            except httpx.TimeoutException:
-                failure = timeout_error()
-            except httpx.HTTPError as error:
-                failure = _broken(f"the upstream's stream broke ({type(error).__name__})")
+            except StreamBroken as error:
+                failure = timeout_error() if error.timed_out else _broken(f"the upstream's stream broke ({error})")
             outcome = "answered"
             if failure is None and assembler.error is not None:
                 outcome = "error"  # the upstream's own error event has been passed on as it came
@@ -189,7 +194,7 @@ class Relay:
         return _CleanupStream(events(), cleanup, passed_back(upstream.headers))
 
 
-def completion(upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
+def completion(upstream: Answer) -> tuple[dict[str, Any], dict[str, Any]]:
     """The upstream's chat completion and its first choice's message, or 502: a client must never
     take a malformed answer for a completion, nor a session store it."""
     try:

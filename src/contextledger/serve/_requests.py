@@ -32,6 +32,7 @@ from contextledger.messages import Message, message_from_openai, validate
 __all__ = [
     "REMEMBERED_BYTES",
     "MessageReader",
+    "RawInput",
     "SplitBody",
     "bad_request",
     "check_payload",
@@ -117,6 +118,17 @@ class SplitBody:
     payload: dict[str, Any]
     field: str
     items: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class RawInput:
+    """A body's array read apart (see :meth:`MessageReader.read_raw_runs`): each item's bytes, its
+    value, the messages made of them and the slice of items each message came from."""
+
+    items: list[bytes]
+    values: list[Any]
+    messages: list[Message]
+    spans: list[tuple[int, int]]
 
 
 def split_array(body: bytes, field: str) -> SplitBody | None:
@@ -288,11 +300,11 @@ class MessageReader:
         items: list[bytes],
         runs_of: Callable[[list[Any]], Sequence[tuple[int, int]]],
         convert: Callable[[list[Any]], list[Message]],
-    ) -> tuple[list[Any], list[Message], list[tuple[int, int]]] | None:
+    ) -> RawInput | None:
         """:meth:`read_runs` for a :class:`SplitBody`'s items: each item read strictly when first
         seen (the values are remembered too, as ``runs_of`` needs them to cut the runs), each run
-        keyed by its items' bytes.  The values, the messages and their slices; ``None`` when an
-        item is not strict JSON or a run not messages: the caller reads the body whole, for its error."""
+        keyed by its items' bytes.  ``None`` when an item is not strict JSON or a run not messages:
+        the caller reads the body whole, for its error."""
 
         def value(item: bytes) -> tuple[Any, int]:
             return _strict_item(item), 2 * sys.getsizeof(item) + _NODE_BYTES
@@ -308,7 +320,7 @@ class MessageReader:
             )
         except (_Unreadable, InvalidMessageError):
             return None
-        return values, messages, spans
+        return RawInput(items, values, messages, spans)
 
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]

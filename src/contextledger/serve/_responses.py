@@ -33,10 +33,8 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -56,10 +54,10 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, joined, json_object, split_array
+from contextledger.serve._requests import MessageReader, RawInput, joined, json_object, split_array
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
-from contextledger.serve._upstream import Upstream, passed_back
+from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
@@ -93,17 +91,6 @@ def check_responses_payload(payload: dict[str, Any], items: object) -> dict[str,
     if "stream" in payload and not isinstance(payload["stream"], bool):
         raise _bad(f"'stream' must be true or false, got {payload['stream']!r}")
     return payload
-
-
-@dataclass(frozen=True, slots=True)
-class RawInput:
-    """A stateless request's input read apart (see ``stateless_body``): each item's bytes, its
-    value, the messages made of them and the slice of items each message came from."""
-
-    items: list[bytes]
-    values: list[Any]
-    messages: list[Message]
-    spans: list[tuple[int, int]]
 
 
 def _same(item: Any) -> Any:
@@ -273,9 +260,9 @@ class ResponsesFormat:
         split = split_array(body, "input")
         if split is not None:
             read = self.reader.read_raw_runs(split.items, item_runs, from_responses)
-            if read is not None and all(type(value) is dict for value in read[0]):
-                check_responses_payload(split.payload, read[0])
-                return await self.stateless(request, split.payload, RawInput(split.items, *read))
+            if read is not None and all(type(value) is dict for value in read.values):
+                check_responses_payload(split.payload, read.values)
+                return await self.stateless(request, split.payload, read)
         return await self.stateless(request, parse_responses_payload(body))
 
     async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
@@ -380,7 +367,7 @@ class ResponsesFormat:
             written = kept_as_given(written, given)  # the turn's own items go as the client sent them
         return self.cache_key({**payload, "input": written}, None, request, session), False
 
-    def answer(self, upstream: httpx.Response) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """The upstream's response, or 502: a client must never take a malformed answer for a
         response, nor a session store it."""
         try:

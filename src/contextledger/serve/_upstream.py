@@ -8,16 +8,26 @@ key, the content type, and the ``OpenAI-*`` headers a client may rely on.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import socket
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 
 from contextledger.exceptions import ProxyError
 
-__all__ = ["Upstream", "anthropic_error", "error_body", "passed_back", "upstream_error", "upstream_failure"]
+__all__ = [
+    "Answer",
+    "StreamBroken",
+    "Streamed",
+    "Upstream",
+    "anthropic_error",
+    "error_body",
+    "passed_back",
+    "upstream_error",
+    "upstream_failure",
+]
 
 _FORWARDED_PREFIXES = ("openai-",)
 
@@ -101,19 +111,92 @@ def upstream_failure(status: int, content: bytes) -> tuple[int, dict[str, Any]]:
     )
 
 
+class Answer:
+    """A whole answer from the upstream: its status, headers (looked up in any case) and body."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Mapping[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+class StreamBroken(Exception):
+    """The upstream's stream stopped before its end; ``timed_out`` when it went quiet for longer
+    than the timeout rather than failing."""
+
+    def __init__(self, reason: str, *, timed_out: bool) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
+
+class Streamed:
+    """An answer whose body is still arriving: its status and headers now, its body chunk by chunk."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status_code = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    async def aread(self) -> bytes:
+        """The whole body (an error's, which is short)."""
+        try:
+            return await self._response.read()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return b""
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; :class:`StreamBroken` if it stops before its end."""
+        try:
+            async for data in self._response.content.iter_any():
+                yield data
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise StreamBroken("timed out", timed_out=True) from None
+        except (aiohttp.ClientError, OSError) as error:
+            raise StreamBroken(type(error).__name__, timed_out=False) from None
+
+    async def aclose(self) -> None:
+        """Give the connection back when the body was read to its end; drop it otherwise (the rest
+        of a stream the client walked away from must not be read as the next answer)."""
+        if self._response.content.is_eof():
+            self._response.release()
+        else:
+            self._response.close()
+
+
 class Upstream:
-    """A pooled ``httpx`` client for one upstream base URL."""
+    """A pooled ``aiohttp`` client for one upstream base URL.
+
+    ``aiohttp`` rather than ``httpx``: its parser is compiled, and a call with a 200-message body
+    costs the proxy a third of the CPU time (measured in the README's latency section), which is
+    most of what the proxy adds to a request.  The session is made on first use, in the event loop
+    that serves requests, and made again if that loop is not the one it was made in.
+    """
 
     def __init__(self, base_url: str, *, timeout: float, upstream_key: str | None, anthropic: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
         self._upstream_key = upstream_key
         self._anthropic = anthropic
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        # TCP_NODELAY: the request goes out as headers then body, and without it the body waits for
-        # the upstream to acknowledge the headers (Nagle against delayed ACKs), several ms a call.
-        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout), transport=transport)
+        # A call may wait this long for a connection (pool and connect) and then between any two
+        # reads of the answer: a stream that keeps sending is never cut, one that goes quiet is.
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # TCP_NODELAY is aiohttp's default: without it a body waits for the upstream to
+            # acknowledge the headers (Nagle against delayed ACKs), several ms a call.
+            connector = aiohttp.TCPConnector(limit=256, limit_per_host=0, keepalive_timeout=30)
+            # trust_env: HTTPS_PROXY and the like are honoured, as most HTTP clients do.
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=True)
+            self._loop = loop
+        return self._session
 
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
         """What the upstream gets: the configured key or the client's own, and ``OpenAI-*`` headers."""
@@ -144,25 +227,46 @@ class Upstream:
                 headers[name] = value
         return headers
 
-    async def send(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, *, stream: bool
-    ) -> httpx.Response:
-        """The upstream's response (headers only when ``stream``); :class:`ProxyError` if there is none."""
-        request = self.client.build_request(method, self.base_url + path, headers=dict(headers), content=body)
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
+        """The upstream's whole answer; :class:`ProxyError` if there is none."""
         try:
-            return await self.client.send(request, stream=stream)
-        except httpx.TimeoutException:
+            async with self._client().request(method, self.base_url + path, headers=headers, data=body) as response:
+                return Answer(response.status, response.headers, await response.read())
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             raise timeout_error() from None
-        except httpx.HTTPError as error:
-            raise ProxyError(
-                f"the upstream at {self.base_url} could not be reached ({type(error).__name__}); nothing was stored",
-                status=502,
-                error_type="upstream_error",
-                code="upstream_unreachable",
-            ) from None
+        except (aiohttp.ClientError, OSError) as error:
+            raise self._unreachable(error) from None
+
+    async def open_stream(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Streamed:
+        """The upstream's answer as its status and headers arrive, its body still to be read."""
+        try:
+            response = await self._client().request(method, self.base_url + path, headers=headers, data=body)
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise timeout_error() from None
+        except (aiohttp.ClientError, OSError) as error:
+            raise self._unreachable(error) from None
+        return Streamed(response)
+
+    async def status_of(self, path: str, headers: Mapping[str, str], timeout: float) -> int:
+        """The status a ``GET`` of ``path`` answers with (``/readyz``); ``ConnectionError`` if none."""
+        try:
+            limit = aiohttp.ClientTimeout(total=timeout)
+            async with self._client().get(self.base_url + path, headers=headers, timeout=limit) as response:
+                return response.status
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
+            raise ConnectionError(f"{self.base_url}{path} did not answer ({type(error).__name__})") from None
+
+    def _unreachable(self, error: BaseException) -> ProxyError:
+        return ProxyError(
+            f"the upstream at {self.base_url} could not be reached ({type(error).__name__}); nothing was stored",
+            status=502,
+            error_type="upstream_error",
+            code="upstream_unreachable",
+        )
 
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
 
 
 def timeout_error() -> ProxyError:
