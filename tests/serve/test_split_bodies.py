@@ -16,8 +16,9 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
+from tests.conversations import conversations
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 from tests.serve.test_requests import json_values, messages
@@ -25,13 +26,15 @@ from tests.serve.test_requests import json_values, messages
 from contextledger import from_openai
 from contextledger._json import MAX_DEPTH
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
-from contextledger.messages import to_openai
+from contextledger.exceptions import InvalidMessageError
+from contextledger.messages import Message, from_anthropic, to_anthropic, to_openai
 from contextledger.serve._requests import MessageReader, joined, split_array
 
 with try_import("serve") as serve_extra:
     import msgspec  # noqa: F401  (what finds the messages in a body)
 
     from contextledger.serve._chat import _as_sent
+    from contextledger.serve._messages_api import _one_by_one, _whole_items
 
 pytestmark = serve_extra.skip
 
@@ -77,6 +80,71 @@ def test_reading_a_body_apart_gives_what_reading_it_whole_gives(
     forwarded = [json.loads(item) for item in _as_sent(list(kept), read, split.items)]
     came = {id(message): original for message, original in zip(read, sent)}
     assert forwarded == [came.get(id(message)) or to_openai([message])[0] for message in kept]
+
+
+def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Message], Any] | None:
+    """A Messages API body's messages read apart and compacted to ``keep`` groups: what was kept,
+    and what goes as the client's bytes (None when it is written anew); None when the body is not
+    a valid Messages API conversation."""
+    body = json.dumps({"model": "m", "max_tokens": 8, "messages": wire}).encode()
+    split = split_array(body, "messages")
+    assert split is not None
+    raw = MessageReader().read_raw_runs(split.items, _one_by_one, from_anthropic)
+    if raw is None:
+        return None
+    kept = asyncio.run(compact_with_report(raw.messages, strategy=SlidingWindowStrategy(keep_last_groups=keep)))
+    return list(kept.messages), _whole_items(kept.messages, raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations(), st.integers(1, 8))
+def test_a_compacted_messages_body_sent_as_its_bytes_is_what_writing_it_anew_sends(
+    conversation: list[Message], keep: int
+) -> None:
+    try:
+        _, wire = to_anthropic(conversation)
+    except InvalidMessageError:
+        assume(False)
+    assume(wire)
+    compacted = _kept_and_forwarded(wire, keep)
+    assume(compacted is not None)
+    assert compacted is not None
+    kept, whole = compacted
+    event("sent as the client's bytes" if whole is not None else "written anew")
+    if whole is not None:
+        items, values = whole
+        assert [json.loads(item) for item in items] == values == to_anthropic(kept)[1]
+
+
+def test_a_long_tool_loop_compacted_goes_as_the_clients_bytes() -> None:
+    wire: list[dict[str, Any]] = []
+    for number in range(40):
+        call = {"type": "tool_use", "id": f"toolu_{number}", "name": "lookup", "input": {"item": number}}
+        wire += [
+            {"role": "user", "content": f"question {number}"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{number}", "content": "r"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": f"answer {number}"}]},
+        ]
+    compacted = _kept_and_forwarded(wire, 6)
+    assert compacted is not None
+    kept, whole = compacted
+    assert whole is not None
+    assert 0 < len(whole[0]) < len(wire)
+    assert whole[1] == to_anthropic(kept)[1] == wire[-len(whole[0]) :]
+    # A window that keeps the text a client sent beside a tool result, but not the result (it goes
+    # with its call): that message cannot go as the client sent it, and is written anew.
+    mixed = [
+        wire[0],
+        wire[1],
+        {"role": "user", "content": [wire[2]["content"][0], {"type": "text", "text": "and now?"}]},
+        {"role": "assistant", "content": "done"},
+    ]
+    compacted = _kept_and_forwarded(mixed, 2)
+    assert compacted is not None
+    kept, whole = compacted
+    assert [message.text for message in kept] == ["and now?", "done"]
+    assert whole is None
 
 
 def test_what_a_body_read_apart_refuses_or_hands_back() -> None:

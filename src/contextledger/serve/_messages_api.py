@@ -47,6 +47,7 @@ from contextledger.serve._requests import (
     bad_request,
     joined,
     json_object,
+    kept_places,
     refuse_invalid,
     split_array,
 )
@@ -185,29 +186,24 @@ def _whole_items(kept: Sequence[Message], raw: RawInput) -> tuple[list[bytes], l
     one client message (its tool results and its text) are kept together, and the client messages
     left start with a user message and alternate roles (``to_anthropic`` would merge two of one
     role, and read a leading assistant message as context).  None when they must be written anew."""
-    places: dict[int, list[int]] = {}
-    for index, message in enumerate(raw.messages):
-        places.setdefault(id(message), []).append(index)
-    chosen: list[int] = []
-    for message in kept:
-        after = chosen[-1] if chosen else -1
-        found = next((index for index in places.get(id(message), ()) if index > after), None)
-        if found is None:
-            return None  # written by the strategy
-        chosen.append(found)
     spans = raw.spans
     taken: list[int] = []  # the client's messages, by their place in the array
-    position = 0
-    while position < len(chosen):
-        first = last = chosen[position]
-        if first > 0 and spans[first - 1] == spans[first]:
-            return None  # kept from the middle of one client message
-        while last + 1 < len(spans) and spans[last + 1] == spans[first]:
-            last += 1
-        if chosen[position : position + last - first + 1] != list(range(first, last + 1)):
-            return None  # part of one client message dropped
-        taken.extend(range(*spans[first]))
-        position += last - first + 1
+    last = -1  # the place in raw.messages of the kept message before
+    for found in kept_places(kept, raw.messages):
+        if found is None:
+            return None  # written by the strategy
+        if last >= 0 and spans[found] == spans[last]:
+            if found != last + 1:
+                return None  # part of one client message dropped
+        else:
+            if found > 0 and spans[found - 1] == spans[found]:
+                return None  # kept from the middle of one client message
+            if last >= 0 and last + 1 < len(spans) and spans[last + 1] == spans[last]:
+                return None  # the end of the one before dropped
+            taken.extend(range(*spans[found]))
+        last = found
+    if last >= 0 and last + 1 < len(spans) and spans[last + 1] == spans[last]:
+        return None
     roles = [raw.values[index].get("role") if type(raw.values[index]) is dict else None for index in taken]
     if not roles or roles[0] != "user" or any(role not in ("user", "assistant") for role in roles):
         return None

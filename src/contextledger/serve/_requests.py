@@ -18,6 +18,7 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 import uuid
@@ -38,6 +39,7 @@ __all__ = [
     "check_payload",
     "joined",
     "json_object",
+    "kept_places",
     "open_block",
     "parse_payload",
     "refuse_invalid",
@@ -129,6 +131,37 @@ class RawInput:
     values: list[Any]
     messages: list[Message]
     spans: list[tuple[int, int]]
+
+
+def kept_places(kept: Sequence[Message], messages: Sequence[Message]) -> list[int | None]:
+    """Where each message of a compaction ``kept`` of ``messages`` is in ``messages``, found by
+    identity (a strategy keeps the objects it was given) and in order, each after the one before
+    (a reader gives the same object for two equal messages); None for one a strategy wrote."""
+    only = {id(message): place for place, message in enumerate(messages)}
+    if len(only) == len(messages):  # no message twice: each is where this says
+        found = [only.get(id(message)) for message in kept]
+        places_in_order = [place for place in found if place is not None]
+        if all(one < other for one, other in itertools.pairwise(places_in_order)):
+            return found
+    places: dict[int, list[int]] = {}
+    for index, message in enumerate(messages):
+        places.setdefault(id(message), []).append(index)
+    cursors: dict[int, int] = {}
+    found = []  # the kept messages' places, now found one after another
+    after = -1
+    for message in kept:
+        key = id(message)
+        candidates = places.get(key, ())
+        cursor = cursors.get(key, 0)
+        while cursor < len(candidates) and candidates[cursor] <= after:
+            cursor += 1
+        if cursor == len(candidates):
+            found.append(None)
+            continue
+        after = candidates[cursor]
+        cursors[key] = cursor + 1
+        found.append(after)
+    return found
 
 
 def split_array(body: bytes, field: str) -> SplitBody | None:

@@ -54,7 +54,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, RawInput, joined, json_object, split_array
+from contextledger.serve._requests import MessageReader, RawInput, joined, json_object, kept_places, split_array
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -112,19 +112,13 @@ def _forwarded(
     message from ``items[start:end]``): each kept message as the very items it came from, found
     by identity (a strategy keeps the objects it was given), and what the strategy wrote (a
     summary, a collapsed result) as :func:`to_responses` writes it, made an item by ``written``."""
-    places: dict[int, list[int]] = {}
-    for index, message in enumerate(messages):
-        places.setdefault(id(message), []).append(index)
     out: list[Any] = []
-    after = 0
-    for message in kept:
-        found = next((i for i in places.get(id(message), ()) if i >= after), None)
+    for message, found in zip(kept, kept_places(kept, messages), strict=True):
         if found is None:
             out += map(written, to_responses([message]))
-            continue
-        after = found + 1
-        start, end = spans[found]
-        out += items[start:end]
+        else:
+            start, end = spans[found]
+            out += items[start:end]
     return out
 
 
