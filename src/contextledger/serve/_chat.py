@@ -54,6 +54,17 @@ def _as_sent(sent: list[Message], incoming: list[Message], items: list[bytes]) -
     ]
 
 
+def _leading(items: list[bytes]) -> list[Any]:
+    """The messages a ``prefix`` cache key is made of, read from a body's items: those up to the
+    first user message (the instructions before it, and it), not the whole history."""
+    read: list[Any] = []
+    for item in items:
+        read.append(json.loads(item))
+        if isinstance(read[-1], dict) and read[-1].get("role") == "user":
+            break
+    return read
+
+
 class ChatFormat:
     """Chat completions: its stateless handling, and its side of a session turn."""
 
@@ -114,7 +125,7 @@ class ChatFormat:
             if plain is not None:
                 payload, rewrite = {**payload, "messages": plain}, True
         # A stateless request's cache key (``prefix``, or ``session`` with no session) hashes its first messages.
-        apart = None if items is None or self.config.prompt_cache_key == "off" else [json.loads(i) for i in items]
+        apart = None if items is None or self.config.prompt_cache_key == "off" else _leading(items)
         keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, apart))
         rewrite = rewrite or keyed is not payload
         payload = keyed
