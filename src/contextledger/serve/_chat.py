@@ -141,19 +141,18 @@ class ChatFormat:
         elif rewrite:
             messages = to_openai(sent) if sent is not incoming else payload["messages"]
             body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
-        expected = self.cost.expect("stateless", payload, sent)
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, expected)
+            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", payload, sent))
             return await self.relay.stream(headers, body, finish=None, release=None, usage=usage, hide_usage=hide_usage)
         upstream = await self.relay.call(headers, body)
         reply, _ = completion(upstream)  # one rule in both modes: a 200 that is no completion is the upstream's fault
-        self.cost.answered(expected, reply.get("usage"))
         return Response(
             upstream.content,
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type", "application/json"),
             headers=passed_back(upstream.headers),
+            background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
         )
 
     def cache_key(

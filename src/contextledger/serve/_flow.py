@@ -168,7 +168,6 @@ class SessionFlow:
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
             self.metrics.count(self.metrics.tokens_after, "session", amount=after)
             payload, hide_usage = form.upstream_payload(payload, sent, request, key)
-            expected = self.cost.expect("session", payload, sent, session=key)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             headers = form.upstream.headers(request.headers)
 
@@ -184,7 +183,7 @@ class SessionFlow:
 
             if streaming:
                 stack = None  # the stream releases the lock when it ends
-                usage = functools.partial(self.cost.answered, expected)
+                usage = functools.partial(self.cost.answered, self.cost.expect("session", payload, sent, session=key))
                 return await form.relay.stream(
                     headers,
                     body,
@@ -196,17 +195,25 @@ class SessionFlow:
                 )
             upstream = await form.relay.call(headers, body)
             reply, message, meta = form.answer(upstream)
-            self.cost.answered(expected, reply.get("usage"))
-            if not await finish(message, meta):
+            # Billed whether or not the turn is then stored; counted once the answer is sent.
+            counted = self.cost.after_answer("session", payload, sent, reply.get("usage"), key)
+            try:
+                stored = await finish(message, meta)
+            except BaseException:
+                await counted()
+                raise
+            if not stored:
                 # Another holder stored this turn id first (its lock lease had run out): its reply stands.
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
+                    await counted()
                     return self.turns.replay(done, new_turn, False, form.replay)
             return Response(
                 upstream.content,
                 status_code=200,
                 media_type=upstream.headers.get("content-type", "application/json"),
                 headers={**passed_back(upstream.headers), **facts_headers(outcome[-1] if outcome else None)},
+                background=counted,
             )
         finally:
             if stack is not None:

@@ -352,19 +352,19 @@ class MessagesFormat:
         else:
             payload, items = _raw_breakpoints(payload, *kept)
             body = joined(payload, "messages", items)
-        expected = self.cost.expect("stateless", payload, [*system, *incoming])
         headers = self.upstream.headers(request.headers)
+        sent = [*system, *incoming]
         if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, expected)
+            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", payload, sent))
             return await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
         upstream = await self.relay.call(headers, body)
         reply, _, _ = self.answer(upstream)
-        self.cost.answered(expected, reply.get("usage"))
         return Response(
             upstream.content,
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type", "application/json"),
             headers=passed_back(upstream.headers),
+            background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
         )
 
     async def count_tokens(self, request: Request, body: bytes) -> Response:

@@ -261,23 +261,22 @@ class ResponsesFormat:
 
     async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
         sent, incoming, said, kept = await self.prepare(payload, request, raw)
-        expected = self.cost.expect("stateless", sent, incoming)
         if raw is None:
             body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         else:
             body = joined(sent, "input", raw.items if kept is None else kept)
         headers = self.upstream.headers(request.headers)
         if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, expected)
+            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", sent, incoming))
             response = await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
             response.headers.update(said)
             return response
         upstream = await self.relay.call(headers, body)
         reply, _, _ = self.answer(upstream)
-        self.cost.answered(expected, reply.get("usage"))
         media = upstream.headers.get("content-type", "application/json")
         back = {**passed_back(upstream.headers), **said}
-        return Response(upstream.content, upstream.status_code, headers=back, media_type=media)
+        counted = self.cost.after_answer("stateless", sent, incoming, reply.get("usage"))
+        return Response(upstream.content, upstream.status_code, headers=back, media_type=media, background=counted)
 
     async def prepare(
         self, payload: dict[str, Any], request: Request, raw: RawInput | None = None

@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.background import BackgroundTask
+
 from contextledger.clients import Usage, read_usage
 from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, message_block, request_blocks
 from contextledger.messages import Message
@@ -191,6 +193,24 @@ class CostMeter:
         while self._blocks_held > self.block_bytes_limit:
             self._blocks_held -= remembered.popitem(last=False)[1][2]
         return made
+
+    def after_answer(
+        self,
+        mode: str,
+        payload: Mapping[str, Any],
+        messages: Sequence[Message],
+        raw_usage: object,
+        session: str | None = None,
+    ) -> BackgroundTask:
+        """:meth:`expect` and :meth:`answered` for a whole answer, run once the answer has been
+        sent: the estimate is for the metrics, not the client, and it is a good part of the
+        proxy's own work on a request, so the client does not wait for it.  (``payload`` and
+        ``messages`` are not changed after the request, so they are read as they were sent.)"""
+
+        async def count() -> None:
+            self.answered(self.expect(mode, payload, messages, session), raw_usage)
+
+        return BackgroundTask(count)
 
     def answered(self, expected: Expected, raw_usage: object) -> Usage | None:
         """Count what the upstream reported for ``expected`` and what the estimate predicted."""
