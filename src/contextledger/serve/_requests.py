@@ -183,7 +183,9 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
         items = [bytes(item) for item in _ITEMS.decode(array)]
     except (ValueError, TypeError, RecursionError):  # msgspec's DecodeError is a ValueError
         return None
-    start = body.find(array)  # the same bytes earlier would be an equal array: the check below sees it
+    start = _find(body, array)  # the same bytes earlier would be an equal array: the check below sees it
+    if start < 0:
+        return None
     try:
         payload = strict_loads(body[:start] + b"[]" + body[start + len(array) :])
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -191,6 +193,16 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
     if type(payload) is not dict or payload.get(field) != []:
         return None
     return SplitBody(payload, field, items)
+
+
+def _find(body: bytes, part: bytes) -> int:
+    """Where ``part`` first occurs in ``body`` (-1 if nowhere): found by its first bytes, then compared
+    whole, which is several times faster than searching for a long ``part`` at once."""
+    head = part[:64]
+    start = body.find(head)
+    while start >= 0 and body[start : start + len(part)] != part:
+        start = body.find(head, start + 1)
+    return start
 
 
 def joined(payload: dict[str, Any], field: str, items: Sequence[bytes]) -> bytes:
