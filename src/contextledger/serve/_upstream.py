@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -186,6 +188,7 @@ class Upstream:
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._proxy = _environment_proxy(self.base_url)
 
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -193,8 +196,7 @@ class Upstream:
             # TCP_NODELAY is aiohttp's default: without it a body waits for the upstream to
             # acknowledge the headers (Nagle against delayed ACKs), several ms a call.
             connector = aiohttp.TCPConnector(limit=256, limit_per_host=0, keepalive_timeout=30)
-            # trust_env: HTTPS_PROXY and the like are honoured, as most HTTP clients do.
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=True)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
             self._loop = loop
         return self._session
 
@@ -230,7 +232,8 @@ class Upstream:
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
         """The upstream's whole answer; :class:`ProxyError` if there is none."""
         try:
-            async with self._client().request(method, self.base_url + path, headers=headers, data=body) as response:
+            url = self.base_url + path
+            async with self._client().request(method, url, headers=headers, data=body, proxy=self._proxy) as response:
                 return Answer(response.status, response.headers, await response.read())
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             raise timeout_error() from None
@@ -240,7 +243,8 @@ class Upstream:
     async def open_stream(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Streamed:
         """The upstream's answer as its status and headers arrive, its body still to be read."""
         try:
-            response = await self._client().request(method, self.base_url + path, headers=headers, data=body)
+            url = self.base_url + path
+            response = await self._client().request(method, url, headers=headers, data=body, proxy=self._proxy)
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             raise timeout_error() from None
         except (aiohttp.ClientError, OSError) as error:
@@ -251,7 +255,8 @@ class Upstream:
         """The status a ``GET`` of ``path`` answers with (``/readyz``); ``ConnectionError`` if none."""
         try:
             limit = aiohttp.ClientTimeout(total=timeout)
-            async with self._client().get(self.base_url + path, headers=headers, timeout=limit) as response:
+            url = self.base_url + path
+            async with self._client().get(url, headers=headers, timeout=limit, proxy=self._proxy) as response:
                 return response.status
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
             raise ConnectionError(f"{self.base_url}{path} did not answer ({type(error).__name__})") from None
@@ -267,6 +272,16 @@ class Upstream:
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
             await self._session.close()
+
+
+def _environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``NO_PROXY`` and the like),
+    read once: as most HTTP clients do, the proxy honours them, but asking for every request
+    (aiohttp's ``trust_env``) reads the environment in a thread each time."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 def timeout_error() -> ProxyError:
