@@ -34,7 +34,7 @@ with try_import("serve") as serve_extra:
     import msgspec  # noqa: F401  (what finds the messages in a body)
 
     from contextledger.serve._chat import _as_sent
-    from contextledger.serve._messages_api import _one_by_one, _whole_items
+    from contextledger.serve._messages_api import _may_name_breakpoint, _one_by_one, _whole_items
 
 pytestmark = serve_extra.skip
 
@@ -145,6 +145,26 @@ def test_a_long_tool_loop_compacted_goes_as_the_clients_bytes() -> None:
     kept, whole = compacted
     assert [message.text for message in kept] == ["and now?", "done"]
     assert whole is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), min_size=13, max_size=13), st.lists(st.booleans(), min_size=13, max_size=13))
+def test_cache_control_written_with_any_escapes_is_seen_in_a_messages_bytes(
+    escaped: list[bool], upper: list[bool]
+) -> None:
+    """The bytes check that spares a message the walk for breakpoints never misses one: the key
+    written with any of its letters escaped (in either case of hex digits), and only the key."""
+    letters = []
+    for letter, escape, big in zip("cache_control", escaped, upper, strict=True):
+        code = f"\\u{ord(letter):04x}"
+        letters.append((code.upper().replace("\\U", "\\u") if big else code) if escape else letter)
+    key = "".join(letters)
+    block = '{"type": "text", "text": "x", "' + key + '": {"type": "ephemeral"}}'
+    item = ('{"role": "user", "content": [' + block + "]}").encode()
+    assert json.loads(item)["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert _may_name_breakpoint(item)
+    # Escapes of other characters (an accent, a dash) do not make the key.
+    assert not _may_name_breakpoint(b'{"role": "user", "content": "caf\\u00e9 \\u2014 \\u00C9"}')
 
 
 def test_what_a_body_read_apart_refuses_or_hands_back() -> None:

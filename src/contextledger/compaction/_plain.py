@@ -109,7 +109,7 @@ def read_plain_run(
         role = message.role
         if role == "assistant":
             contents = message.contents
-            if message.additional_properties:
+            if message.additional_properties and message.is_summary:  # a summary's group: the general loop
                 break
             if len(contents) != 1:
                 # Several contents (reasoning beside a reply or calls, text beside calls,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -144,6 +145,14 @@ def _has_breakpoint(value: Any) -> bool:
 
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 _BREAKPOINT = b'"cache_control"'
+# An escape that may spell a letter of ``cache_control`` (a, c, e, h, l, n, o, r, t or _): a key
+# written with escapes holds at least one.  Other escapes (accents, dashes) cannot make the key.
+_ESCAPED_LETTER = re.compile(rb"\\u00(?:6[1358cCeEfF]|7[24]|5[fF])")
+
+
+def _may_name_breakpoint(item: bytes) -> bool:
+    """Whether a message's bytes may name ``cache_control``, plainly or with escapes."""
+    return _BREAKPOINT in item or _ESCAPED_LETTER.search(item) is not None
 
 
 def _mark_last(blocks: list[Any]) -> bool:
@@ -216,7 +225,7 @@ def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
     """Whether a message the client sent (its bytes and value) holds a breakpoint: only those whose
     bytes may name ``cache_control`` (plainly, or with escapes) are looked through."""
     return any(
-        (_BREAKPOINT in item or b"\\u" in item) and _has_breakpoint(value)
+        _may_name_breakpoint(item) and _has_breakpoint(value)
         for item, value in zip(items, values, strict=True)
     )
 
@@ -346,7 +355,7 @@ class MessagesFormat:
         elif kept is None:
             # Written again: they carry the client's breakpoints of the messages kept. When no
             # message the client sent can name one (not even escaped), they are not looked through.
-            unmarked = not any(_BREAKPOINT in item or b"\\u" in item for item in raw.items)
+            unmarked = not any(map(_may_name_breakpoint, raw.items))
             payload = with_breakpoints(payload, messages_unmarked=unmarked)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
