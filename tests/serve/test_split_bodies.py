@@ -89,7 +89,13 @@ def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Mes
     body = json.dumps({"model": "m", "max_tokens": 8, "messages": wire}).encode()
     split = split_array(body, "messages")
     assert split is not None
-    raw = MessageReader().read_raw_runs(split.items, _one_by_one, from_anthropic)
+    reader = MessageReader()
+    raw = reader.read_raw_each(split.items, from_anthropic)
+    if raw is None:
+        return None
+    again = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)  # each item alone: the same
+    assert again is not None
+    assert (again.values, again.messages, again.spans) == (raw.values, raw.messages, raw.spans)
     if raw is None:
         return None
     kept = asyncio.run(compact_with_report(raw.messages, strategy=SlidingWindowStrategy(keep_last_groups=keep)))

@@ -367,6 +367,28 @@ class MessageReader:
             return None
         return RawInput(items, values, messages, spans)
 
+    def read_raw_each(self, items: list[bytes], convert: Callable[[list[Any]], list[Message]]) -> RawInput | None:
+        """:meth:`read_raw_runs` for items each made into messages alone (a Messages API message,
+        which may make a tool message and a user one): an item seen before is one lookup, for its
+        value and its messages together."""
+
+        def made(item: bytes) -> tuple[Any, int]:
+            value = _strict_item(item)
+            # The value, and messages about twice its text again.
+            return (value, tuple(convert([value]))), 4 * sys.getsizeof(item) + _NODE_BYTES
+
+        try:
+            # Keyed apart from the other readings' keys (an item's bytes, or in a tuple alone).
+            read = [self._recall((item, None), functools.partial(made, item)) for item in items]
+        except (_Unreadable, InvalidMessageError):
+            return None
+        messages: list[Message] = []
+        spans: list[tuple[int, int]] = []
+        for index, (_, its) in enumerate(read):
+            messages += its
+            spans += [(index, index + 1)] * len(its)
+        return RawInput(items, [value for value, _ in read], messages, spans)
+
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
     ) -> tuple[list[Message], list[tuple[int, int]]]:
