@@ -90,14 +90,12 @@ def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Mes
     split = split_array(body, "messages")
     assert split is not None
     reader = MessageReader()
-    raw = reader.read_raw_each(split.items, from_anthropic)
+    raw = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
     if raw is None:
         return None
-    again = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)  # each item alone: the same
+    again = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)  # looked up: the same messages
     assert again is not None
-    assert (again.values, again.messages, again.spans) == (raw.values, raw.messages, raw.spans)
-    if raw is None:
-        return None
+    assert all(one is other for one, other in zip(again.messages, raw.messages, strict=True))
     kept = asyncio.run(compact_with_report(raw.messages, strategy=SlidingWindowStrategy(keep_last_groups=keep)))
     return list(kept.messages), _whole_items(kept.messages, raw)
 

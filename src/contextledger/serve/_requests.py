@@ -281,6 +281,10 @@ def _key(value: Any, size: list[int]) -> Hashable:
     return text
 
 
+def _made_run(convert: Callable[[list[Any]], list[Message]], items: list[Any], size: int) -> tuple[Any, int]:
+    return tuple(convert(items)), size
+
+
 class _Unreadable(Exception):
     """An item a body read apart cannot take: the caller reads the body whole instead."""
 
@@ -347,47 +351,36 @@ class MessageReader:
         convert: Callable[[list[Any]], list[Message]],
     ) -> RawInput | None:
         """:meth:`read_runs` for a :class:`SplitBody`'s items: each item read strictly when first
-        seen (the values are remembered too, as ``runs_of`` needs them to cut the runs), each run
-        keyed by its items' bytes.  ``None`` when an item is not strict JSON or a run not messages:
-        the caller reads the body whole, for its error."""
+        seen, and remembered with the messages it makes when a run of its own (most items are:
+        one lookup each); a run of several items is keyed by their bytes.  ``None`` when an item
+        is not strict JSON or a run not messages: the caller reads the body whole, for its error."""
 
-        def value(item: bytes) -> tuple[Any, int]:
-            return _strict_item(item), 2 * sys.getsizeof(item) + _NODE_BYTES
+        def entry(item: bytes) -> tuple[list[Any], int]:
+            # The value, and the messages it makes alone (made when first needed): about twice
+            # the text each.
+            return [_strict_item(item), None], 4 * sys.getsizeof(item) + _NODE_BYTES
 
         try:
-            # A value is keyed by its bytes in a tuple, apart from a run of this one item.
-            values = [self._recall((item,), functools.partial(value, item)) for item in items]
-            messages, spans = self._runs(
-                values,
-                runs_of(values),
-                convert,
-                lambda start, end: (b",".join(items[start:end]), 2 * sum(map(sys.getsizeof, items[start:end]))),
-            )
+            # Keyed by the item's bytes in a tuple, apart from a run of several items.
+            entries = [self._recall((item,), functools.partial(entry, item)) for item in items]
+            values = [found[0] for found in entries]
+            messages: list[Message] = []
+            spans: list[tuple[int, int]] = []
+            for start, end in runs_of(values):
+                if end - start == 1:
+                    alone = entries[start]
+                    if alone[1] is None:
+                        alone[1] = tuple(convert([alone[0]]))
+                    made = alone[1]
+                else:
+                    key = b",".join(items[start:end])
+                    size = 2 * sum(map(sys.getsizeof, items[start:end]))
+                    made = self._recall(key, functools.partial(_made_run, convert, values[start:end], size))
+                messages += made
+                spans += [(start, end)] * len(made)
         except (_Unreadable, InvalidMessageError):
             return None
         return RawInput(items, values, messages, spans)
-
-    def read_raw_each(self, items: list[bytes], convert: Callable[[list[Any]], list[Message]]) -> RawInput | None:
-        """:meth:`read_raw_runs` for items each made into messages alone (a Messages API message,
-        which may make a tool message and a user one): an item seen before is one lookup, for its
-        value and its messages together."""
-
-        def made(item: bytes) -> tuple[Any, int]:
-            value = _strict_item(item)
-            # The value, and messages about twice its text again.
-            return (value, tuple(convert([value]))), 4 * sys.getsizeof(item) + _NODE_BYTES
-
-        try:
-            # Keyed apart from the other readings' keys (an item's bytes, or in a tuple alone).
-            read = [self._recall((item, None), functools.partial(made, item)) for item in items]
-        except (_Unreadable, InvalidMessageError):
-            return None
-        messages: list[Message] = []
-        spans: list[tuple[int, int]] = []
-        for index, (_, its) in enumerate(read):
-            messages += its
-            spans += [(index, index + 1)] * len(its)
-        return RawInput(items, [value for value, _ in read], messages, spans)
 
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
