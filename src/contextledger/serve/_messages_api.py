@@ -152,7 +152,7 @@ _ESCAPED_LETTER = re.compile(rb"\\u00(?:6[1358cCeEfF]|7[24]|5[fF])")
 
 def _may_name_breakpoint(item: bytes) -> bool:
     """Whether a message's bytes may name ``cache_control``, plainly or with escapes."""
-    return _BREAKPOINT in item or _ESCAPED_LETTER.search(item) is not None
+    return _BREAKPOINT in item or (b"\\u" in item and _ESCAPED_LETTER.search(item) is not None)
 
 
 def _mark_last(blocks: list[Any]) -> bool:
