@@ -28,7 +28,7 @@ import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -169,13 +169,13 @@ def _mark_last(blocks: list[Any]) -> bool:
 
 
 def _raw_breakpoints(
-    payload: dict[str, Any], items: list[bytes], values: list[Any]
+    payload: dict[str, Any], items: list[bytes], values: list[Any], may_name: bool = True
 ) -> tuple[dict[str, Any], list[bytes]]:
     """:func:`with_breakpoints` for a payload whose messages are apart, as their bytes (and
     ``values``): only the messages whose bytes may name ``cache_control`` (plainly or escaped) are
-    looked through for the client's breakpoints, and only the last message that takes the proxy's
-    is written again."""
-    if _client_breakpoints(items, values):
+    looked through for the client's breakpoints (none when the whole body cannot: ``may_name``
+    false), and only the last message that takes the proxy's is written again."""
+    if may_name and _client_breakpoints(items, values):
         return payload, items
     marked = with_breakpoints(payload, messages_unmarked=True)
     if marked is payload:  # the client placed its own (on the system prompt or the tools)
@@ -195,12 +195,29 @@ def _whole_items(kept: Sequence[Message], raw: RawInput) -> tuple[list[bytes], l
     one client message (its tool results and its text) are kept together, and the client messages
     left start with a user message and alternate roles (``to_anthropic`` would merge two of one
     role, and read a leading assistant message as context).  None when they must be written anew."""
-    spans = raw.spans
-    taken: list[int] = []  # the client's messages, by their place in the array
+    places = kept_places(kept, raw.messages)
+    if None in places:
+        return None  # written by the strategy
+    # The client's messages, by their place in the array: where each made one message of its
+    # own, the kept messages' places; else those whole.
+    taken = cast("list[int]", places) if raw.one_each else _whole(cast("list[int]", places), raw.spans)
+    if taken is None:
+        return None
+    values = raw.values
+    roles = [values[index].get("role") if type(values[index]) is dict else None for index in taken]
+    if not roles or roles[0] != "user" or any(role not in ("user", "assistant") for role in roles):
+        return None
+    if any(one == other for one, other in itertools.pairwise(roles)):
+        return None
+    return [raw.items[index] for index in taken], [values[index] for index in taken]
+
+
+def _whole(places: list[int], spans: list[tuple[int, int]]) -> list[int] | None:
+    """The client messages (their places in the array) the messages at ``places`` were made of,
+    if every such client message is kept whole; None if one is kept in part."""
+    taken: list[int] = []
     last = -1  # the place in raw.messages of the kept message before
-    for found in kept_places(kept, raw.messages):
-        if found is None:
-            return None  # written by the strategy
+    for found in places:
         if last >= 0 and spans[found] == spans[last]:
             if found != last + 1:
                 return None  # part of one client message dropped
@@ -213,12 +230,7 @@ def _whole_items(kept: Sequence[Message], raw: RawInput) -> tuple[list[bytes], l
         last = found
     if last >= 0 and last + 1 < len(spans) and spans[last + 1] == spans[last]:
         return None
-    roles = [raw.values[index].get("role") if type(raw.values[index]) is dict else None for index in taken]
-    if not roles or roles[0] != "user" or any(role not in ("user", "assistant") for role in roles):
-        return None
-    if any(one == other for one, other in itertools.pairwise(roles)):
-        return None
-    return [raw.items[index] for index in taken], [raw.values[index] for index in taken]
+    return taken
 
 
 def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
@@ -330,11 +342,15 @@ class MessagesFormat:
             read = self.reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
             if read is not None:
                 payload = check_messages_payload(split.payload, read.values)
-                return await self.stateless(request, payload, read)
+                return await self.stateless(request, payload, read, _may_name_breakpoint(body))
         return await self.stateless(request, parse_messages_payload(body))
 
-    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
-        """``raw``: the messages read apart, ``payload`` holding an empty list in their place."""
+    async def stateless(
+        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, may_name: bool = True
+    ) -> Response:
+        """``raw``: the messages read apart, ``payload`` holding an empty list in their place;
+        ``may_name``: whether the body's bytes may name ``cache_control`` anywhere (when they
+        cannot, no message is looked through for a client's breakpoint)."""
         incoming = self.read(payload) if raw is None else raw.messages
         refuse_invalid(incoming)
         system = _system(payload)
@@ -355,11 +371,11 @@ class MessagesFormat:
         elif kept is None:
             # Written again: they carry the client's breakpoints of the messages kept. When no
             # message the client sent can name one (not even escaped), they are not looked through.
-            unmarked = not any(map(_may_name_breakpoint, raw.items))
+            unmarked = not may_name or not any(map(_may_name_breakpoint, raw.items))
             payload = with_breakpoints(payload, messages_unmarked=unmarked)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
-            payload, items = _raw_breakpoints(payload, *kept)
+            payload, items = _raw_breakpoints(payload, *kept, may_name)
             body = joined(payload, "messages", items)
         headers = self.upstream.headers(request.headers)
         sent = [*system, *incoming]

@@ -131,6 +131,7 @@ class RawInput:
     values: list[Any]
     messages: list[Message]
     spans: list[tuple[int, int]]
+    one_each: bool = False  # each item made one message of its own (``spans[i]`` is ``(i, i + 1)``)
 
 
 def kept_places(kept: Sequence[Message], messages: Sequence[Message]) -> list[int | None]:
@@ -366,6 +367,7 @@ class MessageReader:
             values = [found[0] for found in entries]
             messages: list[Message] = []
             spans: list[tuple[int, int]] = []
+            one_each = True
             for start, end in runs_of(values):
                 if end - start == 1:
                     alone = entries[start]
@@ -378,9 +380,10 @@ class MessageReader:
                     made = self._recall(key, functools.partial(_made_run, convert, values[start:end], size))
                 messages += made
                 spans += [(start, end)] * len(made)
+                one_each = one_each and end - start == 1 and len(made) == 1
         except (_Unreadable, InvalidMessageError):
             return None
-        return RawInput(items, values, messages, spans)
+        return RawInput(items, values, messages, spans, one_each)
 
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
