@@ -164,7 +164,30 @@ def summarised_run(groups: Sequence[Any]) -> tuple[int, ...]:
     return tuple(id(m) for g in groups if g.replaces for r in g.replaces for m in r.messages)
 
 
-def replay(workload: Workload, make: Policy, retained: bool) -> Replay:
+Placement = Callable[[int, int], list[int]]
+"""Where a request's cache breakpoints go, as block counts: given the blocks of its tools and
+system prompt, and all its blocks."""
+
+
+def proxy_marks(static: int, count: int) -> list[int]:
+    """What ``contextledger serve`` marks on ``/v1/messages`` when the client marks nothing (and
+    what an Anthropic client is advised to mark): the end of the tools and system prompt, and the
+    end of the request."""
+    return sorted({mark for mark in (static, count) if mark})
+
+
+PLACEMENTS: dict[str, Placement] = {
+    "the proxy's: end of tools and system, end of request": proxy_marks,
+    "end of request only": lambda static, count: [count],
+    "end of tools and system, and one message before the end": lambda static, count: sorted(
+        {mark for mark in (static, count - 1) if mark}
+    ),
+    "end of tools and system only": lambda static, count: [static] if static else [],
+    "none": lambda static, count: [],
+}
+
+
+def replay(workload: Workload, make: Policy, retained: bool, marks_of: Placement = proxy_marks) -> Replay:
     caches = {profile: PrefixCacheSimulator(profile) for profile in PROFILES}
     memo: BlockMemo = {}
     strategy = make()
@@ -185,9 +208,10 @@ def replay(workload: Workload, make: Policy, retained: bool) -> Replay:
         blocks = request_blocks(sent, tokenizer=TOKENIZER, tools=workload.tools, memo=memo)
         produced = TOKENIZER.count_message(output)
         # An Anthropic client marks the end of its tools and system prompt and the end of the
-        # request (what the provider's documentation advises); OpenAI caches every prefix itself.
+        # request (what the provider's documentation advises, and what the proxy marks for a
+        # client that marks nothing); OpenAI caches every prefix itself.
         static = (1 if workload.tools else 0) + len(workload.system)
-        marks = sorted({static, len(blocks)})
+        marks = marks_of(static, len(blocks))
         for profile, cache in caches.items():
             cache.send(blocks, output_tokens=produced, breakpoints=marks if profile == "anthropic" else None)
 
@@ -252,6 +276,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                             )
         for line in summaries:
             print(f"\n{line}")
+    print("\n## Where the Messages API's cache breakpoints go (anthropic profile, stateless)\n")
+    print("Cost as a share of the full history with the proxy's breakpoints.\n")
+    policies = ("full history", "serve's default (truncation 32k->16k)")
+    for workload in (tool_session(args.turns), big_prompt(args.turns // 2)):
+        print(f"| {workload.name}: placement | " + " | ".join(policies) + " |")
+        print("|---|" + "---:|" * len(policies))
+        base = replay(workload, POLICIES["full history"], retained=False).totals["anthropic"].cost
+        placed: dict[str, list[float]] = {}
+        for placement, marks_of in PLACEMENTS.items():
+            placed[placement] = [
+                replay(workload, POLICIES[name], False, marks_of).totals["anthropic"].cost / base for name in policies
+            ]
+            print(f"| {placement} | " + " | ".join(f"{cost:.2f}" for cost in placed[placement]) + " |")
+        print()
+        chosen = placed[next(iter(PLACEMENTS))]
+        for placement, row in placed.items():
+            for name, cost, ours in zip(policies, row, chosen, strict=True):
+                if cost < ours - 1e-9:
+                    failures.append(
+                        f"{workload.name}: breakpoints at {placement!r} cost {cost:.2f} with {name}, "
+                        f"less than the proxy's placement ({ours:.2f})"
+                    )
     print("\nCosts are shares of sending the full history, with the cache counted (estimates, SPEC §12).")
     print("The exact policies (prefix_stable=False) are opt-outs, outside the bound.")
     if failures:
