@@ -35,15 +35,16 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from starlette.background import BackgroundTask
+from typing import TYPE_CHECKING, Any
 
 from contextledger.clients import Usage, read_usage
 from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, message_block, request_blocks
 from contextledger.messages import Message
 from contextledger.serve._metrics import Metrics
 from contextledger.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from starlette.background import BackgroundTask
 
 __all__ = [
     "BLOCKS_BYTES_KEPT",
@@ -206,6 +207,8 @@ class CostMeter:
         sent: the estimate is for the metrics, not the client, and it is a good part of the
         proxy's own work on a request, so the client does not wait for it.  (``payload`` and
         ``messages`` are not changed after the request, so they are read as they were sent.)"""
+
+        from starlette.background import BackgroundTask  # noqa: PLC0415  (the meter itself needs no extra)
 
         async def count() -> None:
             self.answered(self.expect(mode, payload, messages, session), raw_usage)
