@@ -137,7 +137,7 @@ class Leases:
         until it is lost: taken by another holder, or not renewed for a whole lease (the store out
         of reach).  A lost lease is logged; the turn's fenced write is what keeps it from being stored."""
         renewed = time.monotonic()
-        while not stop.is_set():
+        while True:
             await asyncio.sleep(self._lease / 3)
             if stop.is_set():
                 return

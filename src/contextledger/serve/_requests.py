@@ -413,13 +413,9 @@ class MessageReader:
     ) -> tuple[list[Message], list[tuple[int, int]]]:
         messages: list[Message] = []
         spans: list[tuple[int, int]] = []
-
-        def made(start: int, end: int, size: int) -> tuple[Any, int]:
-            return tuple(convert(items[start:end])), size
-
         for start, end in runs:
             key, size = key_of(start, end)
-            kept = self._recall(key, functools.partial(made, start, end, size))
+            kept = self._recall(key, functools.partial(_made_run, convert, items[start:end], size))
             messages += kept
             spans += [(start, end)] * len(kept)
         return messages, spans

@@ -9,10 +9,11 @@ key, the content type, and the ``OpenAI-*`` headers a client may rely on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -231,25 +232,32 @@ class Upstream:
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
         """The upstream's whole answer; :class:`ProxyError` if there is none."""
-        try:
-            url = self.base_url + path
+        url = self.base_url + path
+        with self._reaching():
             async with self._client().request(method, url, headers=headers, data=body, proxy=self._proxy) as response:
                 return Answer(response.status, response.headers, await response.read())
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise timeout_error() from None
-        except (aiohttp.ClientError, OSError) as error:
-            raise self._unreachable(error) from None
 
     async def open_stream(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Streamed:
         """The upstream's answer as its status and headers arrive, its body still to be read."""
-        try:
-            url = self.base_url + path
+        url = self.base_url + path
+        with self._reaching():
             response = await self._client().request(method, url, headers=headers, data=body, proxy=self._proxy)
+        return Streamed(response)
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A call's failure to get an answer as the client's error: 504 for a timeout, else 502."""
+        try:
+            yield
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             raise timeout_error() from None
         except (aiohttp.ClientError, OSError) as error:
-            raise self._unreachable(error) from None
-        return Streamed(response)
+            raise ProxyError(
+                f"the upstream at {self.base_url} could not be reached ({type(error).__name__}); nothing was stored",
+                status=502,
+                error_type="upstream_error",
+                code="upstream_unreachable",
+            ) from None
 
     async def status_of(self, path: str, headers: Mapping[str, str], timeout: float) -> int:
         """The status a ``GET`` of ``path`` answers with (``/readyz``); ``ConnectionError`` if none."""
@@ -260,14 +268,6 @@ class Upstream:
                 return response.status
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
             raise ConnectionError(f"{self.base_url}{path} did not answer ({type(error).__name__})") from None
-
-    def _unreachable(self, error: BaseException) -> ProxyError:
-        return ProxyError(
-            f"the upstream at {self.base_url} could not be reached ({type(error).__name__}); nothing was stored",
-            status=502,
-            error_type="upstream_error",
-            code="upstream_unreachable",
-        )
 
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
