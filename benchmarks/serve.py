@@ -462,7 +462,7 @@ def compare_stores(stores: list[str], total: int, rounds: int) -> None:
                 from tests.postgres_server import started_postgres  # noqa: PLC0415
 
                 postgres, _ = stack.enter_context(started_postgres())
-                relay = stack.enter_context(RoundTripRelay(postgres.port))
+                relay = stack.enter_context(RoundTripRelay(postgres.port, protocol="postgres"))
                 url = postgres.fresh_database().replace(f":{postgres.port}/", f":{relay.port}/")
             proxy_port = free_port()
             proxy = f"http://127.0.0.1:{proxy_port}"

@@ -236,10 +236,7 @@ def _whole(places: list[int], spans: list[tuple[int, int]]) -> list[int] | None:
 def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
     """Whether a message the client sent (its bytes and value) holds a breakpoint: only those whose
     bytes may name ``cache_control`` (plainly, or with escapes) are looked through."""
-    return any(
-        _may_name_breakpoint(item) and _has_breakpoint(value)
-        for item, value in zip(items, values, strict=True)
-    )
+    return any(_may_name_breakpoint(item) and _has_breakpoint(value) for item, value in zip(items, values, strict=True))
 
 
 def _marked_message(message: Any) -> dict[str, Any] | None:
