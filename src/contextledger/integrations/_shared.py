@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from contextledger.exceptions import FactsError
@@ -28,21 +28,12 @@ from contextledger.facts import (
     forget_facts,
 )
 from contextledger.messages import Message
+from contextledger.messages._contents import thawed as plain
 
 __all__ = ["HostedFacts", "converted_history", "plain", "run_sync"]
 
 _T = TypeVar("_T")
 _Native = TypeVar("_Native")
-
-
-def plain(value: Any) -> Any:
-    """A mutable deep copy of frozen JSON-like data (read-only mappings and tuples become dicts and
-    lists), as a framework's own messages hold it."""
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    return value
 
 
 def run_sync(coroutine: Coroutine[Any, Any, _T]) -> _T:

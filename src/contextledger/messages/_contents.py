@@ -28,12 +28,13 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
-    """A fresh, mutable deep copy of frozen data, for output (dicts and lists, as JSON has)."""
+def thawed(value: Any) -> Any:
+    """A fresh, mutable deep copy of frozen JSON-like data (read-only mappings and tuples become
+    dicts and lists, as JSON has), for output or for a caller that will change it."""
     if isinstance(value, Mapping):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(item) for item in value]
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thawed(item) for item in value]
     return value
 
 

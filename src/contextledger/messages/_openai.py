@@ -27,7 +27,7 @@ from contextledger.messages._contents import (
     TextContent,
     _freeze,
     _require_str,
-    _thaw,
+    thawed,
 )
 from contextledger.messages._message import ROLES, Message
 
@@ -122,7 +122,7 @@ def _hosted_part(content: Content) -> dict[str, Any]:
         part.update(request_id=content.request_id, approved=content.approved)
         if content.call is not None:
             part["call"] = _call_part(content.call)
-    part.update(_thaw(content.data))  # type: ignore[union-attr]
+    part.update(thawed(content.data))  # type: ignore[union-attr]
     return part
 
 
@@ -360,7 +360,7 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
             )
         result = results[0] if results else None
         if result is not None and result.parts is not None:
-            out["content"] = [_thaw(p) for p in result.parts]
+            out["content"] = [thawed(p) for p in result.parts]
         elif form == "null":
             out["content"] = None
         elif form != "absent" or (result is not None and result.result):
@@ -387,13 +387,13 @@ def message_to_openai(message: Message, *, metadata: bool = False) -> dict[str, 
             out["tool_calls"] = [_tool_call_item(call) for call in calls]
     if message.author_name is not None:
         out["name"] = message.author_name
-    out.update(_thaw(message.extra))
+    out.update(thawed(message.extra))
     if metadata:
         block: dict[str, Any] = {}
         if message.message_id is not None:
             block["message_id"] = message.message_id
         if message.additional_properties:
-            block["additional_properties"] = _thaw(message.additional_properties)
+            block["additional_properties"] = thawed(message.additional_properties)
         if message.role != "tool":
             order, parts = _written_order(message.contents)
             if order is not None:
@@ -410,7 +410,7 @@ def _part(content: Content) -> dict[str, Any]:
     if isinstance(content, TextContent):
         return {"type": "text", "text": content.text}
     if isinstance(content, OpaqueContent):
-        return _thaw(content.data)  # type: ignore[no-any-return]
+        return thawed(content.data)  # type: ignore[no-any-return]
     return _hosted_part(content)
 
 
@@ -419,8 +419,8 @@ def _tool_call_item(call: FunctionCallContent) -> dict[str, Any]:
     item: dict[str, Any] = {"id": call.call_id}
     if call.openai_type is not None:
         item["type"] = call.openai_type
-    item["function"] = {"name": call.name, "arguments": call.arguments, **_thaw(call.function_extra)}
-    item.update(_thaw(call.extra))
+    item["function"] = {"name": call.name, "arguments": call.arguments, **thawed(call.function_extra)}
+    item.update(thawed(call.extra))
     return item
 
 

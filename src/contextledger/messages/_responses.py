@@ -24,7 +24,7 @@ from contextledger.messages._contents import (
     ReasoningContent,
     TextContent,
 )
-from contextledger.messages._contents import _thaw as plain
+from contextledger.messages._contents import thawed as plain
 from contextledger.messages._message import Message
 from contextledger.messages._openai import result_text
 

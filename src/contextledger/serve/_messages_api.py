@@ -37,6 +37,7 @@ from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import Message, TextContent, from_anthropic, message_blocks, system_messages, to_anthropic
+from contextledger.messages._contents import thawed
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
@@ -289,15 +290,6 @@ def _with_system(given: Any, added: str | list[dict[str, Any]] | None) -> Any:
     return [*([{"type": "text", "text": given}] if isinstance(given, str) else given), *extra]
 
 
-def _thawed(value: Any) -> Any:
-    """Stored (read-only) data as plain dicts and lists, as JSON writes them."""
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_thawed(item) for item in value]
-    return value
-
-
 class MessagesFormat:
     """The Messages API: its stateless handling, and its side of a session turn."""
 
@@ -460,7 +452,7 @@ class MessagesFormat:
         message = done.reply[-1]
         aside = dict(message.additional_properties.get(REPLY_PROPERTY) or {})
         told: dict[str, Any] = {"id": f"msg_{done.turn_id}", "type": "message", "role": "assistant", "model": ""}
-        told.update(_thawed(aside))
+        told.update(thawed(aside))
         told["content"] = message_blocks(message)
         if not streaming:
             return JSONResponse(told)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -50,6 +50,7 @@ from contextledger.messages import (
     to_responses,
     validate,
 )
+from contextledger.messages._contents import thawed
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
@@ -202,15 +203,6 @@ class ResponsesAssembler:
 
 RESPONSES_WIRE = Wire("responses", "/responses", ResponsesAssembler, _error_event)
 """OpenAI's Responses API, as the relay speaks it."""
-
-
-def _thawed(value: Any) -> Any:
-    """Stored (read-only) data as plain dicts and lists, as JSON writes them."""
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_thawed(item) for item in value]
-    return value
 
 
 class ResponsesFormat:
@@ -401,11 +393,11 @@ class ResponsesFormat:
         return (*stored[:-1], kept)
 
     def replay(self, done: StoredTurn, streaming: bool) -> Response:
-        aside = _thawed(done.reply[-1].additional_properties.get(REPLY_PROPERTY) or {})
+        aside = thawed(done.reply[-1].additional_properties.get(REPLY_PROPERTY) or {})
         told: dict[str, Any] = {"id": f"resp_{done.turn_id}", "object": "response", "status": "completed", "model": ""}
         told.update(aside)
         if "output" not in told:
-            told["output"] = _thawed(to_responses(done.reply))
+            told["output"] = thawed(to_responses(done.reply))
         if not streaming:
             return JSONResponse(told)
         return Response(response_events(told), media_type="text/event-stream")
