@@ -119,3 +119,26 @@ def test_a_namespace_postgres_would_cut_or_refuse_is_refused(namespace: str) -> 
 def test_a_url_that_is_not_postgres_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"needs a postgresql:// URL"):
         PostgresFactStore("redis://127.0.0.1:6379/0", owner="ada")
+
+
+def test_a_history_refused_for_a_newer_schema_leaves_no_connection_open(postgres_server: PostgresServer) -> None:
+    url = postgres_server.fresh_database()
+    database = url.rsplit("/", 1)[1]
+    namespace = f"newer-{uuid.uuid4().hex[:8]}"
+    PostgresFactStore(url, owner="ada", namespace=namespace).facts()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'UPDATE "{namespace}".contextledger_schema_version SET version = 999')
+    _postgres._READY.clear()
+
+    async def refused() -> None:
+        history = PostgresHistoryProvider(url, namespace=namespace)
+        with pytest.raises(ConfigurationError, match="schema version 999"):
+            await history.load("s")
+        await asyncio.sleep(0.5)  # a pool opened would have connected by now
+
+    asyncio.run(refused())
+    with psycopg.connect(postgres_server.url, autocommit=True) as connection:
+        (others,) = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()
+    assert others == 0

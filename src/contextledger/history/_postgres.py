@@ -100,6 +100,15 @@ class PostgresHistoryProvider:
         """A connection (autocommit) from this history's pool, its namespace migrated: what the
         proxy's session registry and locks use, so one pool serves a whole session store."""
         loop = asyncio.get_running_loop()
+        if not self._schema_ready:
+            # Before the pool opens (the check has a connection of its own): a namespace this
+            # release must refuse leaves no pool behind.
+            try:
+                await asyncio.to_thread(ensure_schema, self._postgres, self.namespace)
+            except (self._postgres.errors.Error, OSError) as error:
+                # Before any statement of the caller's was sent: nothing of it ran.
+                raise self._failures.error(error, "prepare the namespace " + repr(self.namespace)) from error
+            self._schema_ready = True
         if not self._postgres.owned:
             self._pool = self._postgres.pool
         elif self._pool is None or self._loop is not loop:
@@ -107,13 +116,6 @@ class PostgresHistoryProvider:
             postgres = open_pool(self._url, feature="PostgresHistoryProvider", asynchronous=True, **self._options)
             self._pool, self._loop = postgres.pool, loop
             await self._pool.open(wait=False)
-        if not self._schema_ready:
-            try:
-                await asyncio.to_thread(ensure_schema, self._postgres, self.namespace)
-            except (self._postgres.errors.Error, OSError) as error:
-                # Before any statement of the caller's was sent: nothing of it ran.
-                raise self._failures.error(error, "prepare the namespace " + repr(self.namespace)) from error
-            self._schema_ready = True
         async with self._pool.connection() as connection:
             yield connection
 
