@@ -71,6 +71,7 @@ from contextledger.messages import (
     kept_as_given,
     validate,
 )
+from contextledger.messages._responses import joins_calls
 from contextledger.serve._requests import MessageReader
 from contextledger.serve._responses import _forwarded, _item_bytes, _same
 from contextledger.tokenizers import CharacterEstimatorTokenizer
@@ -269,7 +270,7 @@ def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversion
     # Read as a stateless body's items, each as its bytes: the same messages, and what is forwarded
     # is the bytes of the items the dicts' path forwards.
     raw = [json.dumps(item, ensure_ascii=False).encode() for item in items]
-    read = MessageReader().read_raw_runs(raw, item_runs, from_responses)
+    read = MessageReader().read_raw_runs(raw, joins_calls, from_responses)
     assert read is not None
     values, raw_messages, raw_spans = read.values, read.messages, read.spans
     assert (read.items, values, raw_messages, raw_spans) == (raw, items, messages, spans)

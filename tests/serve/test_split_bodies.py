@@ -34,7 +34,7 @@ with try_import("serve") as serve_extra:
     import msgspec  # noqa: F401  (what finds the messages in a body)
 
     from contextledger.serve._chat import _as_sent
-    from contextledger.serve._messages_api import _may_name_breakpoint, _one_by_one, _whole_items
+    from contextledger.serve._messages_api import _may_name_breakpoint, _whole_items
 
 pytestmark = serve_extra.skip
 
@@ -90,10 +90,10 @@ def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Mes
     split = split_array(body, "messages")
     assert split is not None
     reader = MessageReader()
-    raw = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
+    raw = reader.read_raw_runs(split.items, None, from_anthropic)
     if raw is None:
         return None
-    again = reader.read_raw_runs(split.items, _one_by_one, from_anthropic)  # looked up: the same messages
+    again = reader.read_raw_runs(split.items, None, from_anthropic)  # looked up: the same messages
     assert again is not None
     assert all(one is other for one, other in zip(again.messages, raw.messages, strict=True))
     kept = asyncio.run(compact_with_report(raw.messages, strategy=SlidingWindowStrategy(keep_last_groups=keep)))

@@ -219,10 +219,10 @@ def _with_records(message: Message, records: list[Item]) -> Message:
     return Message(message.role, message.contents, additional_properties={RESPONSES_PROPERTY: records})
 
 
-def _is_call(item: Any) -> bool:
+def joins_calls(item: Any) -> bool:
     """Whether :func:`from_responses` merges ``item`` with the calls beside it (the order of
     ``_item_message``'s tests: a message, an output or a self-contained call is not one)."""
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):  # a dict is most, and quickest told
         return False
     kind = item.get("type")
     if not isinstance(kind, str) or ("role" in item and kind == "message"):
@@ -241,8 +241,8 @@ def item_runs(items: Sequence[Any]) -> list[tuple[int, int]]:
     count = len(items)
     while start < count:
         end = start + 1
-        if _is_call(items[start]):
-            while end < count and _is_call(items[end]):
+        if joins_calls(items[start]):
+            while end < count and joins_calls(items[end]):
                 end += 1
         runs.append((start, end))
         start = end

@@ -328,7 +328,7 @@ class MessagesFormat:
         and when the strategy leaves them all, they go upstream as the bytes that came in."""
         split = split_array(body, "messages")
         if split is not None:
-            read = self.reader.read_raw_runs(split.items, _one_by_one, from_anthropic)
+            read = self.reader.read_raw_runs(split.items, None, from_anthropic)
             if read is not None:
                 payload = check_messages_payload(split.payload, read.values)
                 return await self.stateless(request, payload, read, _may_name_breakpoint(body))

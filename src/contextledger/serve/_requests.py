@@ -348,39 +348,52 @@ class MessageReader:
     def read_raw_runs(
         self,
         items: list[bytes],
-        runs_of: Callable[[list[Any]], Sequence[tuple[int, int]]],
+        joins: Callable[[Any], bool] | None,
         convert: Callable[[list[Any]], list[Message]],
     ) -> RawInput | None:
         """:meth:`read_runs` for a :class:`SplitBody`'s items: each item read strictly when first
-        seen, and remembered with the messages it makes when a run of its own (most items are:
-        one lookup each); a run of several items is keyed by their bytes.  ``None`` when an item
-        is not strict JSON or a run not messages: the caller reads the body whole, for its error."""
+        seen, and remembered with whether it ``joins`` the items beside it that also do (the runs
+        ``convert`` makes one message of; None: every item makes its messages alone) and with the
+        messages it makes when a run of its own (most items are: one lookup each); a run of
+        several items is keyed by their bytes.  ``None`` when an item is not strict JSON or a run
+        not messages: the caller reads the body whole, for its error."""
 
         def entry(item: bytes) -> tuple[list[Any], int]:
-            # The value, and the messages it makes alone (made when first needed): about twice
-            # the text each.
-            return [_strict_item(item), None], 4 * sys.getsizeof(item) + _NODE_BYTES
+            # The value, the messages it makes alone (made when first needed: about twice the
+            # text), and whether it joins its neighbours.
+            value = _strict_item(item)
+            return [value, None, joins is not None and joins(value)], 4 * sys.getsizeof(item) + _NODE_BYTES
 
+        recall = self._recall
         try:
             # Keyed by the item's bytes in a tuple, apart from a run of several items.
-            entries = [self._recall((item,), functools.partial(entry, item)) for item in items]
+            entries = [recall((item,), functools.partial(entry, item)) for item in items]
             values = [found[0] for found in entries]
             messages: list[Message] = []
             spans: list[tuple[int, int]] = []
             one_each = True
-            for start, end in runs_of(values):
+            start, count = 0, len(entries)
+            while start < count:
+                alone = entries[start]
+                end = start + 1
+                if alone[2]:
+                    while end < count and entries[end][2]:
+                        end += 1
                 if end - start == 1:
-                    alone = entries[start]
                     if alone[1] is None:
                         alone[1] = tuple(convert([alone[0]]))
                     made = alone[1]
                 else:
                     key = b",".join(items[start:end])
                     size = 2 * sum(map(sys.getsizeof, items[start:end]))
-                    made = self._recall(key, functools.partial(_made_run, convert, values[start:end], size))
+                    made = recall(key, functools.partial(_made_run, convert, values[start:end], size))
                 messages += made
-                spans += [(start, end)] * len(made)
+                if len(made) == 1:
+                    spans.append((start, end))
+                else:
+                    spans += [(start, end)] * len(made)
                 one_each = one_each and end - start == 1 and len(made) == 1
+                start = end
         except (_Unreadable, InvalidMessageError):
             return None
         return RawInput(items, values, messages, spans, one_each)

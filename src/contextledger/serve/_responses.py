@@ -51,6 +51,7 @@ from contextledger.messages import (
     validate,
 )
 from contextledger.messages._contents import thawed
+from contextledger.messages._responses import joins_calls
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
@@ -245,7 +246,7 @@ class ResponsesFormat:
         up, and the items kept go upstream as the bytes that came in."""
         split = split_array(body, "input")
         if split is not None:
-            read = self.reader.read_raw_runs(split.items, item_runs, from_responses)
+            read = self.reader.read_raw_runs(split.items, joins_calls, from_responses)
             if read is not None and all(type(value) is dict for value in read.values):
                 check_responses_payload(split.payload, read.values)
                 return await self.stateless(request, split.payload, read)
