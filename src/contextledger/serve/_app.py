@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from contextledger._extras import require_extra
@@ -385,7 +386,7 @@ class Proxy:
                 chunks.append(chunk)
 
         try:
-            await asyncio.wait_for(read(), self.config.read_timeout)
+            await _within(self.config.read_timeout, read())
         except asyncio.TimeoutError:
             raise ProxyError(
                 f"the request body did not arrive within {self.config.read_timeout:g} seconds; send it at once",
@@ -394,6 +395,17 @@ class Proxy:
                 headers={"connection": "close"},  # the rest of the body may still come: not another request
             ) from None
         return b"".join(chunks)
+
+
+async def _within(seconds: float, work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` for at most ``seconds`` (``asyncio.TimeoutError`` after), in the caller's
+    task where Python allows: ``wait_for`` runs it as a task of its own, which every request
+    would pay for in a task made and a turn of the event loop."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            await work
+    else:
+        await asyncio.wait_for(work, seconds)
 
 
 class _AnyText(Convertor[str]):
