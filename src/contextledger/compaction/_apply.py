@@ -12,7 +12,7 @@ from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._table import CompactionEvent
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import Message
-from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
+from contextledger.tokenizers import CharacterEstimatorTokenizer, OpenAITokenizer, Tokenizer
 
 __all__ = [
     "CompactionResult",
@@ -46,6 +46,9 @@ class CompactionResult:
         )
 
 
+_OWN_TOKENIZERS = frozenset({CharacterEstimatorTokenizer, OpenAITokenizer})
+
+
 def resolve_tokenizer(strategy: CompactionStrategy | None, tokenizer: Tokenizer | None) -> Tokenizer:
     """The tokenizer to index with: the one given, else the strategy's, else the estimate.
 
@@ -55,7 +58,9 @@ def resolve_tokenizer(strategy: CompactionStrategy | None, tokenizer: Tokenizer 
     """
     declared = list(strategy.tokenizers) if strategy is not None else []
     chosen = tokenizer if tokenizer is not None else (declared[0] if declared else CharacterEstimatorTokenizer())
-    if not isinstance(chosen, Tokenizer):
+    # The library's own tokenizers are known to qualify; the protocol's check reads every member
+    # and costs more than grouping a short history.
+    if type(chosen) not in _OWN_TOKENIZERS and not isinstance(chosen, Tokenizer):
         raise ConfigurationError(f"tokenizer must implement the Tokenizer protocol, got {chosen!r}")
     for other in declared:
         if other.name != chosen.name:
