@@ -6,9 +6,10 @@
     python benchmarks/serve.py --endpoint responses   # one endpoint (default: all three)
     python benchmarks/serve.py --store sqlite --store redis --store redis-cluster --store postgres
 
-Three processes on 127.0.0.1: a fake upstream that answers at once (a bare ASGI app under
-uvicorn, speaking chat completions, the Responses API and Anthropic's Messages API), the proxy
-(``contextledger serve``, SQLite store), and this client (``httpx``, asyncio).  They share the
+Three processes on 127.0.0.1 (four with the bare forwarder, below): a fake upstream that
+answers at once (a bare ASGI app under uvicorn, speaking chat completions, the Responses API and
+Anthropic's Messages API), the proxy (``contextledger serve``, SQLite store), and this client
+(``httpx``, asyncio).  They share the
 machine's cores, as they would on a small host.  Every workload runs on each endpoint the proxy
 serves: ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``, the same conversation
 written in each API's shape.
@@ -27,7 +28,11 @@ Workloads:
 For each workload and concurrency (1 and 32 clients), the same requests are sent to the upstream
 directly (the baseline) and through the proxy, in alternating rounds; the report gives median
 and p99 latency of each, the latency the proxy adds (proxy minus direct, per percentile), and the
-request rates.  A second table runs the client, the upstream and the proxy in this process (each
+request rates.  A stateless workload also goes through a bare forwarder (a fourth process, under
+uvicorn, posting each body on with aiohttp and reading nothing): ``hop p50`` is what it adds, the
+part of the proxy's figure that any proxy in Python pays on this machine for the extra hop.
+
+A second table runs the client, the upstream and the proxy in this process (each
 server under uvicorn on its own loopback socket) and reports CPU time per request, directly and
 through the proxy: the proxy's own work, which a busy machine's load does not inflate the way it
 inflates wall-clock latency.
@@ -131,6 +136,36 @@ async def fake_upstream(scope: MutableMapping[str, Any], receive: Callable[[], A
     reply = _REPLY_BYTES.get(scope["path"], _REPLY_BYTES["/v1/chat/completions"])
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": reply})
+
+
+def bare_forwarder(upstream: str) -> Callable[..., Awaitable[None]]:
+    """The least a proxy can do, as a baseline: read the request, post its body to the upstream
+    with ``aiohttp`` (as the proxy does), answer with the upstream's reply.  No JSON is read and
+    nothing is checked: what it adds is what the extra hop itself costs on this machine."""
+    import aiohttp  # noqa: PLC0415  (in the serve extra, which the proxy needs anyway)
+
+    client: list[aiohttp.ClientSession] = []
+
+    async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        if not client:
+            client.append(aiohttp.ClientSession())
+        headers = {"content-type": "application/json"}
+        async with client[0].post(upstream + scope["path"], data=b"".join(chunks), headers=headers) as answer:
+            reply = await answer.read()
+            status = answer.status
+        start = {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        await send(start)
+        await send({"type": "http.response.body", "body": reply})
+
+    return app
 
 
 def constant(body: bytes) -> Callable[[int], bytes]:
@@ -523,20 +558,27 @@ def main(argv: list[str] | None = None) -> int:
         help="compare session turns on these stores instead (repeatable; see above)",
     )
     parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-forwarder", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.fake_upstream:
-        import uvicorn  # noqa: PLC0415  (only the fake upstream's process runs a server)
+    if args.fake_upstream or args.bare_forwarder:
+        import uvicorn  # noqa: PLC0415  (only the servers' processes run a server)
 
-        uvicorn.run(fake_upstream, host="127.0.0.1", port=args.fake_upstream, log_level="warning", access_log=False)
+        app, port = (
+            (fake_upstream, args.fake_upstream)
+            if args.fake_upstream
+            else (bare_forwarder(args.bare_forwarder[1]), int(args.bare_forwarder[0]))
+        )
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         return 0
     total, rounds = (60, 1) if args.quick else (args.requests, args.rounds)
     if args.store:
         compare_stores(args.store, total, rounds)
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    upstream_port, proxy_port = free_port(), free_port()
+    upstream_port, proxy_port, bare_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}"
     proxy = f"http://127.0.0.1:{proxy_port}"
+    bare = f"http://127.0.0.1:{bare_port}"
     store = workdir / "sessions.db"
     retain_flags = ["--retain-strategy", RETAIN.name or ""]
     for param in RETAIN.params:
@@ -570,6 +612,11 @@ def main(argv: list[str] | None = None) -> int:
             proxy + "/healthz",
             workdir / "proxy.log",
         ),
+        start(
+            [sys.executable, __file__, "--bare-forwarder", str(bare_port), upstream],
+            bare + "/",
+            workdir / "bare.log",
+        ),
     ]
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {total} requests x {rounds} rounds"
     if args.retain:
@@ -594,13 +641,15 @@ def main(argv: list[str] | None = None) -> int:
             ]
         print(f"contextledger serve vs the upstream alone ({env_note}); latency in ms")
         header = f"{'workload':34} {'endpoint':>9} {'clients':>7} {'direct p50':>10} {'p99':>7} {'proxy p50':>10}"
-        header += f" {'p99':>7} {'added p50':>10} {'p99':>7} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
+        header += f" {'p99':>7} {'added p50':>10} {'p99':>7} {'hop p50':>8} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
         print(header)
         for endpoint, name, body, direct_headers, proxy_headers in workloads:
             path = PATHS[endpoint]
+            stateless = name.startswith("stateless")
             for clients in (1, 32):
                 direct: list[list[float]] = []
                 proxied: list[list[float]] = []
+                hop: list[list[float]] = []
                 direct_rates: list[float] = []
                 proxy_rates: list[float] = []
                 for _ in range(rounds):
@@ -610,14 +659,17 @@ def main(argv: list[str] | None = None) -> int:
                     latencies, rate = asyncio.run(measure(proxy + path, body, proxy_headers, clients, total))
                     proxied.append(latencies)
                     proxy_rates.append(rate)
+                    if stateless:  # the same body through a forwarder that does nothing else
+                        hop.append(asyncio.run(measure(bare + path, body, direct_headers, clients, total))[0])
                 d50 = statistics.median(statistics.median(run) for run in direct)
                 d99 = statistics.median(percentile(run, 0.99) for run in direct)
                 p50 = statistics.median(statistics.median(run) for run in proxied)
                 p99 = statistics.median(percentile(run, 0.99) for run in proxied)
+                h50 = f"{statistics.median(statistics.median(run) for run in hop) - d50:>8.2f}" if hop else f"{'':>8}"
                 drate, prate = statistics.median(direct_rates), statistics.median(proxy_rates)
                 print(
                     f"{name:34} {endpoint:>9} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f}"
-                    f" {p50 - d50:>10.2f} {p99 - d99:>7.2f} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
+                    f" {p50 - d50:>10.2f} {p99 - d99:>7.2f} {h50} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
                 )
         run_loop(in_process(workdir, endpoints, total, rounds, args.retain))
     finally:
