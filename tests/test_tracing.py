@@ -7,7 +7,9 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,8 @@ from contextledger.agents import Agent, CompactionProvider
 from contextledger.clients import OfflineModel
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import FactRejectedError
-from contextledger.facts import FactStore, RuleWriter, extract
+from contextledger.facts import FactsHost, FactStore, RuleWriter, SQLiteFactStore, extract
+from contextledger.history import SQLiteHistoryProvider, Turn, TurnTarget, write_turn
 from contextledger.messages import FunctionCallContent, Message
 from tests.tools import lookup_price
 
@@ -110,6 +113,32 @@ def test_fact_admissions_and_refusals_are_spans(spans: InMemorySpanExporter) -> 
     assert dict(second.attributes or {})["contextledger.facts.replaced"] == ("module", "database")
     assert refused.status.status_code is StatusCode.ERROR
     assert dict(refused.attributes or {})["error.type"] == "FactRejectedError"
+
+
+def test_an_admission_written_with_its_turn_is_a_span_too(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    """A host that writes the facts in the turn's own atomic step (the proxy, ``write_turn``'s
+    ``facts``) reports the same span as one that extracts after the turn: its keys, or its refusal."""
+    path = str(tmp_path / "store.sqlite3")
+    history, store = SQLiteHistoryProvider(path), SQLiteFactStore(path, owner="session")
+
+    async def turn(turn_id: str, text: str) -> None:
+        host = FactsHost(store)
+        write = await host.prepare(host.begin(text))
+        turn = Turn("session", turn_id, (Message.user(text),), (Message.assistant("Noted."),))
+        assert (await write_turn(turn, [TurnTarget(history)], facts=write)).stored
+        host.settled(write)
+
+    before = time.time_ns()
+    asyncio.run(turn("turn-1", "module=Reporting; database=PostgreSQL"))
+    asyncio.run(turn("turn-2", "module=Billing"))
+    asyncio.run(turn("turn-3", "colour=blue"))
+    first, second, refused = named(spans, "contextledger.facts.admission")
+    assert dict(first.attributes or {})["contextledger.facts.admitted"] == ("module", "database")
+    assert dict(second.attributes or {})["contextledger.facts.replaced"] == ("module",)
+    assert refused.status.status_code is StatusCode.ERROR
+    assert dict(refused.attributes or {})["error.type"] == "FactRejectedError"
+    assert before <= (first.start_time or 0) <= (first.end_time or 0) <= time.time_ns()
+    assert store.get("module").value == "Billing"  # type: ignore[union-attr]
 
 
 def test_without_opentelemetry_loaded_nothing_imports_it() -> None:

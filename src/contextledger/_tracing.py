@@ -24,7 +24,14 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["TRACER_NAME", "traced_agent_run", "traced_compaction", "traced_fact_extraction", "traced_model_call"]
+__all__ = [
+    "TRACER_NAME",
+    "trace_written_admission",
+    "traced_agent_run",
+    "traced_compaction",
+    "traced_fact_extraction",
+    "traced_model_call",
+]
 
 TRACER_NAME = "contextledger"
 """The instrumentation scope every span is recorded under."""
@@ -181,3 +188,25 @@ traced_agent_run = _traced(_agent_run, _agent_outcome)
 traced_fact_extraction = _traced(_extraction, _admission)
 """Trace one extraction (writer proposal, then admission): the keys admitted, replaced and evicted,
 or the refusal (the span then carries the error)."""
+
+
+def trace_written_admission(writer: object, started_ns: int, admission: Any, problem: BaseException | None) -> None:
+    """The span of an admission written in its turn's own atomic step (the writer asked before the
+    turn, the facts written with it): named and described as :data:`traced_fact_extraction`'s,
+    from ``started_ns`` (``time.time_ns()`` when the writer was asked) to now."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    name, attributes = _extraction((None, writer), {})
+    span = tracer.start_span(name, attributes=attributes, start_time=started_ns)
+    try:
+        if problem is None:
+            _set(span, _admission(admission))
+        else:
+            from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415  (loaded: _tracer checked)
+
+            span.record_exception(problem)
+            span.set_attribute("error.type", type(problem).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, str(problem)))
+    finally:
+        span.end()

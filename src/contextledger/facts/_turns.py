@@ -10,11 +10,13 @@ is reported (never raised into a run that succeeded, never silent) or what the d
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from contextledger._tracing import trace_written_admission
 from contextledger.exceptions import ConfigurationError, FactsError, HistoryUnavailableError
 from contextledger.facts._diagnostics import Diagnostic, diagnose
 from contextledger.facts._postgres import PostgresFactStore
@@ -43,9 +45,16 @@ class FactsWrite:
     """
 
     def __init__(
-        self, store: FactMemory, ticket: Ticket, proposed: Sequence[Candidate] | FactsError, call: StoreCall
+        self,
+        store: FactMemory,
+        ticket: Ticket,
+        proposed: Sequence[Candidate] | FactsError,
+        call: StoreCall,
+        *,
+        started_ns: int | None = None,
     ) -> None:
         self.store = store
+        self.started_ns = time.time_ns() if started_ns is None else started_ns  # when the writer was asked
         self.ticket = ticket
         self.proposed = proposed
         self.outcome: Admission | FactsError | None = None
@@ -257,9 +266,11 @@ class FactsHost:
             return None
         call: StoreCall = self.call if self.call is not None else directly
         store = self.store
+        started = time.time_ns()
         if isinstance(store, (SQLiteFactStore, PostgresFactStore)):
             await call(store.prepare_tables)  # so that the history's own connection finds them
-        return FactsWrite(store, begun.ticket, await propose(self.writer, begun.ticket), call)
+        proposed = await propose(self.writer, begun.ticket)
+        return FactsWrite(store, begun.ticket, proposed, call, started_ns=started)
 
     def settled(self, write: FactsWrite | None, response: Any = None) -> FactsTurn | None:
         """What :meth:`prepare`'s write did once its turn was written: a finished turn (also
@@ -269,6 +280,7 @@ class FactsHost:
             return None
         admission = write.outcome if isinstance(write.outcome, Admission) else None
         problem = write.outcome if isinstance(write.outcome, FactsError) else None
+        trace_written_admission(self.writer, write.started_ns, admission, problem)
         diagnostics = self._diagnose(write.ticket.user_text, admission, problem)
         finished = FactsTurn(write.ticket, admission, problem, response, diagnostics)
         self.last_turn = finished
