@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -145,15 +144,6 @@ def _has_breakpoint(value: Any) -> bool:
 
 
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
-_BREAKPOINT = b'"cache_control"'
-# An escape that may spell a letter of ``cache_control`` (a, c, e, h, l, n, o, r, t or _): a key
-# written with escapes holds at least one.  Other escapes (accents, dashes) cannot make the key.
-_ESCAPED_LETTER = re.compile(rb"\\u00(?:6[1358cCeEfF]|7[24]|5[fF])")
-
-
-def _may_name_breakpoint(item: bytes) -> bool:
-    """Whether a message's bytes may name ``cache_control``, plainly or with escapes."""
-    return _BREAKPOINT in item or (b"\\u" in item and _ESCAPED_LETTER.search(item) is not None)
 
 
 def _mark_last(blocks: list[Any]) -> bool:
@@ -170,13 +160,13 @@ def _mark_last(blocks: list[Any]) -> bool:
 
 
 def _raw_breakpoints(
-    payload: dict[str, Any], items: list[bytes], values: list[Any], may_name: bool = True
+    payload: dict[str, Any], items: list[bytes], values: list[Any], client_marked: bool = True
 ) -> tuple[dict[str, Any], list[bytes]]:
     """:func:`with_breakpoints` for a payload whose messages are apart, as their bytes (and
-    ``values``): only the messages whose bytes may name ``cache_control`` (plainly or escaped) are
-    looked through for the client's breakpoints (none when the whole body cannot: ``may_name``
-    false), and only the last message that takes the proxy's is written again."""
-    if may_name and _client_breakpoints(items, values):
+    ``values``): the messages are looked through for the client's breakpoints only when one the
+    client sent holds one (``client_marked``), and only the last message that takes the proxy's
+    is written again."""
+    if client_marked and any(map(_has_breakpoint, values)):
         return payload, items
     marked = with_breakpoints(payload, messages_unmarked=True)
     if marked is payload:  # the client placed its own (on the system prompt or the tools)
@@ -232,12 +222,6 @@ def _whole(places: list[int], spans: list[tuple[int, int]]) -> list[int] | None:
     if last >= 0 and last + 1 < len(spans) and spans[last + 1] == spans[last]:
         return None
     return taken
-
-
-def _client_breakpoints(items: list[bytes], values: list[Any]) -> bool:
-    """Whether a message the client sent (its bytes and value) holds a breakpoint: only those whose
-    bytes may name ``cache_control`` (plainly, or with escapes) are looked through."""
-    return any(_may_name_breakpoint(item) and _has_breakpoint(value) for item, value in zip(items, values, strict=True))
 
 
 def _marked_message(message: Any) -> dict[str, Any] | None:
@@ -328,18 +312,16 @@ class MessagesFormat:
         and when the strategy leaves them all, they go upstream as the bytes that came in."""
         split = split_array(body, "messages")
         if split is not None:
-            read = self.reader.read_raw_runs(split.items, None, from_anthropic)
+            # Each message is told once, when first read, whether it holds a breakpoint.
+            read = self.reader.read_raw_runs(split.items, None, from_anthropic, marks=_has_breakpoint)
             if read is not None:
                 payload = check_messages_payload(split.payload, read.values)
-                return await self.stateless(request, payload, read, _may_name_breakpoint(body))
+                return await self.stateless(request, payload, read)
         return await self.stateless(request, parse_messages_payload(body))
 
-    async def stateless(
-        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, may_name: bool = True
-    ) -> Response:
-        """``raw``: the messages read apart, ``payload`` holding an empty list in their place;
-        ``may_name``: whether the body's bytes may name ``cache_control`` anywhere (when they
-        cannot, no message is looked through for a client's breakpoint)."""
+    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
+        """``raw``: the messages read apart, ``payload`` holding an empty list in their place (a
+        message the client sent holds a breakpoint only if ``raw.marked``)."""
         incoming = self.read(payload) if raw is None else raw.messages
         refuse_invalid(incoming)
         system = _system(payload)
@@ -359,12 +341,11 @@ class MessagesFormat:
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         elif kept is None:
             # Written again: they carry the client's breakpoints of the messages kept. When no
-            # message the client sent can name one (not even escaped), they are not looked through.
-            unmarked = not may_name or not any(map(_may_name_breakpoint, raw.items))
-            payload = with_breakpoints(payload, messages_unmarked=unmarked)
+            # message the client sent holds one, they are not looked through.
+            payload = with_breakpoints(payload, messages_unmarked=not raw.marked)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         else:
-            payload, items = _raw_breakpoints(payload, *kept, may_name)
+            payload, items = _raw_breakpoints(payload, *kept, raw.marked)
             body = joined(payload, "messages", items)
         headers = self.upstream.headers(request.headers)
         sent = [*system, *incoming]

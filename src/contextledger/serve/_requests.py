@@ -132,6 +132,7 @@ class RawInput:
     messages: list[Message]
     spans: list[tuple[int, int]]
     one_each: bool = False  # each item made one message of its own (``spans[i]`` is ``(i, i + 1)``)
+    marked: bool = False  # some item's value is one the reader was asked to mark (``marks``)
 
 
 def kept_places(kept: Sequence[Message], messages: Sequence[Message]) -> list[int | None]:
@@ -180,15 +181,16 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
         found = _OBJECT.decode(body).get(field)
         if found is None:
             return None
-        array = bytes(found)
-        items = [bytes(item) for item in _ITEMS.decode(array)]
+        # Read where it lies, never copied: a copy of a large body costs more than the search
+        # (fresh memory the system must map, page by page).
+        items = [bytes(item) for item in _ITEMS.decode(found)]
     except (ValueError, TypeError, RecursionError):  # msgspec's DecodeError is a ValueError
         return None
-    start = _find(body, array)  # the same bytes earlier would be an equal array: the check below sees it
+    start = _find(body, found)  # the same bytes earlier would be an equal array: the check below sees it
     if start < 0:
         return None
     try:
-        payload = strict_loads(body[:start] + b"[]" + body[start + len(array) :])
+        payload = strict_loads(body[:start] + b"[]" + body[start + len(found) :])
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if type(payload) is not dict or payload.get(field) != []:
@@ -196,12 +198,13 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
     return SplitBody(payload, field, items)
 
 
-def _find(body: bytes, part: bytes) -> int:
-    """Where ``part`` first occurs in ``body`` (-1 if nowhere): found by its first bytes, then compared
-    whole, which is several times faster than searching for a long ``part`` at once."""
-    head = part[:64]
+def _find(body: bytes, part: Any) -> int:
+    """Where ``part`` (bytes-like) first occurs in ``body`` (-1 if nowhere): found by its first
+    bytes, then compared whole in place, which is several times faster than searching for a long
+    ``part`` at once."""
+    head = bytes(memoryview(part)[:64])
     start = body.find(head)
-    while start >= 0 and body[start : start + len(part)] != part:
+    while start >= 0 and not body.startswith(part, start):
         start = body.find(head, start + 1)
     return start
 
@@ -212,7 +215,14 @@ def joined(payload: dict[str, Any], field: str, items: Sequence[bytes]) -> bytes
     marker = f"contextledger-{uuid.uuid4().hex}"
     text = json.dumps({**payload, field: marker}, ensure_ascii=False).encode("utf-8")
     head, _, tail = text.partition(json.dumps(marker).encode())
-    return b"".join((head, b"[", b",".join(items), b"]", tail))
+    # One join, so the body is made once: each large copy costs fresh memory the system maps.
+    parts = [head, b"["]
+    for item in items:
+        parts += (item, b",")
+    if items:
+        parts.pop()
+    parts += (b"]", tail)
+    return b"".join(parts)
 
 
 def refuse_invalid(messages: Sequence[Message], *, before: Sequence[Message] = ()) -> None:
@@ -350,19 +360,24 @@ class MessageReader:
         items: list[bytes],
         joins: Callable[[Any], bool] | None,
         convert: Callable[[list[Any]], list[Message]],
+        marks: Callable[[Any], bool] | None = None,
     ) -> RawInput | None:
         """:meth:`read_runs` for a :class:`SplitBody`'s items: each item read strictly when first
         seen, and remembered with whether it ``joins`` the items beside it that also do (the runs
         ``convert`` makes one message of; None: every item makes its messages alone) and with the
         messages it makes when a run of its own (most items are: one lookup each); a run of
-        several items is keyed by their bytes.  ``None`` when an item is not strict JSON or a run
-        not messages: the caller reads the body whole, for its error."""
+        several items is keyed by their bytes.  ``marks`` tells of a value whether it is one the
+        caller looks for (told once per item seen: :attr:`RawInput.marked`).  What they made is
+        remembered with the item, so a reader is always called with the same ``joins``,
+        ``convert`` and ``marks`` (the proxy has one reader per API).  ``None`` when an item is
+        not strict JSON or a run not messages: the caller reads the body whole, for its error."""
 
         def entry(item: bytes) -> tuple[list[Any], int]:
             # The value, the messages it makes alone (made when first needed: about twice the
-            # text), and whether it joins its neighbours.
+            # text), whether it joins its neighbours, and whether it is marked.
             value = _strict_item(item)
-            return [value, None, joins is not None and joins(value)], 4 * sys.getsizeof(item) + _NODE_BYTES
+            noted = [value, None, joins is not None and joins(value), marks is not None and marks(value)]
+            return noted, 4 * sys.getsizeof(item) + _NODE_BYTES
 
         recall = self._recall
         try:
@@ -396,7 +411,8 @@ class MessageReader:
                 start = end
         except (_Unreadable, InvalidMessageError):
             return None
-        return RawInput(items, values, messages, spans, one_each)
+        marked = marks is not None and any(found[3] for found in entries)
+        return RawInput(items, values, messages, spans, one_each, marked)
 
     def read_runs(
         self, items: list[Any], runs: Sequence[tuple[int, int]], convert: Callable[[list[Any]], list[Message]]
