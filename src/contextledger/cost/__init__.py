@@ -11,7 +11,8 @@ Where things live (every name is imported from here, ``contextledger.cost``):
 - ``_simulator.py``: :class:`PrefixCacheSimulator` replays requests in order and prices each
   one (:class:`CallCost`, summed by :class:`CostTotals`); a request is a sequence of
   :class:`Block` (built from messages by :func:`request_blocks`, once per message with a
-  :data:`BlockMemo`; :func:`message_block` is one message's block).
+  :data:`BlockMemo`; :func:`message_block` is one message's block), or as the
+  :class:`RequestPrefixes` a replayed request keeps.
 
 Every figure it gives is an estimate of the provider's behaviour; the module docstring of
 ``_simulator.py`` lists the assumptions.
@@ -24,6 +25,7 @@ from contextledger.cost._simulator import (
     CallCost,
     CostTotals,
     PrefixCacheSimulator,
+    RequestPrefixes,
     message_block,
     request_blocks,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "CostTotals",
     "PrefixCacheSimulator",
     "PriceProfile",
+    "RequestPrefixes",
     "message_block",
     "price_profile",
     "request_blocks",

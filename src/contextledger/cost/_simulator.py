@@ -37,7 +37,16 @@ from contextledger.exceptions import ConfigurationError
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["Block", "BlockMemo", "CallCost", "CostTotals", "PrefixCacheSimulator", "message_block", "request_blocks"]
+__all__ = [
+    "Block",
+    "BlockMemo",
+    "CallCost",
+    "CostTotals",
+    "PrefixCacheSimulator",
+    "RequestPrefixes",
+    "message_block",
+    "request_blocks",
+]
 
 _DIGEST_SIZE = 16
 
@@ -164,7 +173,7 @@ class PrefixCacheSimulator:
 
     def send(
         self,
-        blocks: Sequence[Block],
+        blocks: Sequence[Block] | RequestPrefixes,
         *,
         output_tokens: int = 0,
         at: float | None = None,
@@ -172,21 +181,23 @@ class PrefixCacheSimulator:
     ) -> CallCost:
         """Price one request and update the cache as the provider would after serving it.
 
-        ``at`` is the call's time in seconds (on any clock, never going back); ``breakpoints``
-        are block counts (a breakpoint after the first ``b`` blocks) for a ``breakpoints``
-        profile, the end of the request by default.
+        ``blocks`` is the request, or its :class:`RequestPrefixes` (made once, for a request
+        sent again).  ``at`` is the call's time in seconds (on any clock, never going back);
+        ``breakpoints`` are block counts (a breakpoint after the first ``b`` blocks) for a
+        ``breakpoints`` profile, the end of the request by default.
         """
         profile = self.profile
         now = self._advance(at)
         if output_tokens < 0:
             raise ConfigurationError(f"output_tokens must be >= 0, got {output_tokens!r}")
-        cumulative, chain = _prefixes(blocks)
+        prefixes = blocks if isinstance(blocks, RequestPrefixes) else RequestPrefixes.of(blocks)
+        cumulative, chain = prefixes.cumulative, prefixes.chain
         sent = cumulative[-1]
         read = written = 0
         if profile.cache_mode == "automatic":
             read, written = self._automatic(cumulative, chain, now)
         elif profile.cache_mode == "breakpoints":
-            marks = _checked_breakpoints(breakpoints, len(blocks), profile.max_breakpoints)
+            marks = _checked_breakpoints(breakpoints, len(chain) - 1, profile.max_breakpoints)
             read, written = self._breakpoints(cumulative, chain, marks, now)
         uncached = sent - read
         cost = (
@@ -224,7 +235,7 @@ class PrefixCacheSimulator:
         lifetime = self.profile.lifetime_seconds
         return math.inf if lifetime is None else now + lifetime
 
-    def _automatic(self, cumulative: list[int], chain: list[bytes], now: float) -> tuple[int, int]:
+    def _automatic(self, cumulative: Sequence[int], chain: Sequence[bytes], now: float) -> tuple[int, int]:
         profile = self.profile
         least, step = profile.min_cacheable_tokens, profile.step_tokens
         matched = 0
@@ -242,7 +253,9 @@ class PrefixCacheSimulator:
                 entries[chain[position]] = expires
         return read, max(0, cacheable - read)
 
-    def _breakpoints(self, cumulative: list[int], chain: list[bytes], marks: list[int], now: float) -> tuple[int, int]:
+    def _breakpoints(
+        self, cumulative: Sequence[int], chain: Sequence[bytes], marks: list[int], now: float
+    ) -> tuple[int, int]:
         profile = self.profile
         least, lookback = profile.min_cacheable_tokens, profile.lookback_blocks
         hit = 0
@@ -289,22 +302,39 @@ class PrefixCacheSimulator:
         self._entries = {key: expires for key, expires in self._entries.items() if expires > now}
 
 
-def _prefixes(blocks: Sequence[Block]) -> tuple[list[int], list[bytes]]:
-    """Running token sums and chained digests: entry ``i`` stands for the first ``i`` blocks."""
-    cumulative = [0]
-    chain = [b""]
-    total = 0
-    previous = b""
-    for block in blocks:
-        if not isinstance(block, Block):
-            raise ConfigurationError(f"a request is a sequence of Block, got {block!r}; build one with request_blocks")
-        if block.tokens < 0:
-            raise ConfigurationError(f"a block cannot have {block.tokens} tokens")
-        total += block.tokens
-        previous = hashlib.blake2b(previous + block.digest, digest_size=_DIGEST_SIZE).digest()
-        cumulative.append(total)
-        chain.append(previous)
-    return cumulative, chain
+@dataclass(frozen=True, slots=True)
+class RequestPrefixes:
+    """A request as the cache reads it: the running token sums and the chained digests of its
+    prefixes (entry ``i`` stands for the first ``i`` blocks, entry 0 for none).
+
+    :meth:`PrefixCacheSimulator.send` makes them from the blocks; a caller that replays a request
+    it sent before (the proxy's estimate warms a fresh cache with the conversation's previous
+    request) keeps these instead of the blocks, and hashes each prefix once rather than on every
+    replay.
+    """
+
+    cumulative: Sequence[int]
+    chain: Sequence[bytes]
+
+    @classmethod
+    def of(cls, blocks: Sequence[Block]) -> RequestPrefixes:
+        cumulative = [0]
+        chain = [b""]
+        total = 0
+        previous = b""
+        blake2b = hashlib.blake2b
+        for block in blocks:
+            if type(block) is not Block and not isinstance(block, Block):
+                raise ConfigurationError(
+                    f"a request is a sequence of Block, got {block!r}; build one with request_blocks"
+                )
+            if block.tokens < 0:
+                raise ConfigurationError(f"a block cannot have {block.tokens} tokens")
+            total += block.tokens
+            previous = blake2b(previous + block.digest, digest_size=_DIGEST_SIZE).digest()
+            cumulative.append(total)
+            chain.append(previous)
+        return cls(cumulative, chain)
 
 
 def _checked_breakpoints(breakpoints: Sequence[int] | None, count: int, most: int) -> list[int]:

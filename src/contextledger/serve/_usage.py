@@ -38,7 +38,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextledger.clients import Usage, read_usage
-from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, message_block, request_blocks
+from contextledger.cost import (
+    Block,
+    CallCost,
+    PrefixCacheSimulator,
+    PriceProfile,
+    RequestPrefixes,
+    message_block,
+    request_blocks,
+)
 from contextledger.messages import Message
 from contextledger.serve._metrics import Metrics
 from contextledger.tokenizers import Tokenizer
@@ -91,17 +99,24 @@ class Expected:
 
 @dataclass(slots=True)
 class _Previous:
-    digests: bytes
-    tokens: array[int]
+    """A conversation's previous request as the cache read it: its prefixes' chained digests and
+    running token sums (entry 0, the empty prefix, left out), kept packed."""
+
+    chain: bytes
+    cumulative: array[int]
     at: float
 
     @property
     def size(self) -> int:
-        return len(self.digests) + self.tokens.itemsize * len(self.tokens) + _ENTRY_BYTES
+        return len(self.chain) + self.cumulative.itemsize * len(self.cumulative) + _ENTRY_BYTES
 
-    def blocks(self) -> list[Block]:
-        step = _DIGEST_BYTES
-        return [Block(self.digests[i * step : (i + 1) * step], count) for i, count in enumerate(self.tokens)]
+    @classmethod
+    def of(cls, prefixes: RequestPrefixes, at: float) -> _Previous:
+        return cls(b"".join(prefixes.chain), array("q", prefixes.cumulative[1:]), at)
+
+    def prefixes(self) -> RequestPrefixes:
+        step, chain = _DIGEST_BYTES, self.chain
+        return RequestPrefixes([0, *self.cumulative], [b"", *(chain[i : i + step] for i in range(0, len(chain), step))])
 
 
 class CostMeter:
@@ -254,12 +269,11 @@ class CostMeter:
         previous = self._previous.pop(expected.conversation, None)
         if previous is not None:
             self._held -= previous.size
-            simulator.send(previous.blocks(), at=previous.at)
+            simulator.send(previous.prefixes(), at=previous.at)  # hashed when it was sent: not again
             now = max(now, previous.at)
-        call = simulator.send(expected.blocks, output_tokens=output, at=now)
-        kept = _Previous(
-            b"".join(block.digest for block in expected.blocks), array("q", (b.tokens for b in expected.blocks)), now
-        )
+        prefixes = RequestPrefixes.of(expected.blocks)
+        call = simulator.send(prefixes, output_tokens=output, at=now)
+        kept = _Previous.of(prefixes, now)
         if kept.size <= self.held_bytes_limit:
             self._previous[expected.conversation] = kept
             self._held += kept.size
