@@ -22,6 +22,7 @@ from contextledger.cost import (
     CostTotals,
     PrefixCacheSimulator,
     PriceProfile,
+    RequestPrefixes,
     price_profile,
     request_blocks,
 )
@@ -223,3 +224,30 @@ def test_every_bill_adds_up(requests: list[list[tuple[int, int]]], profile: Pric
         low = profile.input_price * call.sent * min(1.0, profile.cache_read_multiplier)
         assert call.cost >= low + profile.output_price * 3 - 1e-9
     assert CostTotals.of(cache.calls).sent == sum(call.sent for call in cache.calls)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.lists(sizes, min_size=1, max_size=6),
+    profile=st.sampled_from([OPENAI, ANTHROPIC, NO_CACHE]),
+)
+def test_a_request_sent_as_its_prefixes_costs_what_its_blocks_cost(
+    requests: list[list[tuple[int, int]]], profile: PriceProfile
+) -> None:
+    """What the proxy's estimate replays (the previous request's prefixes, kept) prices as the
+    blocks they were made of, and leaves the cache as they would."""
+    by_blocks, by_prefixes = PrefixCacheSimulator(profile), PrefixCacheSimulator(profile)
+    for number, request in enumerate(requests):
+        made = [Block.of(str(name), tokens) for name, tokens in request]
+        prefixes = RequestPrefixes.of(made)
+        assert len(prefixes.chain) == len(made) + 1
+        assert by_blocks.send(made, at=number * 10.0) == by_prefixes.send(prefixes, at=number * 10.0)
+
+
+def test_prefixes_not_made_of_blocks_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"RequestPrefixes\.of\(blocks\)"):
+        RequestPrefixes([0, 5], [b""])
+    with pytest.raises(ConfigurationError, match=r"RequestPrefixes\.of\(blocks\)"):
+        RequestPrefixes([1], [b""])
+    with pytest.raises(ConfigurationError, match="a request is a sequence of Block"):
+        RequestPrefixes.of(["not a block"])  # type: ignore[list-item]

@@ -316,6 +316,13 @@ class RequestPrefixes:
     cumulative: Sequence[int]
     chain: Sequence[bytes]
 
+    def __post_init__(self) -> None:
+        if len(self.cumulative) != len(self.chain) or not self.chain or self.cumulative[0] != 0 or self.chain[0]:
+            raise ConfigurationError(
+                "RequestPrefixes holds one running token sum and one digest per prefix, the empty prefix "
+                "first (0 and b''); make them with RequestPrefixes.of(blocks)"
+            )
+
     @classmethod
     def of(cls, blocks: Sequence[Block]) -> RequestPrefixes:
         cumulative = [0]
