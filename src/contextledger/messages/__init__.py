@@ -22,8 +22,9 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   :class:`FunctionCallContent`, :class:`FunctionResultContent`, :class:`HostedCallContent`,
   :class:`HostedResultContent` (with :data:`HOSTED_TOOLS`, the hosted tools we name),
   :class:`ApprovalRequestContent`, :class:`ApprovalResponseContent`, :class:`OpaqueContent`,
-  the union ``Content``, and :func:`opened_ids` / :func:`answered_ids` (the ids contents open
-  and answer, by which calls pair with their results);
+  the union ``Content``, :func:`opened_ids` / :func:`answered_ids` (the ids contents open
+  and answer, by which calls pair with their results), and ``thawed`` (a mutable deep copy of
+  the frozen data a message holds, for the library's writers and adapters);
 - the message, ``_message.py``: :class:`Message`, ``ROLES``, the summary markers
   :data:`SUMMARY_PROPERTY` and :data:`SUMMARY_SOURCE_PROPERTY`, and two fast paths the library
   itself uses on thousands of messages per call, ``set_token_memo`` (tokenizers) and
@@ -36,7 +37,8 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   field here is kept under :data:`RESPONSES_PROPERTY`), :func:`item_dict`, and
   :func:`kept_as_given` (a compacted item list with every kept item the object it came from),
   :func:`item_runs` (the slices of items that make one message each, for a reader that
-  remembers what it converted);
+  remembers what it converted) and ``joins_calls`` (whether an item is one of such a run, told
+  of each item once by the proxy's reader);
 - JSONL transcripts, ``_jsonl.py``: :func:`load_jsonl`, :func:`read_jsonl`,
   :func:`dump_jsonl`, :func:`write_jsonl`;
 - Anthropic's Messages API, ``_anthropic.py``: :func:`from_anthropic` and :func:`to_anthropic`
@@ -71,6 +73,7 @@ from contextledger.messages._contents import (
     answered_ids,
     opened_ids,
 )
+from contextledger.messages._contents import thawed as thawed
 from contextledger.messages._jsonl import dump_jsonl, load_jsonl, read_jsonl, write_jsonl
 from contextledger.messages._message import (
     ROLES,
@@ -96,6 +99,7 @@ from contextledger.messages._responses import (
     kept_as_given,
     to_responses,
 )
+from contextledger.messages._responses import joins_calls as joins_calls
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [

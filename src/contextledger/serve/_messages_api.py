@@ -35,8 +35,15 @@ from starlette.responses import JSONResponse, Response
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
-from contextledger.messages import Message, TextContent, from_anthropic, message_blocks, system_messages, to_anthropic
-from contextledger.messages._contents import thawed
+from contextledger.messages import (
+    Message,
+    TextContent,
+    from_anthropic,
+    message_blocks,
+    system_messages,
+    thawed,
+    to_anthropic,
+)
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics

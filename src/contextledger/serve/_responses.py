@@ -46,12 +46,12 @@ from contextledger.messages import (
     TextContent,
     from_responses,
     item_runs,
+    joins_calls,
     kept_as_given,
+    thawed,
     to_responses,
     validate,
 )
-from contextledger.messages._contents import thawed
-from contextledger.messages._responses import joins_calls
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
