@@ -28,12 +28,13 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, completion
 from contextledger.serve._replies import completion_events, reply_message, stored_completion
 from contextledger.serve._requests import (
+    BodyMemo,
+    Compacted,
     MessageReader,
     check_payload,
     joined,
     parse_payload,
     refuse_invalid,
-    split_array,
     without_metadata,
 )
 from contextledger.serve._tenants import tenant_of
@@ -96,12 +97,12 @@ class ChatFormat:
         is looked up message by message, not parsed, and the messages kept go upstream as the bytes
         that came in.  A body that cannot be read so (not strict JSON, a malformed message, the
         library's private key in a message) is read whole, which refuses it with its own message."""
-        split = split_array(body, "messages")
+        split = self.reader.split(body, "messages")
         if split is not None:
             incoming = self.reader.read_raw(split.items)
             if incoming is not None:
                 payload = check_payload(split.payload, split.items)
-                return await self.stateless(request, payload, body, incoming, split.items)
+                return await self.stateless(request, payload, body, incoming, split.items, split.memo)
         payload = parse_payload(body)
         return await self.stateless(request, payload, body, self.reader.read(payload["messages"]), None)
 
@@ -112,13 +113,20 @@ class ChatFormat:
         body: bytes,
         incoming: list[Message],
         items: list[bytes] | None,
+        memo: BodyMemo | None = None,
     ) -> Response:
         """``incoming``: the messages read from ``payload["messages"]``, or (``items`` given) from
-        the items of a :class:`SplitBody`, whose ``payload`` holds an empty array in their place."""
+        the items of a :class:`SplitBody`, whose ``payload`` holds an empty array in their place;
+        ``memo``: the split's, where what is made of the messages is kept for the same body again."""
         # Every message is read, strategy or not, so a malformed one is refused here and not upstream
         # (the reader remembers what it has read: a repeated history costs little).  With no strategy
         # the body then goes as it came.
-        refuse_invalid(incoming)
+        made: Compacted[list[bytes]] | None = memo.recall(incoming) if memo is not None else None
+        if made is None:
+            refuse_invalid(incoming)
+            made = await self._compacted(incoming, items)
+            if memo is not None:
+                memo.keep(incoming, made)
         rewrite = False
         if items is None:
             plain = without_metadata(payload["messages"])
@@ -129,15 +137,14 @@ class ChatFormat:
         keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, apart))
         rewrite = rewrite or keyed is not payload
         payload = keyed
-        sent = incoming
-        if self.strategy is not None:
-            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
-            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-            if result.changed:
-                sent, rewrite = result.messages, True
-        if rewrite and items is not None:
-            body = joined(payload, "messages", _as_sent(sent, incoming, items) if sent is not incoming else items)
+        sent, forwarded = incoming, items
+        if made.result is not None:
+            self.metrics.count(self.metrics.tokens_before, "stateless", amount=made.result.before["included_tokens"])
+            self.metrics.count(self.metrics.tokens_after, "stateless", amount=made.result.after["included_tokens"])
+            if made.result.changed:
+                sent, forwarded, rewrite = made.result.messages, made.forwarded, True
+        if rewrite and forwarded is not None:
+            body = joined(payload, "messages", forwarded)
         elif rewrite:
             messages = to_openai(sent) if sent is not incoming else payload["messages"]
             body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
@@ -154,6 +161,15 @@ class ChatFormat:
             headers=passed_back(upstream.headers),
             background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
         )
+
+    async def _compacted(self, incoming: list[Message], items: list[bytes] | None) -> Compacted[list[bytes]]:
+        """The strategy's compaction of ``incoming`` (read from ``items`` when given), and what of
+        it is forwarded as bytes."""
+        if self.strategy is None:
+            return Compacted(None, None)
+        result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+        forwarded = _as_sent(result.messages, incoming, items) if result.changed and items is not None else None
+        return Compacted(result, forwarded)
 
     def cache_key(
         self, payload: dict[str, Any], request: Request, session: str | None, messages: list[Any] | None = None

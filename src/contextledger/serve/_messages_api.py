@@ -50,6 +50,8 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import (
+    BodyMemo,
+    Compacted,
     MessageReader,
     RawInput,
     bad_request,
@@ -57,7 +59,6 @@ from contextledger.serve._requests import (
     json_object,
     kept_places,
     refuse_invalid,
-    split_array,
 )
 from contextledger.serve._upstream import _TYPES, Answer, Upstream, anthropic_error, passed_back
 from contextledger.serve._usage import CostMeter
@@ -186,7 +187,10 @@ def _raw_breakpoints(
     return marked, items
 
 
-def _whole_items(kept: Sequence[Message], raw: RawInput) -> tuple[list[bytes], list[Any]] | None:
+_Whole = tuple[list[bytes], list[Any]]  # the client's messages kept whole: their bytes and values
+
+
+def _whole_items(kept: Sequence[Message], raw: RawInput) -> _Whole | None:
     """The client's messages a compaction kept, as their bytes and values, when sending them is
     sending what :func:`to_anthropic` would write of ``kept``: every kept message is one the client
     sent (found by identity: a strategy keeps the objects it was given), all the messages made of
@@ -317,29 +321,36 @@ class MessagesFormat:
         """A stateless request, its messages read as their bytes where it can be (as chat
         completions' are, see ``ChatFormat.stateless_body``): messages seen before are looked up,
         and when the strategy leaves them all, they go upstream as the bytes that came in."""
-        split = split_array(body, "messages")
+        split = self.reader.split(body, "messages")
         if split is not None:
             # Each message is told once, when first read, whether it holds a breakpoint.
             read = self.reader.read_raw_runs(split.items, None, from_anthropic, marks=_has_breakpoint)
             if read is not None:
                 payload = check_messages_payload(split.payload, read.values)
-                return await self.stateless(request, payload, read)
+                return await self.stateless(request, payload, read, split.memo)
         return await self.stateless(request, parse_messages_payload(body))
 
-    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
+    async def stateless(
+        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, memo: BodyMemo | None = None
+    ) -> Response:
         """``raw``: the messages read apart, ``payload`` holding an empty list in their place (a
-        message the client sent holds a breakpoint only if ``raw.marked``)."""
+        message the client sent holds a breakpoint only if ``raw.marked``); ``memo``: where what
+        the messages make is kept for the same body again."""
         incoming = self.read(payload) if raw is None else raw.messages
-        refuse_invalid(incoming)
+        made: Compacted[_Whole] | None = memo.recall(incoming) if memo is not None else None
+        if made is None:
+            refuse_invalid(incoming)
+            made = await self._compacted(incoming, raw)
+            if memo is not None:
+                memo.keep(incoming, made)
         system = _system(payload)
         kept = None if raw is None else (raw.items, raw.values)  # the client's messages that go as they came
-        if self.strategy is not None:
-            result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+        if made.result is not None:
+            result = made.result
             self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
             self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             if result.changed:
-                incoming = result.messages
-                kept = None if raw is None else _whole_items(incoming, raw)
+                incoming, kept = result.messages, made.forwarded
                 if kept is None:
                     _, written = to_anthropic(incoming)
                     payload = {**payload, "messages": written}
@@ -368,6 +379,15 @@ class MessagesFormat:
             headers=passed_back(upstream.headers),
             background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
         )
+
+    async def _compacted(self, incoming: list[Message], raw: RawInput | None) -> Compacted[_Whole]:
+        """The strategy's compaction of ``incoming``, with the client's messages it keeps whole as
+        they came (``raw`` given, and sending them is sending what the compaction keeps)."""
+        if self.strategy is None:
+            return Compacted(None, None)
+        result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+        whole = _whole_items(result.messages, raw) if result.changed and raw is not None else None
+        return Compacted(result, whole)
 
     async def count_tokens(self, request: Request, body: bytes) -> Response:
         """``POST /v1/messages/count_tokens``, passed through as it came."""

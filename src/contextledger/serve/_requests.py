@@ -24,14 +24,18 @@ import sys
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import is_
+from typing import Any, Generic, TypeVar
 
 from contextledger._json import MAX_DEPTH, UnwritableJSONError, strict_loads
+from contextledger.compaction import CompactionResult
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.messages import Message, message_from_openai, validate
 
 __all__ = [
     "REMEMBERED_BYTES",
+    "BodyMemo",
+    "Compacted",
     "MessageReader",
     "RawInput",
     "SplitBody",
@@ -54,6 +58,19 @@ REMEMBERED_BYTES = 32 * 1024 * 1024
 containers, as ``sys.getsizeof`` counts them); a single message larger than that is not remembered."""
 
 _METADATA_KEY = "_contextledger"  # where ``to_openai(..., metadata=True)`` keeps the library's own fields
+
+_Forwarded = TypeVar("_Forwarded")
+
+_BODIES = object()  # the reader's key for the bodies it keeps (see ``MessageReader.split``)
+_HEAD = 256  # the first bytes of a body, by which the body it continues is found
+_PER_HEAD = 8  # the most bodies kept of conversations starting with the same bytes
+
+
+def _body_size(body: bytes) -> int:
+    """What keeping a split body holds: the body, its items' bytes, and (kept alive by them) the
+    values and messages made of them: about twice the items again."""
+    return 4 * sys.getsizeof(body)
+
 
 _NODE_BYTES = 64  # a container, number or key tuple: roughly what the key and the message add for it
 
@@ -109,6 +126,41 @@ def check_payload(payload: dict[str, Any], messages: object) -> dict[str, Any]:
     return payload
 
 
+class BodyMemo:
+    """What a caller made of a split body's messages (validated them, compacted them, chose what
+    to forward), kept with the body by :meth:`MessageReader.split` for the next body with the same
+    messages: a client sending the same history again (a retry, a second sample) is answered
+    from it.  Recalled only for the very same message objects, which the reader gives for the same
+    items: what is made of them is a function of them alone, so it is the same."""
+
+    __slots__ = ("_made", "_messages")
+
+    def __init__(self) -> None:
+        self._messages: tuple[Message, ...] | None = None
+        self._made: Any = None
+
+    def recall(self, messages: Sequence[Message]) -> Any:
+        """What was kept for ``messages``, or None."""
+        kept = self._messages
+        if kept is not None and len(kept) == len(messages) and all(map(is_, kept, messages)):
+            return self._made
+        return None
+
+    def keep(self, messages: Sequence[Message], made: Any) -> None:
+        """Keep ``made`` for ``messages`` (not None), in place of what was kept."""
+        self._messages, self._made = tuple(messages), made
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted(Generic[_Forwarded]):
+    """What a stateless request's messages make, whatever else its body holds (kept in its
+    :class:`BodyMemo`): the strategy's compaction (None with no strategy), and the messages it
+    keeps as they go upstream, in the API's own terms (None unless it changed a split body)."""
+
+    result: CompactionResult | None
+    forwarded: _Forwarded | None
+
+
 @dataclass(frozen=True, slots=True)
 class SplitBody:
     """A JSON object body with one array read apart, item by item, as the bytes that came in.
@@ -120,6 +172,7 @@ class SplitBody:
     payload: dict[str, Any]
     field: str
     items: list[bytes]
+    memo: BodyMemo | None = None  # kept with the body by :meth:`MessageReader.split`
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +228,13 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
     nesting); the items are checked when first read, so a history sent again costs a lookup per
     message instead of a parse.  ``msgspec`` only finds where the values start and end.
     """
+    found = _split_whole(body, field)
+    return found[0] if found is not None else None
+
+
+def _split_whole(body: bytes, field: str) -> tuple[SplitBody, _Split | None] | None:
+    """:func:`split_array`, with what a later body continuing this one is compared with (None
+    when the array is empty: there is nothing to continue)."""
     if _OBJECT is None or _ITEMS is None:
         return None
     try:
@@ -189,13 +249,91 @@ def split_array(body: bytes, field: str) -> SplitBody | None:
     start = _find(body, found)  # the same bytes earlier would be an equal array: the check below sees it
     if start < 0:
         return None
+    close = start + len(found) - 1
+    payload = _skeleton(body, field, start, close)
+    if payload is None:
+        return None
+    kept = _Split(body, start, _before_space(body, close), items, BodyMemo()) if items else None
+    return SplitBody(payload, field, items, kept.memo if kept is not None else None), kept
+
+
+def _skeleton(body: bytes, field: str, opening: int, close: int) -> dict[str, Any] | None:
+    """What lies around ``body``'s ``field`` array (opening at ``opening``, closing at ``close``),
+    read strictly, with the array empty: None unless it is an object whose only ``field`` is
+    that array."""
     try:
-        payload = strict_loads(body[:start] + b"[]" + body[start + len(found) :])
+        payload = strict_loads(body[:opening] + b"[]" + body[close + 1 :])
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if type(payload) is not dict or payload.get(field) != []:
         return None
-    return SplitBody(payload, field, items)
+    return payload
+
+
+_SPACE = frozenset(b" \t\n\r")  # JSON's whitespace
+_CLOSE, _COMMA = ord("]"), ord(",")
+
+
+def _before_space(body: bytes, end: int) -> int:
+    """Where the whitespace that ends before ``end`` starts (``end`` when there is none)."""
+    while end > 0 and body[end - 1] in _SPACE:
+        end -= 1
+    return end
+
+
+def _after_space(body: bytes, start: int) -> int:
+    """The first place at or after ``start`` that is not whitespace (``len(body)`` if none)."""
+    while start < len(body) and body[start] in _SPACE:
+        start += 1
+    return start
+
+
+@dataclass(slots=True, eq=False)
+class _Split:
+    """A body split apart, kept for the next body of its conversation: that body starts with the
+    same bytes up to ``end`` (where the array's last item ends) when it only adds items."""
+
+    body: bytes
+    opening: int  # where the array opens
+    end: int  # just past the array's last item
+    items: list[bytes]
+    memo: BodyMemo
+
+
+def _continued(body: bytes, field: str, prior: _Split) -> tuple[SplitBody, _Split] | None:
+    """``body`` split as ``prior`` continued: the same bytes up to the end of its array's last
+    item, compared in place, then either the array's end or more items, of which only those are
+    read.  None when ``body`` is not so (the caller splits it whole)."""
+    if not body.startswith(memoryview(prior.body)[: prior.end]):
+        return None
+    at = _after_space(body, prior.end)
+    if at == len(body):
+        return None
+    if body[at] == _CLOSE:  # the same items: what they make is what ``prior`` made
+        payload = _skeleton(body, field, prior.opening, at)
+        return (SplitBody(payload, field, prior.items, prior.memo), prior) if payload is not None else None
+    if body[at] != _COMMA:
+        return None  # the last item goes on (a longer number): not the same item
+    # What follows the comma, read as an object whose first member is the array of the new items
+    # (and the rest the body's members after the array): only the new bytes are scanned.
+    lead = b"{" + json.dumps(field).encode("utf-8") + b":["
+    rest = lead + body[at + 1 :]
+    try:
+        found = _OBJECT.decode(rest).get(field)
+        if found is None or not rest.startswith(found, len(lead) - 1):
+            return None
+        added = [bytes(item) for item in _ITEMS.decode(found)]
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not added:
+        return None  # a comma before the closing bracket
+    close = at + len(found) - 1  # ``rest``'s opening bracket stands where the comma is
+    payload = _skeleton(body, field, prior.opening, close)
+    if payload is None:
+        return None
+    items = [*prior.items, *added]
+    kept = _Split(body, prior.opening, _before_space(body, close), items, BodyMemo())
+    return SplitBody(payload, field, items, kept.memo), kept
 
 
 def _find(body: bytes, part: Any) -> int:
@@ -319,8 +457,43 @@ class MessageReader:
 
     @property
     def held_bytes(self) -> int:
-        """The memory the remembered messages hold, as counted against the limit."""
+        """The memory the remembered messages and bodies hold, as counted against the limit."""
         return self._held
+
+    def split(self, body: bytes, field: str) -> SplitBody | None:
+        """:func:`split_array`, remembering what it split (within the reader's limit) for the next
+        body of the conversation, whose ``memo`` it gives again.  A body that repeats a remembered
+        one's array and adds items is compared with it in place and only the items added are
+        scanned; the items it repeats are the same bytes objects (hashed once), whose messages
+        are looked up as before.  Bodies are found by their first bytes; of conversations that
+        start alike (one system prompt), the most recently used few are kept."""
+        key = (_BODIES, field, body[:_HEAD])
+        held = self._made.pop(key, None)
+        bucket: list[_Split] = []
+        if held is not None:
+            bucket = held[0]
+            self._held -= held[1]
+        found: tuple[SplitBody, _Split | None] | None = None
+        for place, prior in enumerate(bucket):
+            found = _continued(body, field, prior)
+            if found is not None:
+                del bucket[place]
+                break
+        else:
+            found = _split_whole(body, field)
+        kept = found[1] if found is not None else None
+        if kept is not None and kept.end >= _HEAD:  # else the next body is not found by this key
+            bucket.insert(0, kept)
+        size = 0
+        for count, prior in enumerate(bucket):
+            if count == _PER_HEAD or size + _body_size(prior.body) > self.limit // 4:
+                del bucket[count:]
+                break
+            size += _body_size(prior.body)
+        if bucket:
+            self._made[key] = (bucket, size)
+            self._remember(size)
+        return found[0] if found is not None else None
 
     def read(self, items: list[Any]) -> list[Message]:
         """The messages, or 400 naming the first malformed one."""

@@ -56,7 +56,7 @@ from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, RawInput, joined, json_object, kept_places, split_array
+from contextledger.serve._requests import BodyMemo, Compacted, MessageReader, RawInput, joined, json_object, kept_places
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -244,16 +244,18 @@ class ResponsesFormat:
         """A stateless request, its input read as its items' bytes where it can be (as chat
         completions' messages are, see ``ChatFormat.stateless_body``): items seen before are looked
         up, and the items kept go upstream as the bytes that came in."""
-        split = split_array(body, "input")
+        split = self.reader.split(body, "input")
         if split is not None:
             read = self.reader.read_raw_runs(split.items, joins_calls, from_responses)
             if read is not None and all(type(value) is dict for value in read.values):
                 check_responses_payload(split.payload, read.values)
-                return await self.stateless(request, split.payload, read)
+                return await self.stateless(request, split.payload, read, split.memo)
         return await self.stateless(request, parse_responses_payload(body))
 
-    async def stateless(self, request: Request, payload: dict[str, Any], raw: RawInput | None = None) -> Response:
-        sent, incoming, said, kept = await self.prepare(payload, request, raw)
+    async def stateless(
+        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, memo: BodyMemo | None = None
+    ) -> Response:
+        sent, incoming, said, kept = await self.prepare(payload, request, raw, memo)
         if raw is None:
             body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         else:
@@ -272,11 +274,12 @@ class ResponsesFormat:
         return Response(upstream.content, upstream.status_code, headers=back, media_type=media, background=counted)
 
     async def prepare(
-        self, payload: dict[str, Any], request: Request, raw: RawInput | None = None
+        self, payload: dict[str, Any], request: Request, raw: RawInput | None = None, memo: BodyMemo | None = None
     ) -> tuple[dict[str, Any], list[Message], dict[str, str], list[bytes] | None]:
         """The payload to send upstream, its input as messages (for the cost meter; none when the
         proxy did not read it), the headers that say what the proxy did, and (``raw`` given: the
-        payload's input is apart, as the items' bytes) the bytes of the items kept, None when all are."""
+        payload's input is apart, as the items' bytes) the bytes of the items kept, None when all
+        are.  ``memo``: where what the input makes is kept for the same body again."""
         items = raw.values if raw is not None else payload["input"] if isinstance(payload["input"], list) else None
         said: dict[str, str] = {}
         messages: list[Message] = []
@@ -289,23 +292,40 @@ class ResponsesFormat:
             messages = [Message.user(payload["input"])]
         else:
             messages, spans = (raw.messages, raw.spans) if raw is not None else self.conversation(items)
-            problems = validate(messages)  # refused where the upstream would refuse it
-            if problems:
-                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
-            if self.strategy is None:
+            made: Compacted[list[bytes]] | None = memo.recall(messages) if memo is not None else None
+            if made is None:
+                made = await self._compacted(messages, spans, raw)
+                if memo is not None:
+                    memo.keep(messages, made)
+            result = made.result
+            if result is None:
                 said[COMPACTION_HEADER] = "unchanged"
             else:
-                result = await compact_with_report(messages, strategy=self.strategy, tokenizer=self.tokenizer)
                 self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
                 self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
                 said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
                 if result.changed and raw is not None:
-                    kept = _forwarded(result.messages, messages, spans, raw.items, _item_bytes)
+                    kept = made.forwarded
                 elif result.changed:
                     payload = {**payload, "input": _forwarded(result.messages, messages, spans, items, _same)}
                 messages = list(result.messages)
         return self.cache_key(payload, items, request, None), messages, said, kept
+
+    async def _compacted(
+        self, messages: list[Message], spans: list[tuple[int, int]], raw: RawInput | None
+    ) -> Compacted[list[bytes]]:
+        """``messages`` refused where the upstream would refuse them, else compacted by the
+        strategy, with the bytes of the items kept (``raw`` given and some left out)."""
+        problems = validate(messages)  # refused where the upstream would refuse it
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
+        if self.strategy is None:
+            return Compacted(None, None)
+        result = await compact_with_report(messages, strategy=self.strategy, tokenizer=self.tokenizer)
+        if not result.changed or raw is None:
+            return Compacted(result, None)
+        return Compacted(result, _forwarded(result.messages, messages, spans, raw.items, _item_bytes))
 
     def cache_key(
         self, payload: dict[str, Any], items: list[dict[str, Any]] | None, request: Request, session: str | None
