@@ -27,8 +27,8 @@ from contextledger import from_openai
 from contextledger._json import MAX_DEPTH
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import InvalidMessageError
-from contextledger.messages import Message, from_anthropic, to_anthropic, to_openai
-from contextledger.serve._requests import MessageReader, joined, split_array
+from contextledger.messages import Message, from_anthropic, to_anthropic, to_openai, to_responses
+from contextledger.serve._requests import BodyMemo, MessageReader, SplitBody, joined, split_array
 
 with try_import("serve") as serve_extra:
     import msgspec  # noqa: F401  (what finds the messages in a body)
@@ -80,6 +80,122 @@ def test_reading_a_body_apart_gives_what_reading_it_whole_gives(
     forwarded = [json.loads(item) for item in _as_sent(list(kept), read, split.items)]
     came = {id(message): original for message, original in zip(read, sent)}
     assert forwarded == [came.get(id(message)) or to_openai([message])[0] for message in kept]
+
+
+LONG_SYSTEM = {"role": "system", "content": "You answer questions about the catalogue. " * 8}  # past the first bytes
+
+
+def _same_split(one: SplitBody | None, other: SplitBody | None) -> bool:
+    if one is None or other is None:
+        return one is other
+    return one.payload == other.payload and one.items == other.items
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(messages, min_size=1, max_size=6),
+    st.lists(messages, max_size=4),
+    st.dictionaries(st.sampled_from(["temperature", "user"]), json_values, max_size=2),
+    st.dictionaries(st.sampled_from(["tools", "metadata"]), json_values, max_size=2),
+    st.dictionaries(st.sampled_from(["tools", "metadata"]), json_values, max_size=2),
+    formats,
+)
+def test_a_body_continuing_a_remembered_one_splits_as_it_does_alone(
+    sent: list[dict[str, Any]],
+    added: list[dict[str, Any]],
+    head: dict[str, Any],
+    tail: dict[str, Any],
+    later_tail: dict[str, Any],
+    style: dict[str, Any],
+) -> None:
+    reader = MessageReader()
+    first = json.dumps({"model": "m", **head, "messages": [LONG_SYSTEM, *sent], **tail}, **style).encode()
+    then = json.dumps({"model": "m", **head, "messages": [LONG_SYSTEM, *sent, *added], **later_tail}, **style).encode()
+    before = reader.split(first, "messages")
+    assert before is not None
+    assert _same_split(before, split_array(first, "messages"))
+    after = reader.split(then, "messages")
+    assert after is not None
+    assert _same_split(after, split_array(then, "messages"))
+    # What it repeats was compared, not scanned again: the same bytes objects (hashed once).
+    assert all(one is other for one, other in zip(before.items, after.items))
+    assert (after.memo is before.memo) == (not added)  # what the messages made is theirs alone
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(messages, min_size=1, max_size=4),
+    st.lists(
+        st.sampled_from(
+            [
+                b",",
+                b"]",
+                b"}",
+                b"[",
+                b"{",
+                b" ",
+                b"\n",
+                b"1",
+                b"3",
+                b'"',
+                b":",
+                b'"messages"',
+                b"null",
+                b"\\",
+                b'{"role": "user", "content": "x"}',
+                b'"model": "n"',
+                b"\xff",
+                b"\xc3\xa9",
+                b"[]",
+                b"{}",
+            ]
+        ),
+        max_size=6,
+    ),
+    st.sampled_from([b"", b"1", b" ,", b",", b", "]),
+    st.sampled_from([b"", b"]}", b" ] }", b'], "model": "n"}', b'], "messages": []}', b'], "stream": true}', b"]"]),
+)
+def test_any_continuation_of_a_remembered_body_splits_as_it_does_alone(
+    sent: list[dict[str, Any]], tokens: list[bytes], cut: bytes, closing: bytes
+) -> None:
+    """Near-valid bodies that start as a remembered one did: a number that goes on, a comma before
+    the bracket, a key named twice after the array, bytes that are not text, an array never
+    closed.  Reading them against the remembered body refuses or splits each as reading it alone does."""
+    reader = MessageReader()
+    first = json.dumps({"model": "m", "messages": [LONG_SYSTEM, *sent, 12]}).encode()
+    assert reader.split(first, "messages") is not None
+    end = first.rindex(b"12]") + 2
+    body = first[:end] + cut + b"".join(tokens) + closing
+    alone = split_array(body, "messages")
+    event("split" if alone is not None else "refused")
+    assert _same_split(reader.split(body, "messages"), alone)
+
+
+def test_the_bodies_a_reader_keeps_stay_within_its_limit() -> None:
+    reader = MessageReader(limit=4 * 1024 * 1024)
+    for number in range(60):  # distinct conversations, each with a 20 KB history
+        history = [LONG_SYSTEM, *({"role": "user", "content": f"{number}:{part}" * 2000} for part in range(2))]
+        assert reader.split(json.dumps({"model": "m", "messages": history}).encode(), "messages") is not None
+        assert reader.held_bytes <= reader.limit
+    # One body larger than a quarter of the limit is split, and not kept.
+    large = json.dumps({"model": "m", "messages": [LONG_SYSTEM, {"role": "user", "content": "y" * 2**20}]}).encode()
+    held = reader.held_bytes
+    once = reader.split(large, "messages")
+    again = reader.split(large, "messages")
+    assert once is not None
+    assert again is not None
+    assert once.memo is not again.memo
+    assert reader.held_bytes <= held
+
+
+def test_a_memo_gives_back_only_for_the_very_same_messages() -> None:
+    memo = BodyMemo()
+    messages = from_openai([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert memo.recall(messages) is None
+    memo.keep(messages, "made")
+    assert memo.recall(list(messages)) == "made"
+    assert memo.recall(from_openai([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])) is None
+    assert memo.recall(messages[:1]) is None
 
 
 def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Message], Any] | None:
@@ -282,3 +398,39 @@ def test_a_client_breakpoint_compacted_away_leaves_the_proxy_to_place_one(
     assert len(forwarded["messages"]) < len(messages)
     assert json.dumps(forwarded).count("cache_control") == 1
     assert forwarded["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses", "/messages"])
+def test_a_growing_stateless_conversation_goes_upstream_as_each_body_alone(
+    running: Proxy, fake_upstream: FakeUpstream, path: str
+) -> None:
+    """Each body continues the one before (the proxy reads only what it adds); what goes upstream
+    is what compacting that body alone gives, and the same body again sends the same."""
+    history = [LONG_SYSTEM, *_history(3)]
+    window = SlidingWindowStrategy(keep_last_groups=2)
+    for turn in range(6):
+        history = [*history, {"role": "assistant", "content": f"reply {turn}"}, {"role": "user", "content": f"q{turn}"}]
+        messages = from_openai(history)
+        kept = asyncio.run(compact_with_report(messages, strategy=window)).messages
+        if path == "/chat/completions":
+            body: dict[str, Any] = {"model": "m", "messages": history}
+            expected: Any = to_openai(kept)
+        elif path == "/responses":
+            body = {"model": "m", "input": to_responses(messages)}
+            expected = to_responses(kept)
+        else:
+            system, wire = to_anthropic(messages)
+            body = {"model": "m", "max_tokens": 8, "system": system, "messages": wire}
+            expected = to_anthropic(kept)[1]
+        sent = []
+        for _ in range(2):
+            status, answer = _send(running, path, json.dumps(body).encode())
+            assert status == 200, answer
+            sent.append(fake_upstream.last_body())
+        assert sent[0] == sent[1]
+        forwarded = sent[0]["input" if path == "/responses" else "messages"]
+        if path == "/messages":  # the proxy's breakpoint on the last message
+            forwarded[-1]["content"][-1].pop("cache_control")
+            if expected[-1]["content"] != forwarded[-1]["content"] and isinstance(expected[-1]["content"], str):
+                expected[-1]["content"] = [{"type": "text", "text": expected[-1]["content"]}]
+        assert forwarded == expected
