@@ -27,7 +27,15 @@ from contextledger import from_openai
 from contextledger._json import MAX_DEPTH
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import InvalidMessageError
-from contextledger.messages import Message, from_anthropic, to_anthropic, to_openai, to_responses
+from contextledger.messages import (
+    Message,
+    from_anthropic,
+    from_responses,
+    joins_calls,
+    to_anthropic,
+    to_openai,
+    to_responses,
+)
 from contextledger.serve._requests import BodyMemo, MessageReader, SplitBody, joined, split_array
 
 with try_import("serve") as serve_extra:
@@ -434,3 +442,58 @@ def test_a_growing_stateless_conversation_goes_upstream_as_each_body_alone(
             if expected[-1]["content"] != forwarded[-1]["content"] and isinstance(expected[-1]["content"], str):
                 expected[-1]["content"] = [{"type": "text", "text": expected[-1]["content"]}]
         assert forwarded == expected
+
+
+def _read_alone(reader_of: Any, body: bytes, field: str, how: tuple[Any, ...]) -> Any:
+    split = split_array(body, field)
+    assert split is not None
+    return reader_of(MessageReader()).read_raw_runs(split.items, *how)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations(), st.integers(0, 40), st.sampled_from(["responses", "messages"]))
+def test_a_continued_body_is_read_past_what_was_read_as_reading_it_alone_reads(
+    conversation: list[Message], cut: int, api: str
+) -> None:
+    """Reading only past the body continued (from its last run, which may go on) gives the values,
+    messages, runs and marks reading the whole body gives: a reasoning item and the call after it
+    across the cut, a breakpoint on either side."""
+    if api == "responses":
+        field, how = "input", (joins_calls, from_responses)
+        wire = to_responses(conversation)
+        marks = None
+    else:
+        field, how = "messages", (None, from_anthropic)
+        try:
+            wire = to_anthropic(conversation)[1]
+        except InvalidMessageError:
+            assume(False)
+        marks = _has_breakpoint
+    cut = min(cut, len(wire))
+    assume(cut >= 1)
+    if marks is not None and cut % 3 != 2:  # a client's breakpoint, before the cut or after it
+        at = 0 if cut % 3 == 0 else len(wire) - 1
+        wire = [*wire[:at], {**wire[at], "cache_control": {"type": "ephemeral"}}, *wire[at + 1 :]]
+    reader = MessageReader()
+    pad = [{"type": "message", "role": "system", "content": LONG_SYSTEM["content"]}] if api == "responses" else []
+    system = LONG_SYSTEM["content"] if api == "messages" else None
+
+    def body(items: list[Any]) -> bytes:
+        return json.dumps({"model": "m", "system": system, field: [*pad, *items]}).encode()
+
+    first = reader.split(body(wire[:cut]), field)
+    assert first is not None
+    before = reader.read_split_runs(first, *how, marks=marks)
+    assume(before is not None)
+    then = reader.split(body(wire), field)
+    assert then is not None
+    assert (then.memo if cut == len(wire) else then.before) is first.memo
+    read = reader.read_split_runs(then, *how, marks=marks)
+    alone = _read_alone(lambda fresh: fresh, body(wire), field, (*how, marks))
+    assert (read is None) == (alone is None)
+    if read is not None:
+        assert read.values == alone.values
+        assert read.messages == alone.messages
+        assert read.spans == alone.spans
+        assert (read.one_each, read.marked) == (alone.one_each, alone.marked)
+        assert reader.read_split_runs(then, *how, marks=marks) is read  # the same body: given again

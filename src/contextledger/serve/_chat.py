@@ -99,7 +99,7 @@ class ChatFormat:
         library's private key in a message) is read whole, which refuses it with its own message."""
         split = self.reader.split(body, "messages")
         if split is not None:
-            incoming = self.reader.read_raw(split.items)
+            incoming = self.reader.read_split(split)
             if incoming is not None:
                 payload = check_payload(split.payload, split.items)
                 return await self.stateless(request, payload, body, incoming, split.items, split.memo)

@@ -324,7 +324,7 @@ class MessagesFormat:
         split = self.reader.split(body, "messages")
         if split is not None:
             # Each message is told once, when first read, whether it holds a breakpoint.
-            read = self.reader.read_raw_runs(split.items, None, from_anthropic, marks=_has_breakpoint)
+            read = self.reader.read_split_runs(split, None, from_anthropic, marks=_has_breakpoint)
             if read is not None:
                 payload = check_messages_payload(split.payload, read.values)
                 return await self.stateless(request, payload, read, split.memo)

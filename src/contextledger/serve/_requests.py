@@ -17,6 +17,7 @@ images, pasted files) cannot make it grow: the least recently used messages go f
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import json
@@ -25,7 +26,7 @@ import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import is_
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from contextledger._json import MAX_DEPTH, UnwritableJSONError, strict_loads
 from contextledger.compaction import CompactionResult
@@ -133,11 +134,13 @@ class BodyMemo:
     from it.  Recalled only for the very same message objects, which the reader gives for the same
     items: what is made of them is a function of them alone, so it is the same."""
 
-    __slots__ = ("_made", "_messages")
+    __slots__ = ("_made", "_messages", "reading")
 
     def __init__(self) -> None:
         self._messages: tuple[Message, ...] | None = None
         self._made: Any = None
+        # The body's items and what reading them gave (see ``MessageReader.read_split``).
+        self.reading: tuple[list[bytes], Any] | None = None
 
     def recall(self, messages: Sequence[Message]) -> Any:
         """What was kept for ``messages``, or None."""
@@ -173,6 +176,7 @@ class SplitBody:
     field: str
     items: list[bytes]
     memo: BodyMemo | None = None  # kept with the body by :meth:`MessageReader.split`
+    before: BodyMemo | None = None  # the memo of the body this one continues (its items come first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +337,20 @@ def _continued(body: bytes, field: str, prior: _Split) -> tuple[SplitBody, _Spli
         return None
     items = [*prior.items, *added]
     kept = _Split(body, prior.opening, _before_space(body, close), items, BodyMemo())
-    return SplitBody(payload, field, items, kept.memo), kept
+    return SplitBody(payload, field, items, kept.memo, prior.memo), kept
+
+
+def _read_before(split: SplitBody) -> tuple[int, Any] | None:
+    """How many of ``split``'s first items were read already, and what reading them gave: all of
+    them (the same body again) or those of the body it continues.  None if neither was read."""
+    for memo in (split.memo, split.before):
+        reading = memo.reading if memo is not None else None
+        if reading is None:
+            continue
+        read, made = reading
+        if read is split.items or (len(read) <= len(split.items) and all(map(is_, read, split.items))):
+            return len(read), made
+    return None
 
 
 def _find(body: bytes, part: Any) -> int:
@@ -527,6 +544,61 @@ class MessageReader:
             return [self._recall(item, functools.partial(made, item, position)) for position, item in enumerate(items)]
         except (_Unreadable, InvalidMessageError):
             return None
+
+    def read_split(self, split: SplitBody) -> list[Message] | None:
+        """:meth:`read_raw` of ``split``'s items, given again for the same body and read only
+        past the items of the body it continues (each makes its message alone, the message
+        being the same whatever follows)."""
+        found = _read_before(split)
+        if found is not None and found[0] == len(split.items):
+            return cast("list[Message]", found[1])
+        count, head = found if found is not None else (0, [])
+        tail = self.read_raw(split.items[count:])
+        if tail is None:
+            return None
+        messages = [*head, *tail]
+        if split.memo is not None:
+            split.memo.reading = (split.items, messages)
+        return messages
+
+    def read_split_runs(
+        self,
+        split: SplitBody,
+        joins: Callable[[Any], bool] | None,
+        convert: Callable[[list[Any]], list[Message]],
+        marks: Callable[[Any], bool] | None = None,
+    ) -> RawInput | None:
+        """:meth:`read_raw_runs` of ``split``'s items, given again for the same body and read only
+        from the last run of the body it continues (a run may go on into the items added; those
+        before it end where they ended)."""
+        found = _read_before(split)
+        if found is not None and found[0] == len(split.items):
+            return cast("RawInput", found[1])
+        items = split.items
+        if found is None:
+            read = self.read_raw_runs(items, joins, convert, marks)
+        else:
+            prior = cast("RawInput", found[1])
+            start = prior.spans[-1][0] if prior.spans else 0
+            tail = self.read_raw_runs(items[start:], joins, convert, marks)
+            if tail is None:
+                return None
+            cut = bisect.bisect_left(prior.spans, (start,))  # the messages of the runs before ``start``
+            spans = [*prior.spans[:cut], *((begin + start, end + start) for begin, end in tail.spans)]
+            one_each = tail.one_each and (
+                prior.one_each or (cut == start and all(span == (i, i + 1) for i, span in enumerate(spans[:cut])))
+            )
+            read = RawInput(
+                items,
+                [*prior.values[:start], *tail.values],
+                [*prior.messages[:cut], *tail.messages],
+                spans,
+                one_each,
+                prior.marked or tail.marked,  # an item before ``start`` is marked only if ``prior`` was
+            )
+        if read is not None and split.memo is not None:
+            split.memo.reading = (items, read)
+        return read
 
     def read_raw_runs(
         self,

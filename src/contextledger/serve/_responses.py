@@ -246,7 +246,7 @@ class ResponsesFormat:
         up, and the items kept go upstream as the bytes that came in."""
         split = self.reader.split(body, "input")
         if split is not None:
-            read = self.reader.read_raw_runs(split.items, joins_calls, from_responses)
+            read = self.reader.read_split_runs(split, joins_calls, from_responses)
             if read is not None and all(type(value) is dict for value in read.values):
                 check_responses_payload(split.payload, read.values)
                 return await self.stateless(request, split.payload, read, split.memo)
