@@ -16,7 +16,9 @@ written in each API's shape.
 
 Workloads:
 - stateless: a 201-message history (50 turns, each with a 1-2 KB tool result) that the proxy
-  compacts with a sliding window before forwarding;
+  compacts with a sliding window before forwarding, the same body every request;
+- stateless, growing: what a stateless agent sends, each request its previous one and a turn
+  more (4 messages), from 161 to 241 messages, then a new conversation; each client its own;
 - session: one new user message per request to a session that already stores 1,000 turns
   (4,000 messages); the proxy loads the history, takes the request view (a sliding window),
   adds the facts block, forwards, and stores the turn.  Each client has its own session.
@@ -53,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -173,9 +176,9 @@ def constant(body: bytes) -> Callable[[int], bytes]:
     return lambda _: body
 
 
-def bodies_for(endpoint: str) -> tuple[bytes, bytes]:
-    """The 201-message history and a session turn's question, written in ``endpoint``'s API."""
-    history = messages(201)
+def bodies_for(endpoint: str, count: int = 201) -> tuple[bytes, bytes]:
+    """The ``count``-message history and a session turn's question, written in ``endpoint``'s API."""
+    history = messages(count)
     if endpoint == "responses":
         items = to_responses(from_openai(history))
         question: dict[str, Any] = {"model": "bench", "input": "and item 7?"}
@@ -187,6 +190,25 @@ def bodies_for(endpoint: str) -> tuple[bytes, bytes]:
         return json.dumps(whole).encode(), json.dumps(question).encode()
     question = {"model": "bench", "messages": [{"role": "user", "content": "and item 7?"}]}
     return json.dumps({"model": "bench", "messages": history}).encode(), json.dumps(question).encode()
+
+
+GROWTH = (161, 241)  # a growing conversation's first and last lengths: 201 messages on average
+SYSTEM_MARK = b"You are a helpful shopping assistant."  # in every history's system prompt
+
+
+def growing_for(endpoint: str) -> Callable[[int], bytes]:
+    """Bodies of stateless conversations as agents send them: each request continues its client's
+    previous one by a turn (4 messages), from 161 to 241 messages, then a new conversation starts
+    (its system prompt names it, so nothing of it was seen before).  Per client, in order."""
+    parts = [bodies_for(endpoint, count)[0].partition(SYSTEM_MARK) for count in range(GROWTH[0], GROWTH[1] + 1, 4)]
+    sent: dict[int, int] = {}
+
+    def body(client: int) -> bytes:
+        step = sent[client] = sent.get(client, -1) + 1
+        head, mark, tail = parts[step % len(parts)]
+        return b"".join((head, mark, f" (client {client}, conversation {step // len(parts)})".encode(), tail))
+
+    return body
 
 
 def free_port() -> int:
@@ -284,16 +306,19 @@ async def serving(app: Any) -> tuple[Any, asyncio.Task[None], str]:
     return server, task, f"http://127.0.0.1:{port}"
 
 
-async def cpu_per_request(url: str, body: bytes, headers: dict[str, str], total: int) -> tuple[float, float]:
+async def cpu_per_request(
+    url: str, bodies: Callable[[int], bytes], headers: dict[str, str], total: int
+) -> tuple[float, float]:
     """Median and p99 CPU milliseconds per request to ``url``, served in this process."""
     import aiohttp  # noqa: PLC0415
 
     async with aiohttp.ClientSession() as client:
         for _ in range(5):
-            async with client.post(url, data=body, headers=headers) as response:
+            async with client.post(url, data=bodies(0), headers=headers) as response:
                 await response.read()
         samples: list[float] = []
         for _ in range(total):
+            body = bodies(0)
             started = time.process_time()
             async with client.post(url, data=body, headers=headers) as response:
                 text = await response.read()
@@ -337,12 +362,17 @@ async def in_process(workdir: Path, endpoints: list[str], total: int, rounds: in
     for endpoint in endpoints:
         history, question = bodies_for(endpoint)
         path = PATHS[endpoint]
-        for name, body, headers in (("stateless, 201 messages", history, plain), ("session turn", question, session)):
+        measured: list[tuple[str, Callable[[], Callable[[int], bytes]], dict[str, str]]] = [
+            ("stateless, 201 messages", functools.partial(constant, history), plain),
+            ("stateless, growing 161-241", functools.partial(growing_for, endpoint), plain),
+            ("session turn", functools.partial(constant, question), session),
+        ]
+        for name, bodies, headers in measured:
             bare: list[tuple[float, float]] = []
             through: list[tuple[float, float]] = []
             for _ in range(rounds):
-                bare.append(await cpu_per_request(upstream + path, body, plain, total))
-                through.append(await cpu_per_request(proxied + path, body, headers, total))
+                bare.append(await cpu_per_request(upstream + path, bodies(), plain, total))
+                through.append(await cpu_per_request(proxied + path, bodies(), headers, total))
             b50, b99 = (statistics.median(run[i] for run in bare) for i in (0, 1))
             t50, t99 = (statistics.median(run[i] for run in through) for i in (0, 1))
             print(
@@ -631,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             history, question = bodies_for(endpoint)
             workloads += [
                 (endpoint, "stateless, 201 messages", constant(history), lambda _: plain, lambda _: plain),
+                (endpoint, "stateless, growing 161-241", growing_for(endpoint), lambda _: plain, lambda _: plain),
                 (
                     endpoint,
                     f"session turn, {STORED_TURNS:,} turns stored",

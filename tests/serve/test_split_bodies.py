@@ -458,6 +458,8 @@ def test_a_continued_body_is_read_past_what_was_read_as_reading_it_alone_reads(
     """Reading only past the body continued (from its last run, which may go on) gives the values,
     messages, runs and marks reading the whole body gives: a reasoning item and the call after it
     across the cut, a breakpoint on either side."""
+    how: tuple[Any, Any]
+    marks: Any
     if api == "responses":
         field, how = "input", (joins_calls, from_responses)
         wire = to_responses(conversation)
@@ -483,12 +485,12 @@ def test_a_continued_body_is_read_past_what_was_read_as_reading_it_alone_reads(
 
     first = reader.split(body(wire[:cut]), field)
     assert first is not None
-    before = reader.read_split_runs(first, *how, marks=marks)
+    before = reader.read_split_runs(first, how[0], how[1], marks=marks)
     assume(before is not None)
     then = reader.split(body(wire), field)
     assert then is not None
     assert (then.memo if cut == len(wire) else then.before) is first.memo
-    read = reader.read_split_runs(then, *how, marks=marks)
+    read = reader.read_split_runs(then, how[0], how[1], marks=marks)
     alone = _read_alone(lambda fresh: fresh, body(wire), field, (*how, marks))
     assert (read is None) == (alone is None)
     if read is not None:
@@ -496,4 +498,4 @@ def test_a_continued_body_is_read_past_what_was_read_as_reading_it_alone_reads(
         assert read.messages == alone.messages
         assert read.spans == alone.spans
         assert (read.one_each, read.marked) == (alone.one_each, alone.marked)
-        assert reader.read_split_runs(then, *how, marks=marks) is read  # the same body: given again
+        assert reader.read_split_runs(then, how[0], how[1], marks=marks) is read  # the same body: given again
