@@ -3,6 +3,9 @@ and no key ever written to the log or the metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -144,3 +147,84 @@ def test_an_unreachable_store_or_upstream_is_an_openai_shaped_error(start_proxy:
         assert_openai_error(body, "upstream_unreachable")
         status, body = proxy.get("/v1/models", KEY)
         assert status == 502
+
+
+class _ClosingUpstream:
+    """A real HTTP upstream on 127.0.0.1 that lets connections go the ways real ones do: ``expire``
+    answers one request per connection and closes the connection when the next request arrives
+    on it (a keep-alive running out as the request goes out), ``drop`` closes every connection on
+    its request, ``break`` sends the answer's status and half its body, then closes."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.requests = 0
+        self.connections = 0
+        self.loop = asyncio.new_event_loop()
+        self.port = free_port()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        started.wait(10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.lower().split(b"\r\n")
+                length = next((int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length")), 0)
+                await reader.readexactly(length)
+                self.requests += 1
+                if self.behaviour == "drop" or (self.behaviour == "expire" and answered):
+                    break
+                message = {"role": "assistant", "content": "ok"}
+                choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                reply = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "choices": [choice]}).encode()
+                head_out = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(reply)}\r\n\r\n"
+                if self.behaviour == "break":
+                    writer.write(head_out.encode() + reply[: len(reply) // 2])
+                    await writer.drain()
+                    break
+                writer.write(head_out.encode() + reply)
+                await writer.drain()
+                answered += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("behaviour", ["expire", "drop", "break"])
+def test_a_connection_the_upstream_closes_before_answering_is_tried_once_more(
+    start_proxy: StartProxy, behaviour: str
+) -> None:
+    """A pooled connection the upstream let go as a request went out on it is tried again on a new
+    one, once: the client sees the answer.  An upstream that drops every connection is tried
+    twice, not more (502), and an answer that started and broke is never asked for again."""
+    upstream = _ClosingUpstream(behaviour)
+    try:
+        with start_proxy("--strategy", "none", upstream=f"http://127.0.0.1:{upstream.port}/v1") as proxy:
+            for sent in range(1, 4):
+                status, body = proxy.call("POST", "/v1/chat/completions", turn("m"), KEY)
+                if behaviour == "expire":
+                    assert status == 200, body
+                    # The second and third requests each went out on the pooled connection first.
+                    assert (upstream.requests, upstream.connections) == (2 * sent - 1, sent)
+                else:
+                    assert status == 502, body
+                    assert_openai_error(body)
+                    assert upstream.requests == (2 if behaviour == "drop" else 1) * sent
+    finally:
+        upstream.close()

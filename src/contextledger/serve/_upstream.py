@@ -232,17 +232,32 @@ class Upstream:
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
         """The upstream's whole answer; :class:`ProxyError` if there is none."""
-        url = self.base_url + path
         with self._reaching():
-            async with self._client().request(method, url, headers=headers, data=body, proxy=self._proxy) as response:
+            async with await self._request(method, path, headers, body) as response:
                 return Answer(response.status, response.headers, await response.read())
 
     async def open_stream(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Streamed:
         """The upstream's answer as its status and headers arrive, its body still to be read."""
-        url = self.base_url + path
         with self._reaching():
-            response = await self._client().request(method, url, headers=headers, data=body, proxy=self._proxy)
+            response = await self._request(method, path, headers, body)
         return Streamed(response)
+
+    async def _request(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes | None
+    ) -> aiohttp.ClientResponse:
+        """The upstream's answer as its status arrives.  A connection the upstream closes as the
+        request goes out on it, before any answer, is tried once more: a pooled connection the
+        upstream let go when its keep-alive ran out (five seconds for uvicorn, so for vLLM and
+        most Python servers, against the pool's thirty) while the request was on its way, which
+        it never read.  The official SDKs retry a connection error the same way; an answer that
+        started and broke is never sent twice."""
+        url = self.base_url + path
+        try:
+            return await self._client().request(method, url, headers=headers, data=body, proxy=self._proxy)
+        except aiohttp.ClientConnectorError:
+            raise  # no connection was made: nothing to try again on
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            return await self._client().request(method, url, headers=headers, data=body, proxy=self._proxy)
 
     @contextlib.contextmanager
     def _reaching(self) -> Iterator[None]:
