@@ -36,7 +36,8 @@ from contextledger.messages import (
     to_openai,
     to_responses,
 )
-from contextledger.serve._requests import BodyMemo, MessageReader, SplitBody, joined, split_array
+from contextledger.serve._bodies import BodyMemo, SplitBody, joined, split_array
+from contextledger.serve._requests import MessageReader
 
 with try_import("serve") as serve_extra:
     import msgspec  # noqa: F401  (what finds the messages in a body)

@@ -23,16 +23,14 @@ from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import Message, to_openai
+from contextledger.serve._bodies import BodyMemo, Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, completion
 from contextledger.serve._replies import completion_events, reply_message, stored_completion
 from contextledger.serve._requests import (
-    BodyMemo,
-    Compacted,
     MessageReader,
     check_payload,
-    joined,
     parse_payload,
     refuse_invalid,
     without_metadata,

@@ -45,17 +45,15 @@ from contextledger.messages import (
     to_anthropic,
 )
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
+from contextledger.serve._bodies import BodyMemo, Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import (
-    BodyMemo,
-    Compacted,
     MessageReader,
     RawInput,
     bad_request,
-    joined,
     json_object,
     kept_places,
     refuse_invalid,

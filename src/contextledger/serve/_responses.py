@@ -52,11 +52,12 @@ from contextledger.messages import (
     to_responses,
     validate,
 )
+from contextledger.serve._bodies import BodyMemo, Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import BodyMemo, Compacted, MessageReader, RawInput, joined, json_object, kept_places
+from contextledger.serve._requests import MessageReader, RawInput, json_object, kept_places
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import tenant_of
 from contextledger.serve._upstream import Answer, Upstream, passed_back
