@@ -4,13 +4,16 @@
 Messages API, with ``--anthropic-upstream``) compact statelessly, or run session turns through the
 one session flow (``_flow.py``), and so does ``/v1/responses`` (``_responses.py``).  The session
 resources (create, read, facts, forget, delete) are the same whichever API a session's turns
-came through.
+came through.  With client keys (``_client_gate.py``) every API route answers only the clients
+the keys file names, and ``SIGHUP`` reads the file again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import signal
 import sys
 import time
 import uuid
@@ -43,6 +46,9 @@ from contextledger.facts import (  # noqa: E402
 )
 from contextledger.messages import to_openai  # noqa: E402
 from contextledger.serve._chat import ChatFormat  # noqa: E402
+from contextledger.serve._client_gate import ClientGate, Doorkeeper  # noqa: E402
+from contextledger.serve._client_keys import ClientKeys  # noqa: E402
+from contextledger.serve._client_limits import ClientLimits  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
 from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E402
 from contextledger.serve._flow import SessionFlow, unknown_session  # noqa: E402
@@ -62,7 +68,7 @@ from contextledger.serve._requests import (  # noqa: E402
 )
 from contextledger.serve._responses import ResponsesFormat, parse_responses_payload  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
-from contextledger.serve._tenants import SESSION_HEADER, session_id_of, tenant_of  # noqa: E402
+from contextledger.serve._tenants import SESSION_HEADER, request_tenant, session_id_of  # noqa: E402
 from contextledger.serve._turns import SessionTurns  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
     Upstream,
@@ -75,6 +81,7 @@ from contextledger.serve._usage import CostMeter  # noqa: E402
 __all__ = ["Proxy", "create_app"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
+_log = logging.getLogger("uvicorn.error")
 
 
 def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
@@ -97,6 +104,10 @@ class Proxy:
         self.retain = config.retain.build()
         self.tokenizer = resolve_tokenizer(self.strategy, None)
         self.metrics = Metrics()
+        self.doorkeeper: Doorkeeper | None = None
+        if config.client_keys is not None:
+            limits = ClientLimits(config.client_rpm, config.client_concurrency)
+            self.doorkeeper = Doorkeeper(ClientKeys(config.client_keys), limits, self.metrics)
         self.upstream = Upstream(
             config.upstream_base, timeout=config.upstream_timeout, upstream_key=config.upstream_key
         )
@@ -349,7 +360,7 @@ class Proxy:
         self, request: Request, endpoint: str, handle: Callable[[str], Awaitable[Response]]
     ) -> Response:
         try:
-            tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+            tenant = request_tenant(request, trust_tenant_header=self.config.trust_tenant_header)
             response = await handle(tenant)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
@@ -408,6 +419,18 @@ async def _within(seconds: float, work: Coroutine[Any, Any, None]) -> None:
         await asyncio.wait_for(work, seconds)
 
 
+def _on_sighup(reload: Callable[[], None]) -> bool:
+    """Run ``reload`` on ``SIGHUP`` in the serving loop; ``False`` where signals cannot be caught
+    there (Windows, a loop outside the main thread), which the log says: the keys then change only
+    with a restart."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+    except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+        _log.warning("client keys are read once: this process cannot catch SIGHUP to read them again")
+        return False
+    return True
+
+
 class _AnyText(Convertor[str]):
     """A URL part that may hold anything, ``/`` and line breaks included (``path`` stops at a line
     break): whatever a client put where a session id goes reaches the handler, which refuses it in
@@ -431,16 +454,20 @@ def create_app(config: ServeConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
+        reloading = proxy.doorkeeper is not None and _on_sighup(proxy.doorkeeper.reload)
         try:
             yield
         finally:
+            if reloading:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             await proxy.close()
 
     sessions = "/v1/contextledger/sessions"
     session = sessions + "/{session_id:contextledger_id}"
 
+    gate = [] if proxy.doorkeeper is None else [Middleware(ClientGate, doorkeeper=proxy.doorkeeper)]
     app = Starlette(
-        middleware=[Middleware(UnexpectedErrors)],
+        middleware=[Middleware(UnexpectedErrors), *gate],
         exception_handlers={HTTPException: http_error},
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),

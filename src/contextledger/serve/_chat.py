@@ -35,7 +35,7 @@ from contextledger.serve._requests import (
     refuse_invalid,
     without_metadata,
 )
-from contextledger.serve._tenants import tenant_of
+from contextledger.serve._tenants import request_tenant
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter, with_usage_requested
 from contextledger.tokenizers import Tokenizer
@@ -189,7 +189,7 @@ class ChatFormat:
             lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
             first_user = next((m for m in messages if m.get("role") == "user"), None)
             try:
-                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+                tenant = request_tenant(request, trust_tenant_header=self.config.trust_tenant_header)
             except ProxyError:  # a keyless stateless client: the conversation alone names the key
                 tenant = ""
             # The instructions and the first user message: what every request of the conversation

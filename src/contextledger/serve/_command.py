@@ -12,9 +12,11 @@ from typing import Any
 
 from contextledger._extras import require_extra
 from contextledger.serve._config import (
+    CLIENT_KEYS_VARIABLE,
     METRICS_TOKEN_VARIABLE,
     UPSTREAM_KEY_VARIABLE,
     ServeConfig,
+    environment_settings,
     load_config_file,
     merge,
     strategy_flags,
@@ -35,7 +37,8 @@ def add_serve_command(commands: Any) -> None:
             "whole history a client sends is compacted and forwarded, and nothing is stored. With "
             "X-Contextledger-Session the proxy keeps the history and the controlled facts. The upstream key is "
             f"the client's own Authorization, or ${UPSTREAM_KEY_VARIABLE} when set. With ${METRICS_TOKEN_VARIABLE} "
-            "set, GET /metrics asks for it as a bearer token."
+            "set, GET /metrics asks for it as a bearer token. With the upstream key the server's, only clients "
+            "presenting a key from --client-keys are answered."
         ),
     )
     serve.add_argument("--upstream", metavar="URL", help="base URL of the upstream API, e.g. http://127.0.0.1:8000/v1")
@@ -80,6 +83,19 @@ def add_serve_command(commands: Any) -> None:
         action="store_true",
         default=None,
         help="take the tenant from X-Contextledger-Tenant (only behind a gateway that authenticates)",
+    )
+    serve.add_argument(
+        "--client-keys",
+        metavar="FILE",
+        help=f"the keys clients must present (bearer or x-api-key) to spend ${UPSTREAM_KEY_VARIABLE}: one a line, "
+        "the key or sha256:HEX of it, then optionally a space and the tenant's name; # begins a comment; read again "
+        f"on SIGHUP (or ${CLIENT_KEYS_VARIABLE}=FILE). Needed with the server's upstream key off loopback",
+    )
+    serve.add_argument(
+        "--client-rpm", type=int, metavar="N", help="requests a minute each client key may send, then 429"
+    )
+    serve.add_argument(
+        "--client-concurrency", type=int, metavar="N", help="requests each client key may have under way, then 429"
     )
     serve.add_argument("--max-body-bytes", type=int, metavar="N", help="largest request body (default 4 MiB)")
     serve.add_argument("--upstream-timeout", type=float, metavar="SECONDS", help="default 300")
@@ -156,6 +172,9 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "facts": args.facts,
         "facts_schema": args.facts_schema,
         "trust_tenant_header": args.trust_tenant_header,
+        "client_keys": args.client_keys,
+        "client_rpm": args.client_rpm,
+        "client_concurrency": args.client_concurrency,
         "max_body_bytes": args.max_body_bytes,
         "upstream_timeout": args.upstream_timeout,
         "lock_timeout": args.lock_timeout,
@@ -170,10 +189,11 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }
-    merged = merge(settings, flags)
+    # Flags win over the environment, which wins over the file.
+    merged = merge({**settings, **environment_settings()}, flags)
     if "upstream" not in merged:
         raise ConfigurationError('serve needs --upstream URL (or "upstream" in the config file)')
-    return ServeConfig(**merged).with_environment()
+    return ServeConfig(**merged)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ request.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import sys
@@ -24,11 +25,13 @@ from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema, FactsPlacement
 
 __all__ = [
+    "CLIENT_KEYS_VARIABLE",
     "DEFAULT_STRATEGY",
     "METRICS_TOKEN_VARIABLE",
     "UPSTREAM_KEY_VARIABLE",
     "ServeConfig",
     "StrategySpec",
+    "environment_settings",
     "load_config_file",
 ]
 
@@ -36,6 +39,8 @@ UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
 """The environment variable holding a configured upstream key: never a flag, which ``ps`` would show."""
 METRICS_TOKEN_VARIABLE = "CONTEXTLEDGER_METRICS_TOKEN"
 """The environment variable holding the bearer token ``/metrics`` asks for, when set (never a flag either)."""
+CLIENT_KEYS_VARIABLE = "CONTEXTLEDGER_CLIENT_KEYS"
+"""The environment variable naming the client keys file, as ``--client-keys`` does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +112,11 @@ class ServeConfig:
     ``price_profile`` (``openai``, ``anthropic`` or ``none``) is the provider's cache the
     estimate on ``/metrics`` assumes.  ``anthropic_upstream``, when set, is the base URL of an
     Anthropic-compatible API (as Anthropic's clients take it, without ``/v1``) that ``POST
-    /v1/messages`` goes to.
+    /v1/messages`` goes to.  ``client_keys`` is the file of the keys clients must present when
+    the upstream key is the server's (``_client_keys.py``); ``client_rpm`` and
+    ``client_concurrency`` bound each key's requests a minute and at once.  A server's upstream key
+    on an address other than loopback needs client keys, or ``trust_tenant_header`` behind a
+    gateway that authenticates: anyone reaching the port would spend it otherwise.
     """
 
     upstream: str
@@ -134,6 +143,9 @@ class ServeConfig:
     metrics_token: str | None = field(default=None, repr=False)
     price_profile: str = "openai"
     anthropic_upstream: str | None = None
+    client_keys: str | None = None
+    client_rpm: int | None = None
+    client_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -177,9 +189,37 @@ class ServeConfig:
         if self.prompt_cache_key not in ("off", "session", "prefix"):
             raise ConfigurationError(f"prompt_cache_key must be off, session or prefix, got {self.prompt_cache_key!r}")
         price_profile(self.price_profile)
+        self._check_clients()
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
         self.fact_schema()  # and so does a schema file that cannot be read
+
+    def _check_clients(self) -> None:
+        """Who may spend the upstream key, checked before anything listens (see the class docstring)."""
+        from contextledger.serve._client_keys import read_client_keys  # noqa: PLC0415
+        from contextledger.serve._client_limits import ClientLimits  # noqa: PLC0415
+
+        ClientLimits(self.client_rpm, self.client_concurrency)  # a bad limit stops here
+        if self.client_keys is None:
+            if self.client_rpm is not None or self.client_concurrency is not None:
+                raise ConfigurationError(
+                    "client_rpm and client_concurrency limit each client key: give --client-keys FILE too"
+                )
+            if self.upstream_key is not None and not self.trust_tenant_header and not _loopback(self.host):
+                raise ConfigurationError(
+                    f"refusing to spend ${UPSTREAM_KEY_VARIABLE} for anyone who reaches {self.host}: give "
+                    f"--client-keys FILE (or ${CLIENT_KEYS_VARIABLE}) to admit only known clients, listen on "
+                    "127.0.0.1, or pass --trust-tenant-header if a gateway in front authenticates every client"
+                )
+            return
+        if not isinstance(self.client_keys, str) or not self.client_keys:
+            raise ConfigurationError(f"client_keys must be the path of a file, got {self.client_keys!r}")
+        if self.upstream_key is None:
+            raise ConfigurationError(
+                "client keys admit clients to the server's upstream key, and none is set: set "
+                f"${UPSTREAM_KEY_VARIABLE}, or drop --client-keys to let each client bring its own upstream key"
+            )
+        read_client_keys(self.client_keys)  # a malformed file stops here, naming its line
 
     def describe(self) -> str:
         """What the proxy will do, in the lines it prints when it starts."""
@@ -195,8 +235,22 @@ class ServeConfig:
                 ),
                 f"  what is sent is compacted by: {self.strategy.describe()}",
                 f"  a session keeps: {retain}; facts {'on' if self.facts else 'off'}",
+                *([clients] if (clients := self._describe_clients()) else []),
             ]
         )
+
+    def _describe_clients(self) -> str | None:
+        if self.client_keys is not None:
+            limits = [
+                *([f"{self.client_rpm} requests a minute"] if self.client_rpm else []),
+                *([f"{self.client_concurrency} at once"] if self.client_concurrency else []),
+            ]
+            each = f", each at most {' and '.join(limits)}" if limits else ", no limits per key"
+            return f"  clients: only keys in {self.client_keys} (reloaded on SIGHUP){each}"
+        if self.upstream_key is not None:
+            behind = " behind the trusted gateway" if self.trust_tenant_header else ""
+            return f"  clients: anyone reaching {self.host}{behind} spends the upstream key (no --client-keys)"
+        return None
 
     def fact_schema(self) -> FactSchema:
         """The schema every session's facts follow: the file's, or the seed's."""
@@ -212,9 +266,36 @@ class ServeConfig:
         return not self.store.startswith("sqlite:")
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> ServeConfig:
-        """This configuration with the upstream key and the metrics token from the environment, where set."""
-        key, token = environ.get(UPSTREAM_KEY_VARIABLE), environ.get(METRICS_TOKEN_VARIABLE)
-        return replace(self, upstream_key=key or self.upstream_key, metrics_token=token or self.metrics_token)
+        """This configuration with the upstream key, the metrics token and the client keys file from
+        the environment, where set."""
+        found = environment_settings(environ)
+        return replace(
+            self,
+            upstream_key=found.get("upstream_key", self.upstream_key),
+            metrics_token=found.get("metrics_token", self.metrics_token),
+            client_keys=found.get("client_keys", self.client_keys),
+        )
+
+
+def environment_settings(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The settings the environment holds (the secrets, which no flag may show ``ps``), keyed like
+    ``ServeConfig``; a variable set empty counts as unset."""
+    names = {
+        "upstream_key": UPSTREAM_KEY_VARIABLE,
+        "metrics_token": METRICS_TOKEN_VARIABLE,
+        "client_keys": CLIENT_KEYS_VARIABLE,
+    }
+    return {setting: environ[name] for setting, name in names.items() if environ.get(name)}
+
+
+def _loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host``: ``localhost``, 127.0.0.0/8 or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 _STRATEGY_KEYS = {"strategy": "name", "param": "params", "budget": "budget", "tokenizer": "tokenizer"}

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contextledger.serve._upstream import anthropic_error, error_body
 
-__all__ = ["UnexpectedErrors", "http_error"]
+__all__ = ["UnexpectedErrors", "anthropic_path", "http_error"]
 
 _log = logging.getLogger("uvicorn.error")  # the server's own error log, where tracebacks always went
 
@@ -53,14 +53,14 @@ class UnexpectedErrors:
                 "the proxy failed unexpectedly (its log has the details); a session turn retried with the same "
                 "Idempotency-Key is stored at most once"
             )
-            if _anthropic_path(scope.get("path", "")):
+            if anthropic_path(scope.get("path", "")):
                 body = anthropic_error(said, 500)
             else:
                 body = error_body(said, "server_error")
             await JSONResponse(body, status_code=500)(scope, receive, send)
 
 
-def _anthropic_path(path: str) -> bool:
+def anthropic_path(path: str) -> bool:
     """Whether a path is Anthropic's API, whose clients read errors in Anthropic's shape."""
     return path == "/v1/messages" or path.startswith("/v1/messages/")
 
@@ -77,7 +77,7 @@ async def http_error(request: Request, error: Exception) -> Response:
         code = "method_not_allowed"
     else:
         message, code = str(error.detail), None
-    if _anthropic_path(request.url.path):
+    if anthropic_path(request.url.path):
         return JSONResponse(
             anthropic_error(message, error.status_code), status_code=error.status_code, headers=error.headers
         )

@@ -31,7 +31,7 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import bad_request, open_block, refuse_invalid, turn_id_of, user_text
 from contextledger.serve._sessions import Sessions, session_key
-from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, session_id_of, tenant_of
+from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, request_tenant, session_id_of
 from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
@@ -121,8 +121,8 @@ class SessionFlow:
         return session_key(tenant, session_id), session_id
 
     async def turn(self, form: TurnFormat, request: Request, payload: dict[str, Any]) -> Response:
-        tenant = tenant_of(
-            request.headers, trust_tenant_header=self.config.trust_tenant_header, x_api_key=form.keys_in_x_api_key
+        tenant = request_tenant(
+            request, trust_tenant_header=self.config.trust_tenant_header, x_api_key=form.keys_in_x_api_key
         )
         key, session_id = await self.address(tenant, request.headers[SESSION_HEADER])
         given_turn_id = turn_id_of(request.headers.get(IDEMPOTENCY_HEADER))

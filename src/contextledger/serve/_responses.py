@@ -59,7 +59,7 @@ from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import MessageReader, RawInput, json_object, kept_places
 from contextledger.serve._stream import event_data, split_events
-from contextledger.serve._tenants import tenant_of
+from contextledger.serve._tenants import request_tenant
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
@@ -342,7 +342,7 @@ class ResponsesFormat:
             seed = "session\0" + session
         else:
             try:
-                tenant = tenant_of(request.headers, trust_tenant_header=self.config.trust_tenant_header)
+                tenant = request_tenant(request, trust_tenant_header=self.config.trust_tenant_header)
             except ProxyError:  # a keyless client: the conversation alone names the cache key
                 tenant = ""
             first = items[0] if items else payload.get("input")

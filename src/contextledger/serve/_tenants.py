@@ -4,7 +4,9 @@ the body, the header and the URL).
 A tenant is a hash of the client's bearer key, so the proxy never keeps the key itself and two
 clients with different keys can never reach each other's sessions, even knowing an id.  A tenant
 header is honoured only when the operator says a gateway in front has already authenticated the
-caller (``--trust-tenant-header``); otherwise anyone could claim any tenant.
+caller (``--trust-tenant-header``); otherwise anyone could claim any tenant.  A client admitted
+by a client key (``_client_keys.py``) is in the tenant its key names, carried in the request's
+scope under :data:`ADMITTED_TENANT`.
 """
 
 from __future__ import annotations
@@ -13,15 +15,21 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from contextledger.exceptions import ProxyError
 
 __all__ = [
+    "ADMITTED_TENANT",
     "MAX_SESSION_ID",
     "SESSION_HEADER",
     "TENANT_HEADER",
+    "admitted_tenant",
     "bearer_key",
     "earlier_session_id",
+    "key_hash_tenant",
+    "named_tenant",
+    "request_tenant",
     "session_id_of",
     "tenant_of",
 ]
@@ -31,6 +39,8 @@ TENANT_HEADER = "x-contextledger-tenant"
 MAX_SESSION_ID = 128
 _SESSION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_SESSION_ID - 1}}}")
 _EARLIER_MAX_ID = 256
+ADMITTED_TENANT = "contextledger.tenant"
+"""The request scope's entry for the tenant of the client key that admitted the request."""
 
 
 def bearer_key(headers: Mapping[str, str]) -> str | None:
@@ -44,17 +54,39 @@ def _digest(kind: str, value: str) -> str:
     return kind + hashlib.sha256(value.encode("utf-8")).hexdigest()[:32]
 
 
-def tenant_of(headers: Mapping[str, str], *, trust_tenant_header: bool, x_api_key: bool = False) -> str:
+def key_hash_tenant(sha256_hex: str) -> str:
+    """The tenant of a key known only by its SHA-256 (hexadecimal): the one the key itself names."""
+    return "k" + sha256_hex[:32]
+
+
+def named_tenant(name: str) -> str:
+    """The tenant a client keys file names: ``n`` before its hash, so no key and no header can name it."""
+    return _digest("n", name)
+
+
+def admitted_tenant(scope: Mapping[str, Any]) -> str | None:
+    """The tenant of the client key that admitted a request, or ``None`` when no client keys are kept."""
+    tenant = scope.get(ADMITTED_TENANT)
+    return tenant if isinstance(tenant, str) else None
+
+
+def tenant_of(
+    headers: Mapping[str, str], *, trust_tenant_header: bool, x_api_key: bool = False, admitted: str | None = None
+) -> str:
     """The tenant id for a session request, or :class:`ProxyError` 401 when there is none.
 
-    Key tenants start with ``k``, header tenants with ``h``: a header can never name a key's tenant.
-    With ``x_api_key`` (Anthropic's clients send their key so) an ``x-api-key`` header names the
-    tenant too; one key is one tenant whichever header carries it.
+    Key tenants start with ``k``, header tenants with ``h``, named client keys' with ``n``: a
+    header can never name a key's tenant.  With ``x_api_key`` (Anthropic's clients send their key
+    so) an ``x-api-key`` header names the tenant too; one key is one tenant whichever header
+    carries it.  ``admitted`` is the tenant of the client key that admitted the request; a trusted
+    tenant header still wins over it (the gateway in front speaks for its callers).
     """
     if trust_tenant_header:
         claimed = headers.get(TENANT_HEADER, "").strip()
         if claimed:
             return _digest("h", claimed)
+    if admitted is not None:
+        return admitted
     key = bearer_key(headers)
     if key is None and x_api_key:
         key = headers.get("x-api-key", "").strip() or None
@@ -69,6 +101,26 @@ def tenant_of(headers: Mapping[str, str], *, trust_tenant_header: bool, x_api_ke
             code="missing_api_key",
         )
     return _digest("k", key)
+
+
+class _Asking(Protocol):
+    """What a tenant is read from: a request's headers and its ASGI scope."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def scope(self) -> Mapping[str, Any]: ...
+
+
+def request_tenant(request: _Asking, *, trust_tenant_header: bool, x_api_key: bool = False) -> str:
+    """:func:`tenant_of` a request, with the tenant its client key named when one admitted it."""
+    return tenant_of(
+        request.headers,
+        trust_tenant_header=trust_tenant_header,
+        x_api_key=x_api_key,
+        admitted=admitted_tenant(request.scope),
+    )
 
 
 def session_id_of(value: object) -> str:
