@@ -70,7 +70,9 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> Non
 
 
 @contextmanager
-def _process(command: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+def _process(
+    command: list[str], health: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     if not serve_extra.installed:  # the proxy and the fake upstream are both starlette apps
         pytest.skip(serve_extra.reason)
     with log.open("wb") as sink:
@@ -79,7 +81,7 @@ def _process(command: list[str], health: str, log: Path, env: dict[str, str] | N
         )
     try:
         _wait_until_up(health, process, log)
-        yield
+        yield process
     finally:
         _stop(process)
 
@@ -116,11 +118,12 @@ def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeUpst
 
 @dataclass
 class Proxy:
-    """A running ``contextledger serve``: its /v1 base URL, its root, and its log file."""
+    """A running ``contextledger serve``: its /v1 base URL, its root, its log file and its process."""
 
     base_url: str
     root: str
     log: Path
+    process: subprocess.Popen[bytes] | None = None
 
     def get(self, path: str, key: str | None = None) -> tuple[int, Any]:
         return self.call("GET", path, None, key)
@@ -184,8 +187,8 @@ def _starter(fake_upstream: FakeUpstream, directory: Path) -> StartProxy:
             command += ["--store", f"sqlite:{directory / 'sessions.db'}"]
         command += list(args)
         root = f"http://127.0.0.1:{port}"
-        with _process(command, root + "/healthz", log, env):
-            yield Proxy(root + "/v1", root, log)
+        with _process(command, root + "/healthz", log, env) as process:
+            yield Proxy(root + "/v1", root, log, process)
 
     return start
 
