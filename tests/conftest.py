@@ -5,10 +5,19 @@ from collections.abc import Iterator
 import pytest
 
 from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport
+from tests.isolation import pytest_configure, pytest_runtest_protocol, pytest_unconfigure
 from tests.postgres_server import PostgresServer, started_postgres
 from tests.redis_cluster import RedisCluster, started_redis_cluster
 
-__all__ = ["postgres_server", "pytest_make_collect_report", "pytest_runtest_makereport", "redis_cluster"]
+__all__ = [
+    "postgres_server",
+    "pytest_configure",
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
+    "pytest_runtest_protocol",
+    "pytest_unconfigure",
+    "redis_cluster",
+]
 
 
 @pytest.fixture(scope="session")

@@ -204,7 +204,8 @@ FUZZ_KEY = "sk-fuzz-tenant-8"
 
 
 class Client:
-    """One keep-alive connection; ``broken`` counts the answers after which it was unusable."""
+    """One keep-alive connection; ``broken`` counts the answers after which it was unusable, and
+    ``answer_headers`` holds the last answer's headers."""
 
     def __init__(self, root: str, headers: dict[str, str], path: str = "/v1/chat/completions") -> None:
         self.path = path
@@ -213,6 +214,7 @@ class Client:
         self.headers = {"authorization": f"Bearer {FUZZ_KEY}", "content-type": "application/json", **headers}
         self.http = self._open()
         self.broken = 0
+        self.answer_headers: dict[str, str] = {}
 
     def _open(self) -> http.client.HTTPConnection:
         connection = http.client.HTTPConnection(*self.address, timeout=60)
@@ -226,6 +228,7 @@ class Client:
             self.http.request("POST", self.path, body, self.headers)
             reply = self.http.getresponse()
             raw = reply.read()
+            self.answer_headers = {name.lower(): value for name, value in reply.getheaders()}
         except (http.client.HTTPException, OSError):
             self.broken += 1  # the previous answer left the connection unusable without saying so
             self.http.close()
