@@ -2,6 +2,8 @@
 
 These tests generate real tokens (a handful each), so they check behaviour a model must have (an
 assistant reply, usage llama.cpp counted, repeatable output at temperature 0) rather than wording.
+They run in their own step (``./dev test --local``, which installs the ``local`` extra), each in a
+forked child, so a crash in llama.cpp fails one test instead of ending the run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tests.optional_imports import try_import
 with try_import("local") as local_extra:
     from contextledger.clients.local import SMOLLM2_FILE, LocalChatClient, default_model_path
 
-pytestmark = local_extra.skip
+pytestmark = [pytest.mark.local_model, local_extra.skip]
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,19 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.optional_imports import try_import
 
 with try_import("dev") as every_extra:  # the integrations the check below imports
     import agent_framework  # noqa: F401
     import langchain_core  # noqa: F401
     import langgraph  # noqa: F401
-    import llama_cpp  # noqa: F401
 
     import agents  # noqa: F401
+
+with try_import("local") as local_extra:
+    import llama_cpp  # noqa: F401
 
 OPTIONAL = (
     "agent_framework",
@@ -60,6 +64,11 @@ def test_importing_the_core_imports_no_optional_package() -> None:
 def test_the_check_sees_an_optional_package_when_one_is_imported() -> None:
     """The same check on the MAF integration does see agent_framework: the test above can fail."""
     assert "agent_framework" in loaded_after("contextledger.integrations.maf")
-    assert "llama_cpp" in loaded_after("contextledger.clients.local")
     assert {"langchain_core", "langgraph"} <= loaded_after("contextledger.integrations.langchain")
     assert "agents" in loaded_after("contextledger.integrations.openai_agents")
+
+
+@pytest.mark.local_model
+@local_extra.skip
+def test_the_check_sees_the_local_model_runtime_when_it_is_imported() -> None:
+    assert "llama_cpp" in loaded_after("contextledger.clients.local")

@@ -24,7 +24,7 @@ with try_import("maf") as maf_extra:
 with try_import("local") as local_extra:
     from contextledger.clients.local import LocalChatClient
 
-pytestmark = [maf_extra.skip, local_extra.skip]
+pytestmark = maf_extra.skip
 
 
 def run(agent: Agent, text: str) -> AgentResponse[Any]:
@@ -63,6 +63,8 @@ def test_a_maf_agent_calls_tools_through_a_contextledger_client() -> None:
     assert (response.usage_details.get("input_token_count") or 0) > 0
 
 
+@pytest.mark.local_model
+@local_extra.skip
 def test_a_maf_agent_runs_on_the_local_model_with_controlled_facts() -> None:
     store = FactStore()
     local = LocalChatClient(max_tokens=12, n_ctx=1024)
