@@ -110,8 +110,8 @@ def test_near_valid_bodies_and_credentials_never_get_a_500_and_only_known_keys_p
             assert record["authorization"] is None, record
         else:
             assert record["authorization"] == f"Bearer {SERVER_KEY}", record
-    chat = [item for item in received if item["path"] == "/v1/chat/completions"]
-    refused = [why for item in chat if (why := strict_refusal(item)) is not None]
+    forwarded_chat = [item for item in received if item["path"] == "/v1/chat/completions"]
+    refused = [why for item in forwarded_chat if (why := strict_refusal(item)) is not None]
     assert not refused, (len(refused), refused[:5])
     for route in ROUTES:  # some of each route's bodies were valid and from a known client
         assert statuses[(route, 200)] > 30, summary

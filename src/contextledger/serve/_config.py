@@ -288,8 +288,10 @@ def environment_settings(environ: Mapping[str, str] = os.environ) -> dict[str, s
     return {setting: environ[name] for setting, name in names.items() if environ.get(name)}
 
 
-def _loopback(host: str) -> bool:
+def _loopback(host: object) -> bool:
     """Whether only this machine can reach ``host``: ``localhost``, 127.0.0.0/8 or ``::1``."""
+    if not isinstance(host, str):
+        return False
     if host.lower() == "localhost":
         return True
     try:
