@@ -47,7 +47,11 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   :func:`message_blocks`, :func:`system_messages` and :func:`system_blocks` (the top-level
   ``system``);
 - validation, ``_validate.py``: :func:`validate`, which reports each :class:`Problem` a
-  chat-completions API would reject.
+  chat-completions API would reject;
+- each provider's rules for a whole request body, ``_rules.py``: :func:`chat_problems`,
+  :func:`responses_problems` and :func:`anthropic_problems` (the body as it goes on the wire,
+  each :class:`Problem` at its position with a stable rule code), and :func:`problems_for`
+  (the same, by the API's name).
 """
 
 from contextledger.messages._anthropic import (
@@ -100,6 +104,7 @@ from contextledger.messages._responses import (
     to_responses,
 )
 from contextledger.messages._responses import joins_calls as joins_calls
+from contextledger.messages._rules import anthropic_problems, chat_problems, problems_for, responses_problems
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
@@ -122,6 +127,8 @@ __all__ = [
     "ReasoningContent",
     "TextContent",
     "answered_ids",
+    "anthropic_problems",
+    "chat_problems",
     "dump_jsonl",
     "from_anthropic",
     "from_openai",
@@ -134,7 +141,9 @@ __all__ = [
     "message_from_openai",
     "message_to_openai",
     "opened_ids",
+    "problems_for",
     "read_jsonl",
+    "responses_problems",
     "result_text",
     "system_blocks",
     "system_messages",
