@@ -5,6 +5,10 @@ The strategy comes from ``--strategy`` and ``--param`` (read by
 ``--budget``.  ``IN.jsonl`` may be ``-`` (standard input) and ``-o -`` prints the transcript; the
 report then goes to standard error so the two never mix.  Nothing is written unless the whole
 operation succeeded.
+
+A transcript the provider would refuse (the rules ``contextledger validate`` reports) is not
+compacted: what compaction made of it would be refused too, so the command names the problems and
+exits 1 writing nothing.  ``--force`` compacts it anyway, with the problems as warnings.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from collections.abc import Sequence
 from contextledger.cli._common import STANDARD_STREAM, TOKENIZERS, UsageError, check_output
 from contextledger.cli._transcripts import read_transcript, transcript_label
 from contextledger.compaction import SPEC_STRATEGIES, CompactionResult, compact_with_report, strategy_from_spec
-from contextledger.messages import Message, to_openai, validate, write_jsonl
+from contextledger.messages import Message, chat_problems, to_openai, write_jsonl
 from contextledger.tokenizers import Tokenizer, get_tokenizer
 
 __all__ = ["register"]
+
+SHOWN_PROBLEMS = 5
+"""The problems of an invalid transcript named on standard error; ``validate`` lists them all."""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,6 +61,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="fit N tokens: collapse old tool results, then drop oldest groups (or wrap --strategy)",
     )
     parser.add_argument("--tokenizer", default="estimate", choices=TOKENIZERS)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compact a transcript that breaks the provider's rules anyway (its problems become warnings)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -72,7 +84,17 @@ def run(args: argparse.Namespace) -> int:
     strategy = strategy_from_spec(args.strategy, args.param or (), budget=args.budget, tokenizer=tokenizer)
     messages = read_transcript(args.input)
     label = transcript_label(args.input)
-    for problem in validate(messages)[:5]:
+    problems = chat_problems({"messages": to_openai(messages)})
+    if problems and not args.force:
+        for problem in problems[:SHOWN_PROBLEMS]:
+            print(f"contextledger: {label}: {problem}", file=sys.stderr)
+        print(
+            f"contextledger: {label}: {len(problems)} problem(s) make it invalid to send, and its compaction would "
+            f"be too; nothing written (fix them, see contextledger validate {args.input}, or add --force)",
+            file=sys.stderr,
+        )
+        return 1
+    for problem in problems[:SHOWN_PROBLEMS]:
         print(f"warning: {label}: {problem}", file=sys.stderr)
     result = asyncio.run(compact_with_report(messages, strategy=strategy, tokenizer=tokenizer))
     report = sys.stderr if to_stdout else sys.stdout
