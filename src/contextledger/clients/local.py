@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse
@@ -187,7 +187,10 @@ class LocalChatClient:
         with self._lock:
             model = self._load()
             try:
-                return model.create_chat_completion(messages=request, tools=tools, **options)  # type: ignore[arg-type]
+                # Typed as llama.cpp's own message dicts when it is installed, Any when not: cast so
+                # that both type-check (the local extra is not part of every checkout).
+                chat_messages = cast("Any", request)
+                return model.create_chat_completion(messages=chat_messages, tools=cast("Any", tools), **options)
             except ValueError as error:  # llama.cpp's word for a prompt longer than the context window, too
                 raise ModelResponseError(f"the local model {self.model} refused the request: {error}") from error
             except RuntimeError as error:
