@@ -32,6 +32,10 @@ Where things live (every name is imported from here, ``contextledger.compaction`
 - running a strategy on a message list, ``_apply.py``: :func:`apply_compaction`,
   :func:`apply_compaction_sync`, :func:`compact_with_report` (with its :class:`CompactionResult`),
   and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
+- where a compacted conversation may start, ``_openings.py``: :func:`opened_by_user` moves a cut
+  that would leave the assistant first (which Anthropic's API refuses) to a user message, or opens
+  with a notice marked :data:`SET_ASIDE_PROPERTY` (:data:`SMALL_OPENING_TOKENS`: a turn's opening
+  message this small is brought back instead);
 - a strategy written as text (a name, ``KEY=VALUE`` parameters, a token budget), as the command
   line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`, over the names in
   :data:`SPEC_STRATEGIES`);
@@ -55,6 +59,7 @@ from contextledger.compaction._composition import (
     TokenBudgetComposedStrategy,
 )
 from contextledger.compaction._index import MessageIndex
+from contextledger.compaction._openings import SET_ASIDE_PROPERTY, SMALL_OPENING_TOKENS, opened_by_user
 from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
 from contextledger.compaction._summary_cache import (
@@ -90,6 +95,8 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
+    "SET_ASIDE_PROPERTY",
+    "SMALL_OPENING_TOKENS",
     "SPEC_STRATEGIES",
     "CharacterEstimatorTokenizer",
     "CompactionEvent",
@@ -123,6 +130,7 @@ __all__ = [
     "has_tool_calls",
     "messages_exceed",
     "never",
+    "opened_by_user",
     "resolve_tokenizer",
     "strategy_from_spec",
     "summarizer_identity",

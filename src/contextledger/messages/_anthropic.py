@@ -25,8 +25,11 @@ block whose content was rewritten is written from the new content.
 :func:`to_anthropic` joins what must travel together: a tool message and the user message after it
 are one user message again, consecutive messages of one role are joined (the API takes one turn
 per role at a time), a system message after the start (the proxy's facts block) becomes a text
-block of the next user message, and a conversation that compaction left starting with an assistant
-text (a summary) starts with it as user text, since the conversation must open with the user.
+block of the next user message, and a conversation that compaction left starting with a summary
+starts with it as user text (the summary's own marker says what it is), since the conversation
+must open with the user.  Any other assistant message keeps its role wherever it stands: an
+assistant's words are never presented as the user's (compaction moves a cut that would leave one
+first, see :func:`contextledger.compaction.opened_by_user`).
 """
 
 from __future__ import annotations
@@ -303,8 +306,8 @@ def to_anthropic(messages: Sequence[Message]) -> tuple[str | list[Block] | None,
             pending.extend(_blocks(message))
             continue
         role = _wire_role(message)
-        if not out and role == "assistant" and not message.function_calls:
-            role = "user"  # what compaction left first (a summary) is read as context
+        if not out and message.is_summary:
+            role = "user"  # a summary compaction left first is read as context; its marker says what it is
         blocks = _blocks(message)
         if role == "user" and pending:
             blocks = [*pending, *blocks] if message.role != "tool" else [*blocks, *pending]

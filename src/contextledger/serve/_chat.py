@@ -68,6 +68,7 @@ class ChatFormat:
     """Chat completions: its stateless handling, and its side of a session turn."""
 
     keys_in_x_api_key = False
+    opens_with_user = False  # chat completions take any role first
 
     def __init__(
         self,

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
+from contextledger.agents import RequestMessages
+from contextledger.compaction import opened_by_user
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
 from contextledger.history import StoredTurn, check_storable
@@ -48,6 +50,7 @@ class TurnFormat(Protocol):
     relay: Relay
     upstream: Upstream
     keys_in_x_api_key: bool  # whether ``x-api-key`` names the tenant too
+    opens_with_user: bool  # whether the API refuses a conversation another role opens
 
     def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
         """The call's instructions (sent first, never stored) and the turn's new messages."""
@@ -150,6 +153,10 @@ class SessionFlow:
             kept = await self.kept.history(key)
             refuse_invalid(new_turn, before=open_block(kept.messages))
             view = await self.kept.request_view(key, kept.messages, new_turn)
+            if form.opens_with_user and self.compacts:
+                conversation = RequestMessages((kept.messages, len(kept.messages)), (new_turn, len(new_turn)))
+                opened = opened_by_user(view, conversation, tokenizer=self.tokenizer)
+                view = view if opened is None else opened
             before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
             after = before if not self.compacts else sum(self.tokenizer.count_messages(list(view)))
             store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None

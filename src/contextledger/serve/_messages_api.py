@@ -23,6 +23,7 @@ none is added beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -32,7 +33,7 @@ from typing import Any, cast
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contextledger.compaction import CompactionStrategy, compact_with_report
+from contextledger.compaction import CompactionStrategy, compact_with_report, opened_by_user
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import (
@@ -287,6 +288,7 @@ class MessagesFormat:
     """The Messages API: its stateless handling, and its side of a session turn."""
 
     keys_in_x_api_key = True
+    opens_with_user = True  # the Messages API refuses a conversation the assistant opens
 
     def __init__(
         self,
@@ -384,6 +386,11 @@ class MessagesFormat:
         if self.strategy is None:
             return Compacted(None, None)
         result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
+        if result.changed:
+            opened = opened_by_user(result.messages, incoming, tokenizer=self.tokenizer)
+            if opened is not None:  # the cut left the assistant first: it moves to a user message
+                after = {**result.after, "included_tokens": sum(self.tokenizer.count_messages(opened))}
+                result = dataclasses.replace(result, messages=opened, after=after)
         whole = _whole_items(result.messages, raw) if result.changed and raw is not None else None
         return Compacted(result, whole)
 

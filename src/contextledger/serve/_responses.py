@@ -211,6 +211,7 @@ class ResponsesFormat:
     """The Responses API: its stateless handling, and its side of a session turn."""
 
     keys_in_x_api_key = False
+    opens_with_user = False  # a Responses input may start with any item but a call's output
 
     def __init__(
         self,

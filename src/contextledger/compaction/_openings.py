@@ -1,0 +1,83 @@
+"""Where a compacted conversation may start, for APIs whose conversations open with the user.
+
+Anthropic's Messages API refuses a conversation whose first message is the assistant's.  A strategy
+that cuts by tokens or by groups can leave exactly that: the newest turn's user message was the
+one too large to keep (a pasted document), and what follows it is the assistant's reply and its
+tool calls.  Rewriting the role would put the assistant's words in the user's mouth, so the cut
+moves instead, in this order:
+
+1. to the next user message of the projection that can open a conversation (one that is not the
+   rest of a message of tool results), dropping the assistant messages before it: they belong to
+   an older turn the strategy had already begun to drop;
+2. where no later user message can open (the cut fell inside the newest turn), back to the user
+   message that opened that turn, when it is small beside what is kept (at most a quarter of it,
+   or :data:`SMALL_OPENING_TOKENS`): the model reads the request it is working on;
+3. otherwise a short user notice, ``[N earlier messages set aside]``, marked as ours with
+   :data:`SET_ASIDE_PROPERTY`, opens the conversation, so the model knows something came before.
+
+A summary a strategy wrote may open the conversation as it is: the writer sends it as user text,
+and its own marker (``[Summary]``, ``[Tool results: ...]``) says what it is.  System messages are
+never dropped by a move.  Every choice depends only on the projection and the conversation, so a
+prefix-stable strategy's requests stay prefix-stable through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextledger.messages import Message
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["SET_ASIDE_PROPERTY", "SMALL_OPENING_TOKENS", "opened_by_user"]
+
+SET_ASIDE_PROPERTY = "_set_aside"
+"""``additional_properties`` key of the notice that opens a conversation whose start was set
+aside; its value is how many messages were."""
+
+SMALL_OPENING_TOKENS = 256
+"""A turn's opening user message this small is always brought back rather than replaced by a notice."""
+
+
+def _opens(messages: Sequence[Message], position: int) -> bool:
+    """Whether ``messages[position]`` can be the first message: a user message that does not join
+    tool results before it (on the wire, results and the text after them are one user message)."""
+    return messages[position].role == "user" and (position == 0 or messages[position - 1].role != "tool")
+
+
+def opened_by_user(
+    projection: Sequence[Message], conversation: Sequence[Message], *, tokenizer: Tokenizer
+) -> list[Message] | None:
+    """``projection`` (what a strategy kept of ``conversation``) made to open with the user, or
+    ``None`` when it already does (a summary first counts as opening it).
+
+    The conversation itself is expected to open with the user; only what compaction left is moved.
+    """
+    first = next((at for at, message in enumerate(projection) if message.role != "system"), None)
+    if first is None:
+        return None
+    head = projection[first]
+    if head.role == "user" or head.is_summary:
+        return None
+    # 1. A later user message that can open: what lies before it goes, its system messages apart.
+    for later in range(first + 1, len(projection)):
+        if _opens(projection, later):
+            kept_systems = [message for message in projection[first:later] if message.role == "system"]
+            return [*projection[:first], *kept_systems, *projection[later:]]
+    leading, rest = list(projection[:first]), list(projection[first:])
+    # 2. The cut fell inside the newest turn: the user message that opened that turn.
+    where = next((at for at, message in enumerate(conversation) if message is head), None)
+    if where is None:  # not the conversation's own message: compare by value
+        where = next((at for at, message in enumerate(conversation) if message == head), len(conversation))
+    opener = next((at for at in range(where - 1, -1, -1) if _opens(conversation, at)), None)
+    if opener is not None:
+        size = sum(tokenizer.count_messages([conversation[opener]]))
+        kept = sum(tokenizer.count_messages(rest))
+        if size <= max(SMALL_OPENING_TOKENS, kept // 4):
+            return [*leading, conversation[opener], *rest]
+    # 3. A notice of what was set aside.
+    aside = sum(1 for message in conversation[:where] if message.role != "system")
+    notice = Message.user(
+        f"[{aside} earlier message{'s' if aside != 1 else ''} set aside]",
+        additional_properties={SET_ASIDE_PROPERTY: aside},
+    )
+    return [*leading, notice, *rest]
