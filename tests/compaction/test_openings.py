@@ -99,18 +99,46 @@ def long_turns(turns: int, words: int) -> list[dict[str, Any]]:
     return conversation
 
 
-def test_a_cut_inside_an_older_turn_moves_to_the_next_user_message() -> None:
+def test_a_cut_past_an_older_turns_large_question_moves_to_the_next_user_message() -> None:
+    """The stale end of an older turn (its question too large to bring back, the tail small
+    beside what is kept) goes: the next user message opens."""
+    conversation = [
+        {"role": "user", "content": "Review this log:\n" + "line " * 9_000},
+        {"role": "assistant", "content": [{"type": "text", "text": "The log shows a timeout."}]},
+        *long_turns(6, 200),
+    ]
+    messages = from_anthropic(conversation)
+    projection = messages[1:]  # the cut a strategy makes when the log alone is over its target
+    opened = opened_by_user(projection, messages, tokenizer=TOKENS)
+    assert opened == messages[2:]
+    assert sent(opened) == conversation[2:]
+
+
+def test_a_cut_inside_a_turn_whose_question_is_large_opens_with_a_notice_and_keeps_the_rest() -> None:
+    """Moving forward would drop most of what the strategy kept: a notice opens instead."""
+    conversation = [
+        {"role": "user", "content": "Review this log:\n" + "line " * 9_000},
+        tool_use("toolu_a", text="Reading it. " + "word " * 300),
+        tool_result("toolu_a"),
+        {"role": "assistant", "content": [{"type": "text", "text": "The log shows a timeout."}]},
+        {"role": "user", "content": "and then?"},
+    ]
+    messages = from_anthropic(conversation)
+    opened = opened_by_user(messages[1:], messages, tokenizer=TOKENS)
+    assert opened is not None
+    assert opened[0].text == "[1 earlier message set aside]"
+    assert opened[1:] == messages[1:]
+
+
+def test_a_strategy_cut_inside_an_older_turn_opens_with_the_user() -> None:
     messages = from_anthropic(long_turns(12, 200))
     strategy = TruncationStrategy(trigger=tokens_exceed(2_000), target=tokens_below(1_500), prefix_stable=False)
     projection = apply_compaction_sync(messages, strategy=strategy)
+    assert projection[0].role == "assistant", "the cut this guards against"
     opened = opened_by_user(projection, messages, tokenizer=TOKENS)
-    if projection[0].role == "user":
-        assert opened is None
-        return
     assert opened is not None
     assert opened[0].role == "user"
     assert opened[0].text.startswith("question ")
-    assert opened == projection[projection.index(opened[0]) :], "only the start of the projection went"
 
 
 def test_the_newest_turns_small_opening_message_is_brought_back() -> None:

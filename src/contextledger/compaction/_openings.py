@@ -3,17 +3,18 @@
 Anthropic's Messages API refuses a conversation whose first message is the assistant's.  A strategy
 that cuts by tokens or by groups can leave exactly that: the newest turn's user message was the
 one too large to keep (a pasted document), and what follows it is the assistant's reply and its
-tool calls.  Rewriting the role would put the assistant's words in the user's mouth, so the cut
-moves instead, in this order:
+tool calls.  Rewriting the role would put the assistant's words in the user's mouth, so the start
+changes instead, keeping as much as it can of what the strategy chose to send:
 
-1. to the next user message of the projection that can open a conversation (one that is not the
-   rest of a message of tool results), dropping the assistant messages before it: they belong to
-   an older turn the strategy had already begun to drop;
-2. where no later user message can open (the cut fell inside the newest turn), back to the user
-   message that opened that turn, when it is small beside what is kept (at most a quarter of it,
-   or :data:`SMALL_OPENING_TOKENS`): the model reads the request it is working on;
+1. back to the user message that opened the turn the cut fell in, when it is small beside what
+   is kept (at most a quarter of it, or :data:`SMALL_OPENING_TOKENS`): the model reads the request
+   its kept replies answer;
+2. else forward to the next user message of the projection that can open a conversation (one
+   that is not the rest of a message of tool results), when what lies before it is at most a
+   quarter of what is kept: the stale end of an older turn goes;
 3. otherwise a short user notice, ``[N earlier messages set aside]``, marked as ours with
-   :data:`SET_ASIDE_PROPERTY`, opens the conversation, so the model knows something came before.
+   :data:`SET_ASIDE_PROPERTY`, opens the conversation, so the model knows something came before
+   and everything the strategy kept is sent.
 
 A summary a strategy wrote may open the conversation as it is: the writer sends it as user text,
 and its own marker (``[Summary]``, ``[Tool results: ...]``) says what it is.  System messages are
@@ -58,22 +59,22 @@ def opened_by_user(
     head = projection[first]
     if head.role == "user" or head.is_summary:
         return None
-    # 1. A later user message that can open: what lies before it goes, its system messages apart.
-    for later in range(first + 1, len(projection)):
-        if _opens(projection, later):
-            kept_systems = [message for message in projection[first:later] if message.role == "system"]
-            return [*projection[:first], *kept_systems, *projection[later:]]
     leading, rest = list(projection[:first]), list(projection[first:])
-    # 2. The cut fell inside the newest turn: the user message that opened that turn.
+    kept = sum(tokenizer.count_messages(rest))
+    # 1. The user message that opened the turn the cut fell in, brought back when small.
     where = next((at for at, message in enumerate(conversation) if message is head), None)
     if where is None:  # not the conversation's own message: compare by value
         where = next((at for at, message in enumerate(conversation) if message == head), len(conversation))
     opener = next((at for at in range(where - 1, -1, -1) if _opens(conversation, at)), None)
-    if opener is not None:
-        size = sum(tokenizer.count_messages([conversation[opener]]))
-        kept = sum(tokenizer.count_messages(rest))
-        if size <= max(SMALL_OPENING_TOKENS, kept // 4):
-            return [*leading, conversation[opener], *rest]
+    if opener is not None and sum(tokenizer.count_messages([conversation[opener]])) <= max(
+        SMALL_OPENING_TOKENS, kept // 4
+    ):
+        return [*leading, conversation[opener], *rest]
+    # 2. A later user message that can open, when little lies before it; its system messages stay.
+    later = next((at for at in range(first + 1, len(projection)) if _opens(projection, at)), None)
+    if later is not None and sum(tokenizer.count_messages(projection[first:later])) <= kept // 4:
+        kept_systems = [message for message in projection[first:later] if message.role == "system"]
+        return [*leading, *kept_systems, *projection[later:]]
     # 3. A notice of what was set aside.
     aside = sum(1 for message in conversation[:where] if message.role != "system")
     notice = Message.user(
