@@ -14,14 +14,14 @@ from tests.serve.test_anthropic_sdk import anthropic_records, anthropic_root
 
 KEY = "sk-ant-client-openings-0123456789"
 PASTE = "Summarise this:\n" + "lorem ipsum dolor sit amet " * 5_200  # 140,000 characters and more
-TOOL_USE = {
+TOOL_USE: dict[str, Any] = {
     "role": "assistant",
     "content": [
         {"type": "text", "text": "I will look the report up first."},
         {"type": "tool_use", "id": "toolu_01", "name": "lookup", "input": {"q": "report"}},
     ],
 }
-TOOL_RESULT = {
+TOOL_RESULT: dict[str, Any] = {
     "role": "user",
     "content": [
         {"type": "tool_result", "tool_use_id": "toolu_01", "content": "the report"},
@@ -72,8 +72,14 @@ def test_the_pasted_document_case_answers_200_stateless_through_the_default_stra
         assert forwarded["messages"][0]["content"] == [{"type": "text", "text": "[1 earlier message set aside]"}]
         assert unmarked(forwarded["messages"][1:]) == [TOOL_USE, TOOL_RESULT]  # the proxy adds its breakpoints
         # The next request of the conversation is forwarded valid too.
-        reply = {"role": "assistant", "content": answer["content"]}
-        later = [{"role": "user", "content": PASTE}, TOOL_USE, TOOL_RESULT, reply, {"role": "user", "content": "more"}]
+        reply: dict[str, Any] = {"role": "assistant", "content": answer["content"]}
+        later: list[dict[str, Any]] = [
+            {"role": "user", "content": PASTE},
+            TOOL_USE,
+            TOOL_RESULT,
+            reply,
+            {"role": "user", "content": "more"},
+        ]
         status, answer = proxy.call("POST", "/v1/messages", body(later), headers=headers())
         assert status == 200, answer
         assert_forwarded_valid(fake_upstream)
