@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from contextledger._forgotten import same_input
-from contextledger._tracing import traced_agent_run
+from contextledger._tracing import traced_agent_run, traced_model_request
 from contextledger.agents._context import (
     INSTRUCTIONS_PROPERTY,
     ContextProvider,
@@ -262,19 +262,24 @@ class Agent:
             if instructions
             else []
         )
-        # Read in place, never copied: a provider pays for what it reads of a long history.
-        view: Sequence[Message] = context._request()
-        for provider in self.context_providers:
-            if isinstance(provider, ContextProvider):
-                view = await provider.prepare_request(view, context)
+        view: Sequence[Message] | None = None
         tool_specs = tuple(t.to_openai() for t in self.tools.values())
         calls: list[ModelCall] = []
         for _ in range(self.max_tool_rounds):
-            request = [*head, *view, *context.generated]
-            if tool_specs:
-                reply = await self.client.get_response(request, tools=tool_specs)
-            else:
-                reply = await self.client.get_response(request)
+            # The call's span opens before its request is shaped, so the providers' work on the
+            # first request (a compaction) is traced as a child of the call it shaped.
+            with traced_model_request(self.client) as traced:
+                if view is None:
+                    # Read in place, never copied: a provider pays for what it reads of a long history.
+                    view = context._request()
+                    for provider in self.context_providers:
+                        if isinstance(provider, ContextProvider):
+                            view = await provider.prepare_request(view, context)
+                request = [*head, *view, *context.generated]
+                if tool_specs:
+                    reply = await traced.answer(self.client.get_response(request, tools=tool_specs))
+                else:
+                    reply = await traced.answer(self.client.get_response(request))
             if not isinstance(reply, ChatResponse):
                 raise ModelResponseError(f"the chat client returned {type(reply).__name__}, not a ChatResponse")
             calls.append(ModelCall(tuple(request), tool_specs, reply))

@@ -19,6 +19,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contextledger._tracing import traced_index_compaction
 from contextledger.agents._context import (
     INSTRUCTIONS_PROPERTY,
     AgentView,
@@ -116,7 +117,7 @@ class CompactionProvider(ContextProvider):
             ):
                 base = head + len(added)
         view = self._view(messages, head, base, context)
-        await self.before_strategy.compact(view.index)
+        await traced_index_compaction(self.before_strategy, view.index)
         projection = view.index.projection()
         view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
         return [*messages[:head], *projection]

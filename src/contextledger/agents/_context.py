@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
+from contextledger._tracing import traced_model_request
 from contextledger.agents._response import AgentResponse
 from contextledger.agents._session import Session
 from contextledger.clients import ChatClient, ChatResponse
@@ -348,12 +349,25 @@ class ProvidedClient:
     def __repr__(self) -> str:
         return f"use_context_providers({self.client!r}, {', '.join(map(repr, self.providers))})"
 
+    @property
+    def provider_name(self) -> str | None:
+        """The wrapped client's provider, which traces name for this client's calls too."""
+        name = getattr(self.client, "provider_name", None)
+        return name if isinstance(name, str) else None
+
+    @property
+    def model(self) -> str | None:
+        model = getattr(self.client, "model", None)
+        return model if isinstance(model, str) else None
+
     async def get_response(self, messages: Sequence[Message], **kwargs: Any) -> ChatResponse:
-        request = messages
-        context = current_run.get()
-        for provider in self.providers:
-            request = await provider.prepare_request(request, context)
-        return await self.client.get_response(request, **kwargs)
+        # The call's span opens before the providers shape the request: their compaction is its child.
+        with traced_model_request(self) as call:
+            request = messages
+            context = current_run.get()
+            for provider in self.providers:
+                request = await provider.prepare_request(request, context)
+            return await call.answer(self.client.get_response(request, **kwargs))
 
 
 def use_context_providers(client: ChatClient, *providers: ContextProvider) -> ChatClient:

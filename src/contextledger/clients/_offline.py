@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse, Usage
@@ -73,8 +73,15 @@ class OfflineModel:
     """The built-in offline model (see the module docstring for what it does and does not do).
 
     ``summary_chars`` caps a summary's length; a request may lower it with
-    ``max_chars=``.
+    ``max_chars=``.  Traces know it as model ``offline`` of provider ``contextledger``, and its
+    counts as estimates.
     """
+
+    provider_name: ClassVar[str] = "contextledger"
+    """The GenAI provider traces name: no vendor's, the library's own model."""
+
+    model: ClassVar[str] = "offline"
+    """The name ``--model offline`` gives it on the command line."""
 
     def __init__(self, *, tokenizer: Tokenizer | None = None, summary_chars: int = 600) -> None:
         if isinstance(summary_chars, bool) or not isinstance(summary_chars, int) or summary_chars < 16:
@@ -108,7 +115,8 @@ class OfflineModel:
             output_tokens=self.tokenizer.count_message(reply),
             is_estimate=self.tokenizer.is_estimate,
         )
-        return ChatResponse(text=reply.text, messages=(reply,), usage=usage)
+        reason = "tool_calls" if reply.function_calls else "stop"
+        return ChatResponse(text=reply.text, messages=(reply,), usage=usage, model=self.model, finish_reasons=(reason,))
 
     # Deciding what to say ---------------------------------------------------------------------
 

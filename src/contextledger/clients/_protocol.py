@@ -60,11 +60,19 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ChatResponse:
-    """A model's reply: its text, the messages it produced, and what it cost (if known)."""
+    """A model's reply: its text, the messages it produced, and what it cost (if known).
+
+    ``model``, ``response_id`` and ``finish_reasons`` are what the provider said of its answer
+    (the model that actually answered, which may differ from the one asked for; the answer's id;
+    why it stopped), left empty when it said nothing; traces report them.
+    """
 
     text: str
     messages: tuple[Message, ...] = ()
     usage: Usage | None = None
+    model: str | None = None
+    response_id: str | None = None
+    finish_reasons: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -73,7 +81,10 @@ class ChatClient(Protocol):
 
     ``tools`` are OpenAI-style tool definitions the model may call; ``options``
     are per-call settings a client may honour (``max_chars`` for a summary,
-    ``temperature``...) and must ignore when it does not know them.
+    ``temperature``...) and must ignore when it does not know them.  A client
+    may name its provider for traces with a ``provider_name`` attribute (a
+    GenAI semantic conventions value such as ``"openai"``) and its model with
+    ``model``.
     """
 
     async def get_response(

@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from contextledger._extras import require_extra
 from contextledger._tracing import traced_model_call
@@ -65,6 +65,9 @@ class OpenAIChatClient:
     that is not a sane whole number, stays ``None`` rather than being estimated,
     and never fails the call.
     """
+
+    provider_name: ClassVar[str] = "openai"
+    """The GenAI semantic conventions' provider for traces: the OpenAI API, whoever serves it."""
 
     def __init__(
         self,
@@ -210,7 +213,19 @@ class OpenAIChatClient:
             message = message_from_openai(data)
         except InvalidMessageError as error:
             raise bad(f"an unreadable assistant message ({error})") from error
-        return ChatResponse(text=message.text, messages=(message,), usage=read_usage(body.get("usage")))
+        reasons = tuple(
+            choice["finish_reason"]
+            for choice in choices
+            if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str)
+        )
+        return ChatResponse(
+            text=message.text,
+            messages=(message,),
+            usage=read_usage(body.get("usage")),
+            model=body["model"] if isinstance(body.get("model"), str) else None,
+            response_id=body["id"] if isinstance(body.get("id"), str) else None,
+            finish_reasons=reasons,
+        )
 
 
 class _Retryable(Exception):
