@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from contextledger._tracing import UpstreamCallTrace, trace_upstream_call
 from contextledger.exceptions import ContextLedgerError, ProxyError
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._stream import StreamAssembler, sse_event
@@ -103,9 +104,17 @@ class Relay:
         self.metrics = metrics
         self.wire = wire
 
+    def _traced(self, body: bytes) -> UpstreamCallTrace:
+        return trace_upstream_call(self.upstream.provider, self.upstream.base_url, body)
+
     async def call(self, headers: dict[str, str], body: bytes) -> Answer:
         started = time.perf_counter()
-        upstream = await self.upstream.send("POST", self.wire.path, headers, body)
+        traced = self._traced(body)
+        try:
+            upstream = await self.upstream.send("POST", self.wire.path, headers, body)
+        except BaseException as error:
+            traced.failed(error, _error_type(error))
+            raise
         self.metrics.observe(
             self.metrics.upstream_seconds,
             time.perf_counter() - started,
@@ -113,7 +122,10 @@ class Relay:
             "answered" if upstream.status_code < 400 else "error",
         )
         if upstream.status_code >= 400:
-            raise self.wire.upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            failure = self.wire.upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            traced.failed(failure, str(upstream.status_code))
+            raise failure
+        traced.answered(upstream.content)
         return upstream
 
     async def stream(
@@ -134,13 +146,17 @@ class Relay:
         that did not ask for it (the proxy asked on its behalf).
         """
         started = time.perf_counter()
+        traced = self._traced(body)
         try:
             upstream = await self.upstream.open_stream("POST", self.wire.path, headers, body)
             if upstream.status_code >= 400:
                 content = await upstream.aread()
                 await upstream.aclose()
-                raise self.wire.upstream_error(upstream.status_code, content, upstream.headers)
-        except BaseException:
+                failure = self.wire.upstream_error(upstream.status_code, content, upstream.headers)
+                traced.failed(failure, str(upstream.status_code))
+                raise failure
+        except BaseException as error:
+            traced.failed(error, _error_type(error))  # nothing if already ended
             if release is not None:
                 await release()
             raise
@@ -159,6 +175,13 @@ class Relay:
                 outcome = "error"  # the upstream's own error event has been passed on as it came
             elif failure is None and not assembler.complete:
                 failure = _broken("the upstream's stream ended before it said it was done")
+            # The upstream's part ends here; storing the turn is the proxy's own.
+            if failure is not None:
+                traced.failed(failure, failure.code)
+            elif outcome == "error":
+                traced.failed(ProxyError("the upstream's stream carried an error event", status=502), "error_event")
+            elif traced.recording:
+                traced.answered({**assembler.message(), **assembler.meta(), "usage": assembler.usage})
             if failure is None and outcome == "answered" and usage is not None:
                 usage(assembler.usage)
             if failure is None and outcome == "answered" and finish is not None:
@@ -187,6 +210,7 @@ class Relay:
             )
 
         async def cleanup() -> None:
+            traced.end()  # a stream the client walked away from ends here, its outcome unknown
             await upstream.aclose()
             if release is not None:
                 await release()
@@ -211,6 +235,11 @@ def completion(upstream: Answer) -> tuple[dict[str, Any], dict[str, Any]]:
             headers=passed_back(upstream.headers),
         ) from None
     return reply, message
+
+
+def _error_type(error: BaseException) -> str | None:
+    """A failure's ``error.type`` in traces: the proxy's code for it (``upstream_timeout``...), else its class."""
+    return error.code if isinstance(error, ProxyError) else None
 
 
 def _broken(reason: str) -> ProxyError:

@@ -191,6 +191,11 @@ class Upstream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proxy = _environment_proxy(self.base_url)
 
+    @property
+    def provider(self) -> str:
+        """The GenAI provider the upstream's API belongs to, as traces name it."""
+        return "anthropic" if self._anthropic else "openai"
+
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
