@@ -125,8 +125,11 @@ class LocalChatClient:
     on the first call, in the worker thread.  Usage is what llama.cpp counted
     (exact for this model's tokenizer, not an estimate).  ``tools`` are passed
     to llama.cpp, but SmolLM2's chat template does not render them: expect text
-    replies.
+    replies.  Traces name its provider ``llama_cpp``, with the settings of each call.
     """
+
+    provider_name = "llama_cpp"
+    """The GenAI provider traces name: llama.cpp, running the model in this process."""
 
     def __init__(
         self,
@@ -163,6 +166,11 @@ class LocalChatClient:
     @property
     def model(self) -> str:
         return self.model_path.name
+
+    @property
+    def request_settings(self) -> dict[str, Any]:
+        """What every call is sent with unless its options say otherwise."""
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
 
     def _load(self) -> llama_cpp.Llama:
         if self._model is None:
@@ -210,8 +218,7 @@ class LocalChatClient:
             raise ConfigurationError(
                 f"LocalChatClient does not understand option(s) {unknown}; use {sorted(_REQUEST_OPTIONS)}"
             )
-        settings: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
-        settings.update(options)
+        settings = {**self.request_settings, **options}
         request = _chat_messages(messages)
         tool_list = [dict(tool) for tool in tools] if tools else None
         try:
@@ -235,4 +242,13 @@ class LocalChatClient:
         except InvalidMessageError as error:
             raise ModelResponseError(f"the local model {self.model} returned an unreadable message: {error}") from error
         usage = read_usage(body.get("usage")) if isinstance(body, Mapping) else None
-        return ChatResponse(text=message.text, messages=(message,), usage=usage)
+        choice = body["choices"][0]
+        reason = choice.get("finish_reason") if isinstance(choice, Mapping) else None
+        return ChatResponse(
+            text=message.text,
+            messages=(message,),
+            usage=usage,
+            model=body.get("model") if isinstance(body.get("model"), str) else None,
+            response_id=body.get("id") if isinstance(body.get("id"), str) else None,
+            finish_reasons=(reason,) if isinstance(reason, str) else (),
+        )

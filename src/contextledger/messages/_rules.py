@@ -17,6 +17,7 @@ Each function makes one pass over its body, so the proxy can run it on every req
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any, Literal
 
 from contextledger.messages._validate import Problem
@@ -41,13 +42,8 @@ def problems_for(api: Literal["chat", "responses", "anthropic"], payload: Mappin
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
-    # Stable: problems at one position keep the order they were found in.
-    problems.sort(key=_position)
+    problems.sort(key=attrgetter("index"))  # stable: problems at one position keep the order they were found in
     return problems
-
-
-def _position(problem: Problem) -> int:
-    return problem.index
 
 
 def _not_a_body(payload: object) -> list[Problem]:
@@ -113,13 +109,8 @@ def anthropic_problems(payload: Mapping[str, Any]) -> list[Problem]:
             continue
         role = message.get("role")
         if role not in ("user", "assistant"):  # a tuple: a role that is a list must not be hashed
-            problems.append(
-                Problem(
-                    index,
-                    "unknown_role",
-                    f"role {_shown(role)} is not 'user' or 'assistant'; put instructions in the top-level system",
-                )
-            )
+            detail = f"role {_shown(role)} is not 'user' or 'assistant'; put instructions in the top-level system"
+            problems.append(Problem(index, "unknown_role", detail))
             continue
         if index == 0 and role != "user":
             problems.append(
@@ -199,13 +190,8 @@ def _answer(
     problems: list[Problem],
 ) -> None:
     if not results_may_come:
-        problems.append(
-            Problem(
-                index,
-                "tool_result_not_first",
-                "tool_result blocks must open the user turn, before any text or other block; move them first",
-            )
-        )
+        detail = "tool_result blocks must open the user turn, before any text or other block; move them first"
+        problems.append(Problem(index, "tool_result_not_first", detail))
     if not isinstance(tool_use_id, str):
         problems.append(Problem(index, "malformed_tool_result", "a tool_result needs the tool_use_id it answers"))
     elif tool_use_id in awaited:
@@ -225,25 +211,14 @@ def _answer(
             )
         )
     else:
-        problems.append(
-            Problem(
-                index,
-                "orphan_tool_result",
-                f"no tool_use has id {tool_use_id!r}; drop the result or keep the call it answers",
-            )
-        )
+        detail = f"no tool_use has id {tool_use_id!r}; drop the result or keep the call it answers"
+        problems.append(Problem(index, "orphan_tool_result", detail))
 
 
 def _unanswered(waiting: dict[str, int], problems: list[Problem]) -> None:
     for tool_use_id, index in waiting.items():
-        problems.append(
-            Problem(
-                index,
-                "tool_use_unanswered",
-                f"tool_use {tool_use_id!r} has no tool_result at the start of the next user turn; "
-                "answer it there or drop the call",
-            )
-        )
+        detail = f"tool_use {tool_use_id!r} has no tool_result opening the next user turn; answer it or drop it"
+        problems.append(Problem(index, "tool_use_unanswered", detail))
 
 
 def _tool_result_content(content: object, index: int, marks: int, problems: list[Problem]) -> int:
