@@ -537,7 +537,7 @@ def chat_problems(payload: Mapping[str, Any]) -> list[Problem]:
         elif tool_calls:
             for call in tool_calls:
                 _check_call(call, index, call_ids, waiting, problems)
-        if content is None and not any(message.get(key) for key in _ASSISTANT_SAYS):
+        if content is None and not tool_calls and not any(message.get(key) for key in _ASSISTANT_SAYS):
             problems.append(_no_content(index, "an assistant message needs content or tool_calls"))
     _close(waiting, problems)
     return _sorted(problems)
