@@ -99,9 +99,16 @@ def test_each_upstream_call_is_a_client_span_with_its_provider_model_and_usage(
     port = int(root.rsplit(":", 1)[1])
     app = create_app(ServeConfig(fake_upstream.base_url, anthropic_upstream=root, store=f"sqlite:{tmp_path / 's.db'}"))
     user = [{"role": "user", "content": "hello"}]
+    # A tool of its own keeps these requests out of the prefixes other tests' requests find in the
+    # fake's prompt cache (it is shared by the session).
+    tools = [{"type": "function", "function": {"name": "span_lookup", "parameters": {"type": "object"}}}]
     calls: list[tuple[str, str, dict[str, Any]]] = [
-        ("openai", "/v1/chat/completions", {"model": "fake-cache-openai", "messages": user, "seed": 7}),
-        ("openai", "/v1/chat/completions", {"model": "fake-cache-openai", "messages": user, "stream": True}),
+        ("openai", "/v1/chat/completions", {"model": "fake-cache-openai", "messages": user, "tools": tools, "seed": 7}),
+        (
+            "openai",
+            "/v1/chat/completions",
+            {"model": "fake-cache-openai", "messages": user, "tools": tools, "stream": True},
+        ),
         ("openai", "/v1/responses", {"model": "gpt-responses", "input": "hello"}),
         ("openai", "/v1/responses", {"model": "gpt-responses", "input": "hello", "stream": True}),
         ("anthropic", "/v1/messages", {"model": "claude-test", "max_tokens": 64, "messages": user}),
