@@ -51,7 +51,10 @@ Where things live (every name is imported from here, ``contextledger.messages``)
 - each provider's rules for a whole request body, ``_rules.py``: :func:`chat_problems`,
   :func:`responses_problems` and :func:`anthropic_problems` (the body as it goes on the wire,
   each :class:`Problem` at its position with a stable rule code), and :func:`problems_for`
-  (the same, by the API's name).
+  (the same, by the API's name); the same rules resumable, :func:`item_rules` and its
+  :class:`ItemRules` (fed a body's items a few at a time and copied, so a body that repeats the
+  one before it is checked for only the items it adds; their state in ``_rule_state.py`` and
+  ``_anthropic_rule_state.py``).
 """
 
 from contextledger.messages._anthropic import (
@@ -104,7 +107,14 @@ from contextledger.messages._responses import (
     to_responses,
 )
 from contextledger.messages._responses import joins_calls as joins_calls
-from contextledger.messages._rules import anthropic_problems, chat_problems, problems_for, responses_problems
+from contextledger.messages._rules import (
+    ItemRules,
+    anthropic_problems,
+    chat_problems,
+    item_rules,
+    problems_for,
+    responses_problems,
+)
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
@@ -121,6 +131,7 @@ __all__ = [
     "FunctionResultContent",
     "HostedCallContent",
     "HostedResultContent",
+    "ItemRules",
     "Message",
     "OpaqueContent",
     "Problem",
@@ -134,6 +145,7 @@ __all__ = [
     "from_openai",
     "from_responses",
     "item_dict",
+    "item_rules",
     "item_runs",
     "kept_as_given",
     "load_jsonl",

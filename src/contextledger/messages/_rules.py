@@ -11,24 +11,60 @@ texts, duplicate ids, limits.  Fields, block types and item types not named here
 unchecked, because providers add them every month and refusing one would break a client that is
 right.  No check raises: any JSON value, however malformed, gives a list of problems.
 
-Each function makes one pass over its body, so the proxy can run it on every request.
+A stateless client sends its whole history on every request, so the checks also resume:
+:func:`item_rules` gives an :class:`ItemRules` that is fed a body's items and keeps what it needs
+to judge more, so the proxy copies the one it had for the body before and feeds only what the new
+body adds.  The three functions below are the same rules fed a whole body at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from operator import attrgetter
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
+from contextledger.exceptions import ConfigurationError
+from contextledger.messages._anthropic_rule_state import AnthropicRules, anthropic_payload_problems
+from contextledger.messages._rule_state import BODY, ChatRules, ResponsesRules, not_a_body
 from contextledger.messages._validate import Problem
 
-__all__ = ["anthropic_problems", "chat_problems", "problems_for", "responses_problems"]
+__all__ = ["ItemRules", "anthropic_problems", "chat_problems", "item_rules", "problems_for", "responses_problems"]
 
-BODY = -1
-"""The position given to a problem of the whole body rather than of one message or item."""
 
-MAX_CACHE_BREAKPOINTS = 4
-"""Anthropic allows at most four ``cache_control`` marks in one request."""
+class ItemRules(Protocol):
+    """One API's rules checked item by item, so a body that repeats an earlier one and adds to it
+    is checked for only what it adds.
+
+    Problems are those of a body whose array (``messages`` or ``input``) is exactly the items fed
+    so far, found as one pass over the whole body finds them.  Nothing is reported early that a
+    later item or the body's other fields could still change.
+    """
+
+    def feed(self, items: Sequence[Any]) -> None:
+        """Read the next items of the body's array, their positions continuing from those fed before."""
+        ...
+
+    def problems(self, payload: Mapping[str, Any]) -> list[Problem]:
+        """The problems of the body whose array is the items fed so far and whose other fields
+        (``system``, ``tools``, ``previous_response_id``, ``conversation``) are ``payload``'s; the
+        array field of ``payload`` is not read.  The state is left as it was, so more items may be
+        fed and problems asked for again."""
+        ...
+
+    def copy(self) -> ItemRules:
+        """An independent copy, so the state at the end of one body can serve every body that
+        continues it; it copies what the rules remember, not the items."""
+        ...
+
+
+def item_rules(api: Literal["chat", "responses", "anthropic"]) -> ItemRules:
+    """The rules of an API with nothing fed yet."""
+    if api == "chat":
+        return ChatRules()
+    if api == "responses":
+        return ResponsesRules()
+    if api == "anthropic":
+        return AnthropicRules()
+    raise ConfigurationError(f"no rules for the API {api!r}; name 'chat', 'responses' or 'anthropic'")
 
 
 def problems_for(api: Literal["chat", "responses", "anthropic"], payload: Mapping[str, Any]) -> list[Problem]:
@@ -39,23 +75,6 @@ def problems_for(api: Literal["chat", "responses", "anthropic"], payload: Mappin
     if api == "responses":
         return responses_problems(payload)
     return chat_problems(payload)
-
-
-def _sorted(problems: list[Problem]) -> list[Problem]:
-    problems.sort(key=attrgetter("index"))  # stable: problems at one position keep the order they were found in
-    return problems
-
-
-def _not_a_body(payload: object) -> list[Problem]:
-    return [Problem(BODY, "malformed_body", f"the body must be a JSON object, got {type(payload).__name__}")]
-
-
-def _present(value: object) -> bool:
-    """Whether an optional field was given: absent, ``null`` and ``""`` all mean it was not."""
-    return value is not None and value != ""
-
-
-# Anthropic Messages --------------------------------------------------------------------------------------
 
 
 def anthropic_problems(payload: Mapping[str, Any]) -> list[Problem]:
@@ -81,220 +100,14 @@ def anthropic_problems(payload: Mapping[str, Any]) -> list[Problem]:
     edit, so that rule is left to the code that keeps the history.
     """
     if not isinstance(payload, Mapping):
-        return _not_a_body(payload)
-    problems: list[Problem] = []
-    marks = _marks_in(payload.get("tools")) + _system_marks(payload.get("system"), problems)
-    if marks > MAX_CACHE_BREAKPOINTS:
-        problems.append(_too_many_marks(BODY, marks, "tools and system"))
+        return not_a_body(payload)
     messages = payload.get("messages")
-    if not isinstance(messages, list) or not messages:
-        problems.append(
-            Problem(BODY, "no_messages", "the body has no messages; send a list with at least one user message")
-            if messages is None or messages == []
-            else Problem(BODY, "malformed_body", '"messages" must be a list of message objects')
-        )
-        return _sorted(problems)
-
-    last = len(messages) - 1
-    turn_role: object = None
-    used_ids: set[str] = set()
-    asked: dict[str, int] = {}  # tool_use ids of the current assistant turn -> message index
-    awaited: dict[str, int] = {}  # ids the current user turn must answer -> index of the tool_use
-    answered: set[str] = set()  # ids answered in the current user turn
-    results_may_come = False  # the current user turn holds only tool results so far
-
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            problems.append(Problem(index, "malformed_message", "a message must be an object with a role and content"))
-            continue
-        role = message.get("role")
-        if role not in ("user", "assistant"):  # a tuple: a role that is a list must not be hashed
-            detail = f"role {_shown(role)} is not 'user' or 'assistant'; put instructions in the top-level system"
-            problems.append(Problem(index, "unknown_role", detail))
-            continue
-        if index == 0 and role != "user":
-            problems.append(
-                Problem(index, "first_message_not_user", "the first message must be the user's; start with a user turn")
-            )
-        if role != turn_role:
-            if role == "assistant":
-                _unanswered(awaited, problems)
-                asked = {}
-            else:
-                awaited, asked = asked, {}
-                answered = set()
-                results_may_come = True
-            turn_role = role
-        content = message.get("content")
-        if isinstance(content, str):
-            if content:
-                results_may_come = False
-            elif not (index == last and role == "assistant"):
-                problems.append(_empty_content(index))
-            continue
-        if not isinstance(content, list):
-            problems.append(Problem(index, "malformed_message", "content must be a string or a list of content blocks"))
-            continue
-        if not content and not (index == last and role == "assistant"):
-            problems.append(_empty_content(index))
-        for block in content:
-            if not isinstance(block, Mapping):
-                problems.append(Problem(index, "malformed_message", "a content block must be an object with a type"))
-                continue
-            if block.get("cache_control") is not None:
-                marks += 1
-                if marks == MAX_CACHE_BREAKPOINTS + 1:
-                    problems.append(_too_many_marks(index, marks, "the body"))
-            kind = block.get("type")
-            if kind == "tool_result":
-                marks = _tool_result_content(block.get("content"), index, marks, problems)
-                if role != "user":
-                    problems.append(Problem(index, "misplaced_tool_block", "a tool_result belongs in a user message"))
-                    continue
-                _answer(block.get("tool_use_id"), index, results_may_come, awaited, answered, used_ids, problems)
-                continue
-            results_may_come = False
-            if kind == "text":
-                if block.get("text") == "":
-                    problems.append(_empty_text(index))
-            elif kind == "tool_use":
-                if role != "assistant":
-                    problems.append(
-                        Problem(index, "misplaced_tool_block", "a tool_use belongs in an assistant message")
-                    )
-                    continue
-                _ask(block.get("id"), index, asked, used_ids, problems)
-    _unanswered(awaited if turn_role == "user" else asked, problems)
-    return _sorted(problems)
-
-
-def _ask(tool_use_id: object, index: int, asked: dict[str, int], used: set[str], problems: list[Problem]) -> None:
-    if not isinstance(tool_use_id, str) or not tool_use_id:
-        problems.append(Problem(index, "malformed_tool_use", "a tool_use needs a non-empty string id"))
-    elif tool_use_id in used:
-        problems.append(
-            Problem(index, "duplicate_tool_use_id", f"tool_use id {tool_use_id!r} is used twice; give each its own")
-        )
-    else:
-        used.add(tool_use_id)
-        asked[tool_use_id] = index
-
-
-def _answer(
-    tool_use_id: object,
-    index: int,
-    results_may_come: bool,
-    awaited: dict[str, int],
-    answered: set[str],
-    used: set[str],
-    problems: list[Problem],
-) -> None:
-    if not results_may_come:
-        detail = "tool_result blocks must open the user turn, before any text or other block; move them first"
-        problems.append(Problem(index, "tool_result_not_first", detail))
-    if not isinstance(tool_use_id, str):
-        problems.append(Problem(index, "malformed_tool_result", "a tool_result needs the tool_use_id it answers"))
-    elif tool_use_id in awaited:
-        del awaited[tool_use_id]
-        answered.add(tool_use_id)
-    elif tool_use_id in answered:
-        problems.append(
-            Problem(index, "duplicate_tool_result", f"tool_use {tool_use_id!r} is answered twice; keep one result")
-        )
-    elif tool_use_id in used:
-        problems.append(
-            Problem(
-                index,
-                "orphan_tool_result",
-                f"tool_use {tool_use_id!r} is not in the assistant turn just before; "
-                "a result must directly follow its call",
-            )
-        )
-    else:
-        detail = f"no tool_use has id {tool_use_id!r}; drop the result or keep the call it answers"
-        problems.append(Problem(index, "orphan_tool_result", detail))
-
-
-def _unanswered(waiting: dict[str, int], problems: list[Problem]) -> None:
-    for tool_use_id, index in waiting.items():
-        detail = f"tool_use {tool_use_id!r} has no tool_result opening the next user turn; answer it or drop it"
-        problems.append(Problem(index, "tool_use_unanswered", detail))
-
-
-def _tool_result_content(content: object, index: int, marks: int, problems: list[Problem]) -> int:
-    """Count the breakpoints inside a tool result and refuse its empty texts, as the API reads its
-    blocks like any other."""
-    if not isinstance(content, list):
-        return marks
-    for block in content:
-        if not isinstance(block, Mapping):
-            continue
-        if block.get("cache_control") is not None:
-            marks += 1
-            if marks == MAX_CACHE_BREAKPOINTS + 1:
-                problems.append(_too_many_marks(index, marks, "the body"))
-        if block.get("type") == "text" and block.get("text") == "":
-            problems.append(_empty_text(index))
-    return marks
-
-
-def _marks_in(blocks: object) -> int:
-    if not isinstance(blocks, list):
-        return 0
-    return sum(1 for block in blocks if isinstance(block, Mapping) and block.get("cache_control") is not None)
-
-
-def _system_marks(system: object, problems: list[Problem]) -> int:
-    if not isinstance(system, list):
-        return 0
-    for block in system:
-        if isinstance(block, Mapping) and block.get("type") == "text" and block.get("text") == "":
-            problems.append(Problem(BODY, "empty_text_block", "a system text block is empty; drop it or give it text"))
-    return _marks_in(system)
-
-
-def _too_many_marks(index: int, marks: int, where: str) -> Problem:
-    return Problem(
-        index,
-        "too_many_cache_breakpoints",
-        f"more than {MAX_CACHE_BREAKPOINTS} cache_control marks ({marks} so far in {where}); "
-        "keep at most four, on the blocks whose prefix should be cached",
-    )
-
-
-def _empty_content(index: int) -> Problem:
-    return Problem(
-        index,
-        "empty_content",
-        "the message has empty content; only a final assistant message may, so drop it or give it a block",
-    )
-
-
-def _empty_text(index: int) -> Problem:
-    return Problem(index, "empty_text_block", 'a text block has text ""; drop the block or give it text')
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-# Responses API -------------------------------------------------------------------------------------------
-
-_OUTPUT_OF_CALL = {
-    "function_call": "function_call_output",
-    "custom_tool_call": "custom_tool_call_output",
-    "computer_call": "computer_call_output",
-    "local_shell_call": "local_shell_call_output",
-    "shell_call": "shell_call_output",
-    "apply_patch_call": "apply_patch_call_output",
-}
-"""The calls the client runs, each answered by an item of its own with the call's ``call_id``.
-Hosted calls (``mcp_call``, web and file search, code interpreter, image generation) carry their
-output inline and are complete alone."""
-
-_OUTPUTS = frozenset(_OUTPUT_OF_CALL.values())
-_RESPONSES_ROLES = frozenset({"user", "assistant", "system", "developer"})
+    if messages is not None and not isinstance(messages, list):
+        problems, _ = anthropic_payload_problems(payload)
+        return [*problems, _messages_not_a_list()]
+    rules = AnthropicRules()
+    rules.feed(messages or ())
+    return rules.problems(payload)
 
 
 def responses_problems(payload: Mapping[str, Any]) -> list[Problem]:
@@ -318,130 +131,15 @@ def responses_problems(payload: Mapping[str, Any]) -> list[Problem]:
     left unanswered is the client declining to answer, not a fault.
     """
     if not isinstance(payload, Mapping):
-        return _not_a_body(payload)
+        return not_a_body(payload)
     items = payload.get("input")
     if items is None or isinstance(items, str):
         return []  # a string is one user message; no input at all is for the API to judge with `prompt`
     if not isinstance(items, list):
         return [Problem(BODY, "malformed_body", '"input" must be a string or a list of items')]
-    if not items:
-        return [Problem(BODY, "empty_input", "the input list is empty; send at least one item, or a string")]
-    held_upstream = _present(payload.get("previous_response_id")) or _present(payload.get("conversation"))
-    problems: list[Problem] = []
-    call_ids: set[str] = set()
-    item_ids: set[str] = set()
-    waiting: dict[str, int] = {}  # calls after the newest compaction item awaiting output -> index
-    early: dict[str, int] = {}  # outputs whose call has not come (yet) -> index
-    requests: set[str] = set()
-    early_responses: dict[str, int] = {}
-    kind: object = None
-
-    for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            problems.append(Problem(index, "malformed_item", "an input item must be an object"))
-            kind = None
-            continue
-        kind = item.get("type")
-        if not isinstance(kind, str):
-            kind = None  # a type that is a list or an object is no type we know, and must not be hashed
-        item_id = item.get("id")
-        if isinstance(item_id, str) and kind != "local_shell_call_output":  # that output's id is its call's
-            if item_id in item_ids:
-                problems.append(
-                    Problem(index, "duplicate_item_id", f"item id {item_id!r} is used twice; send each item once")
-                )
-            else:
-                item_ids.add(item_id)
-        if kind in _OUTPUT_OF_CALL:
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                problems.append(Problem(index, "malformed_item", f"a {kind} needs a non-empty string call_id"))
-            elif call_id in call_ids:
-                problems.append(
-                    Problem(index, "duplicate_call_id", f"call_id {call_id!r} is used by two calls; give each its own")
-                )
-            else:
-                call_ids.add(call_id)
-                if call_id in early:
-                    problems.append(_output_before_call(early.pop(call_id), call_id))
-                else:
-                    waiting[call_id] = index
-        elif kind in _OUTPUTS:
-            call_id = item.get("call_id")
-            if kind == "local_shell_call_output" and not isinstance(call_id, str):
-                call_id = item.get("id")  # older clients name the call by `id`
-            if not isinstance(call_id, str) or not call_id:
-                problems.append(Problem(index, "malformed_item", f"a {kind} needs the string call_id of its call"))
-            elif call_id in waiting:
-                del waiting[call_id]
-            elif call_id not in call_ids:
-                early.setdefault(call_id, index)
-        elif kind == "mcp_approval_request":
-            if isinstance(item_id, str):
-                requests.add(item_id)
-                if item_id in early_responses:
-                    problems.append(_output_before_call(early_responses.pop(item_id), item_id))
-        elif kind == "mcp_approval_response":
-            request_id = item.get("approval_request_id")
-            if not isinstance(request_id, str):
-                problems.append(
-                    Problem(index, "malformed_item", "an mcp_approval_response needs the approval_request_id to answer")
-                )
-            elif request_id not in requests:
-                early_responses.setdefault(request_id, index)
-        elif kind == "compaction":
-            waiting.clear()  # held by the compaction item from here on
-            held_upstream = True
-        elif kind == "message" or (kind is None and "role" in item):
-            role = item.get("role")
-            if not isinstance(role, str) or role not in _RESPONSES_ROLES:
-                problems.append(
-                    Problem(
-                        index,
-                        "unknown_role",
-                        f"role {_shown(role)} is not one of user, assistant, system, developer",
-                    )
-                )
-    if kind == "reasoning":
-        problems.append(
-            Problem(
-                len(items) - 1,
-                "reasoning_last",
-                "a reasoning item is last; keep the item it reasoned for after it, or drop it",
-            )
-        )
-    for call_id, index in waiting.items():
-        problems.append(
-            Problem(
-                index,
-                "call_without_output",
-                f"call {call_id!r} has no output item; add its output after it or drop the call",
-            )
-        )
-    if not held_upstream:
-        for call_id, index in (*early.items(), *early_responses.items()):
-            problems.append(
-                Problem(
-                    index,
-                    "output_without_call",
-                    f"nothing in the input is call {call_id!r}; keep the call it answers, or continue "
-                    "with previous_response_id",
-                )
-            )
-    return _sorted(problems)
-
-
-def _output_before_call(index: int, call_id: str) -> Problem:
-    return Problem(
-        index, "output_before_call", f"the output of call {call_id!r} comes before the call; put the call first"
-    )
-
-
-# Chat completions ----------------------------------------------------------------------------------------
-
-_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_ASSISTANT_SAYS = ("content", "tool_calls", "function_call", "audio", "refusal")
-"""What an assistant message may hold instead of ``content``: with any of them, a null content is fine."""
+    rules = ResponsesRules()
+    rules.feed(items)
+    return rules.problems(payload)
 
 
 def chat_problems(payload: Mapping[str, Any]) -> list[Problem]:
@@ -464,128 +162,14 @@ def chat_problems(payload: Mapping[str, Any]) -> list[Problem]:
     Tool call types other than ``function`` pass through with only their ``id`` checked.
     """
     if not isinstance(payload, Mapping):
-        return _not_a_body(payload)
+        return not_a_body(payload)
     messages = payload.get("messages")
-    if messages is None or messages == []:
-        return [Problem(BODY, "no_messages", "the body has no messages; send a list with at least one message")]
-    if not isinstance(messages, list):
-        return [Problem(BODY, "malformed_body", '"messages" must be a list of message objects')]
-    problems: list[Problem] = []
-    call_ids: set[str] = set()
-    waiting: dict[str, int] = {}  # calls of the assistant message before this run of tool messages
-    answered: set[str] = set()
-
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            problems.append(Problem(index, "malformed_message", "a message must be an object with a role"))
-            continue
-        role = message.get("role")
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            problems.append(Problem(index, "malformed_message", "content must be a string, a list of parts or null"))
-        if role == "tool":
-            if content is None:
-                problems.append(_no_content(index, "a tool message needs content: the call's result"))
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
-                problems.append(
-                    Problem(index, "malformed_message", "a tool message needs the string tool_call_id it answers")
-                )
-            elif call_id in waiting:
-                del waiting[call_id]
-                answered.add(call_id)
-            elif call_id in answered:
-                problems.append(
-                    Problem(index, "duplicate_tool_result", f"call {call_id!r} is answered twice; keep one result")
-                )
-            elif call_id in call_ids:
-                problems.append(
-                    Problem(
-                        index,
-                        "misplaced_tool_result",
-                        f"call {call_id!r} is not in the assistant message before this run of tool messages; "
-                        "a result must directly follow its call",
-                    )
-                )
-            else:
-                problems.append(
-                    Problem(
-                        index,
-                        "orphan_tool_result",
-                        f"no preceding call has id {call_id!r}; drop the result or keep its call",
-                    )
-                )
-            continue
-        _close(waiting, problems)
-        answered.clear()
-        if not isinstance(role, str) or role not in _CHAT_ROLES:
-            problems.append(
-                Problem(
-                    index,
-                    "unknown_role",
-                    f"role {_shown(role)} is not one of system, developer, user, assistant, tool",
-                )
-            )
-            continue
-        if role != "assistant":
-            if content is None:
-                problems.append(_no_content(index, f"a {role} message needs content"))
-            continue
-        tool_calls = message.get("tool_calls")
-        if tool_calls is not None and not isinstance(tool_calls, list):
-            problems.append(Problem(index, "malformed_tool_call", "tool_calls must be a list of calls"))
-        elif tool_calls:
-            for call in tool_calls:
-                _check_call(call, index, call_ids, waiting, problems)
-        if content is None and not tool_calls and not any(message.get(key) for key in _ASSISTANT_SAYS):
-            problems.append(_no_content(index, "an assistant message needs content or tool_calls"))
-    _close(waiting, problems)
-    return _sorted(problems)
+    if messages is not None and not isinstance(messages, list):
+        return [_messages_not_a_list()]
+    rules = ChatRules()
+    rules.feed(messages or ())
+    return rules.problems(payload)
 
 
-def _check_call(call: object, index: int, call_ids: set[str], waiting: dict[str, int], problems: list[Problem]) -> None:
-    if not isinstance(call, Mapping):
-        problems.append(Problem(index, "malformed_tool_call", "a tool call must be an object with an id"))
-        return
-    call_id = call.get("id")
-    kind = call.get("type", "function")
-    if kind == "function":
-        function = call.get("function")
-        if not (
-            isinstance(function, Mapping)
-            and isinstance(function.get("name"), str)
-            and function.get("name")
-            and isinstance(function.get("arguments"), str)
-        ):
-            problems.append(
-                Problem(
-                    index,
-                    "malformed_tool_call",
-                    f"tool call {_shown(call_id)} needs a function object with a non-empty name and string arguments",
-                )
-            )
-    elif not isinstance(kind, str):
-        problems.append(Problem(index, "malformed_tool_call", f"tool call {_shown(call_id)}: type must be text"))
-    if not isinstance(call_id, str) or not call_id:
-        problems.append(Problem(index, "malformed_tool_call", "a tool call needs a non-empty string id"))
-    elif call_id in call_ids:
-        problems.append(Problem(index, "duplicate_call_id", f"call id {call_id!r} is used twice; give each its own"))
-    else:
-        call_ids.add(call_id)
-        waiting[call_id] = index
-
-
-def _close(waiting: dict[str, int], problems: list[Problem]) -> None:
-    for call_id, index in waiting.items():
-        problems.append(
-            Problem(
-                index,
-                "missing_tool_result",
-                f"tool call {call_id!r} has no tool message before the next message; answer it or drop the call",
-            )
-        )
-    waiting.clear()
-
-
-def _no_content(index: int, what: str) -> Problem:
-    return Problem(index, "no_content", f"{what}; give it content (text or parts)")
+def _messages_not_a_list() -> Problem:
+    return Problem(BODY, "malformed_body", '"messages" must be a list of message objects')
