@@ -68,6 +68,7 @@ from contextledger.serve._requests import (  # noqa: E402
 )
 from contextledger.serve._responses import ResponsesFormat, parse_responses_payload  # noqa: E402
 from contextledger.serve._sessions import Sessions, open_sessions, session_key  # noqa: E402
+from contextledger.serve._stateless import StatelessFlow  # noqa: E402
 from contextledger.serve._tenants import SESSION_HEADER, request_tenant, session_id_of  # noqa: E402
 from contextledger.serve._turns import SessionTurns  # noqa: E402
 from contextledger.serve._upstream import (  # noqa: E402
@@ -133,9 +134,8 @@ class Proxy:
             self.tokenizer,
             self.strategy is not None,
         )
-        self.chat = ChatFormat(
-            config, self.upstream, self.relay, self.metrics, self.cost, self.strategy, self.tokenizer
-        )
+        self.stateless = StatelessFlow(self.metrics, self.cost, self.strategy, self.tokenizer)
+        self.chat = ChatFormat(config, self.upstream, self.relay)
         self.anthropic: MessagesFormat | None = None
         if config.anthropic_upstream is not None:
             anthropic = Upstream(
@@ -144,11 +144,9 @@ class Proxy:
                 upstream_key=config.upstream_key,
                 anthropic=True,
             )
-            self.anthropic = MessagesFormat(config, anthropic, self.metrics, self.cost, self.strategy, self.tokenizer)
+            self.anthropic = MessagesFormat(config, anthropic, self.metrics)
         self.readiness = Readiness(self.sessions, self.upstream, check_upstream=config.ready_checks_upstream)
-        self.responses_api = ResponsesFormat(
-            config, self.upstream, self.metrics, self.cost, self.strategy, self.tokenizer
-        )
+        self.responses_api = ResponsesFormat(config, self.upstream, self.metrics)
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -165,7 +163,7 @@ class Proxy:
             if mode == "session":
                 response = await self.flow.turn(self.chat, request, parse_payload(body))
             else:
-                response = await self.chat.stateless_body(request, body)
+                response = await self.stateless.request(self.chat, request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "chat_completions", mode, str(response.status_code))
@@ -180,7 +178,7 @@ class Proxy:
             if mode == "session":
                 response = await self.flow.turn(form, request, parse_messages_payload(body))
             else:
-                response = await form.stateless_body(request, body)
+                response = await self.stateless.request(form, request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = anthropic_error_response(error)
         self.metrics.count(self.metrics.requests, "messages", mode, str(response.status_code))
@@ -214,7 +212,7 @@ class Proxy:
             if mode == "session":
                 response = await self.flow.turn(self.responses_api, request, parse_responses_payload(body))
             else:
-                response = await self.responses_api.stateless_body(request, body)
+                response = await self.stateless.request(self.responses_api, request, body)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)
         self.metrics.count(self.metrics.requests, "responses", mode, str(response.status_code))

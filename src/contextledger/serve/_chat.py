@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: OpenAI's chat completions through the proxy.
 
 Stateless mode (no session header): the client sends its whole history; the configured strategy
-compacts it and the projection goes upstream; nothing is kept.  Session mode runs the one session
+compacts it and the projection goes upstream; nothing is kept.  It runs the one stateless flow
+(:mod:`contextledger.serve._stateless`) with :class:`ChatFormat` reading and writing.  Session mode runs the one session
 flow (:mod:`contextledger.serve._flow`) with :class:`ChatFormat` reading and writing the messages.
 
 System messages a client sends in session mode are the instructions for that call: they are put
@@ -11,7 +12,6 @@ OpenAI clients do) does not pile up copies of it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from typing import Any
@@ -19,13 +19,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contextledger.compaction import CompactionStrategy, compact_with_report
+from contextledger.compaction import CompactionResult
 from contextledger.exceptions import ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import Message, to_openai
-from contextledger.serve._bodies import BodyMemo, Compacted, joined
+from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
-from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, completion
 from contextledger.serve._replies import completion_events, reply_message, stored_completion
 from contextledger.serve._requests import (
@@ -35,10 +34,10 @@ from contextledger.serve._requests import (
     refuse_invalid,
     without_metadata,
 )
+from contextledger.serve._stateless import Outgoing, StatelessBody
 from contextledger.serve._tenants import request_tenant
-from contextledger.serve._upstream import Answer, Upstream, passed_back
-from contextledger.serve._usage import CostMeter, with_usage_requested
-from contextledger.tokenizers import Tokenizer
+from contextledger.serve._upstream import Answer, Upstream
+from contextledger.serve._usage import with_usage_requested
 
 __all__ = ["ChatFormat"]
 
@@ -75,23 +74,15 @@ class ChatFormat:
         config: ServeConfig,
         upstream: Upstream,
         relay: Relay,
-        metrics: Metrics,
-        cost: CostMeter,
-        strategy: CompactionStrategy | None,
-        tokenizer: Tokenizer,
     ) -> None:
         self.config = config
         self.upstream = upstream
         self.relay = relay
-        self.metrics = metrics
-        self.cost = cost
-        self.strategy = strategy
-        self.tokenizer = tokenizer
         self.reader = MessageReader()
 
-    # Stateless mode ---------------------------------------------------------------------------
+    # Stateless mode (the steps are the one stateless flow's, :mod:`contextledger.serve._stateless`) ----------
 
-    async def stateless_body(self, request: Request, body: bytes) -> Response:
+    def read_body(self, body: bytes) -> StatelessBody:
         """A stateless request, read as its messages' bytes where it can be: a history sent again
         is looked up message by message, not parsed, and the messages kept go upstream as the bytes
         that came in.  A body that cannot be read so (not strict JSON, a malformed message, the
@@ -101,31 +92,20 @@ class ChatFormat:
             incoming = self.reader.read_split(split)
             if incoming is not None:
                 payload = check_payload(split.payload, split.items)
-                return await self.stateless(request, payload, body, incoming, split.items, split.memo)
+                return StatelessBody(payload, incoming, body, items=split.items, memo=split.memo)
         payload = parse_payload(body)
-        return await self.stateless(request, payload, body, self.reader.read(payload["messages"]), None)
+        return StatelessBody(payload, self.reader.read(payload["messages"]), body)
 
-    async def stateless(
-        self,
-        request: Request,
-        payload: dict[str, Any],
-        body: bytes,
-        incoming: list[Message],
-        items: list[bytes] | None,
-        memo: BodyMemo | None = None,
-    ) -> Response:
-        """``incoming``: the messages read from ``payload["messages"]``, or (``items`` given) from
-        the items of a :class:`SplitBody`, whose ``payload`` holds an empty array in their place;
-        ``memo``: the split's, where what is made of the messages is kept for the same body again."""
-        # Every message is read, strategy or not, so a malformed one is refused here and not upstream
-        # (the reader remembers what it has read: a repeated history costs little).  With no strategy
-        # the body then goes as it came.
-        made: Compacted[list[bytes]] | None = memo.recall(incoming) if memo is not None else None
-        if made is None:
-            refuse_invalid(incoming)
-            made = await self._compacted(incoming, items)
-            if memo is not None:
-                memo.keep(incoming, made)
+    def refuse(self, messages: list[Message]) -> None:
+        refuse_invalid(messages)
+
+    def forwarded(self, read: StatelessBody, result: CompactionResult) -> list[bytes]:
+        return _as_sent(result.messages, read.messages or [], read.items or [])
+
+    def outgoing(self, read: StatelessBody, made: Compacted[Any] | None, request: Request) -> Outgoing:
+        """The body as it came unless something changed it: the strategy, the library's private key
+        taken out of a message, or a ``prompt_cache_key`` added."""
+        payload, items, incoming = read.payload, read.items, read.messages or []
         rewrite = False
         if items is None:
             plain = without_metadata(payload["messages"])
@@ -136,39 +116,17 @@ class ChatFormat:
         keyed, hide_usage = with_usage_requested(self.cache_key(payload, request, None, apart))
         rewrite = rewrite or keyed is not payload
         payload = keyed
-        sent, forwarded = incoming, items
-        if made.result is not None:
-            self.metrics.count(self.metrics.tokens_before, "stateless", amount=made.result.before["included_tokens"])
-            self.metrics.count(self.metrics.tokens_after, "stateless", amount=made.result.after["included_tokens"])
-            if made.result.changed:
-                sent, forwarded, rewrite = made.result.messages, made.forwarded, True
+        sent: list[Message] = incoming
+        forwarded: list[bytes] | None = items
+        if made is not None and made.result is not None and made.result.changed:
+            sent, forwarded, rewrite = made.result.messages, made.forwarded, True
+        body = read.body
         if rewrite and forwarded is not None:
             body = joined(payload, "messages", forwarded)
         elif rewrite:
             messages = to_openai(sent) if sent is not incoming else payload["messages"]
             body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
-        headers = self.upstream.headers(request.headers)
-        if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", payload, sent))
-            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage, hide_usage=hide_usage)
-        upstream = await self.relay.call(headers, body)
-        reply, _ = completion(upstream)  # one rule in both modes: a 200 that is no completion is the upstream's fault
-        return Response(
-            upstream.content,
-            status_code=upstream.status_code,
-            media_type=upstream.headers.get("content-type", "application/json"),
-            headers=passed_back(upstream.headers),
-            background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
-        )
-
-    async def _compacted(self, incoming: list[Message], items: list[bytes] | None) -> Compacted[list[bytes]]:
-        """The strategy's compaction of ``incoming`` (read from ``items`` when given), and what of
-        it is forwarded as bytes."""
-        if self.strategy is None:
-            return Compacted(None, None)
-        result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
-        forwarded = _as_sent(result.messages, incoming, items) if result.changed and items is not None else None
-        return Compacted(result, forwarded)
+        return Outgoing(payload, body, sent, {}, hide_usage)
 
     def cache_key(
         self, payload: dict[str, Any], request: Request, session: str | None, messages: list[Any] | None = None

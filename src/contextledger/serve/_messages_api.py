@@ -23,8 +23,6 @@ none is added beside them.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import itertools
 import json
 from collections.abc import Mapping, Sequence
@@ -33,7 +31,7 @@ from typing import Any, cast
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contextledger.compaction import CompactionStrategy, compact_with_report, opened_by_user
+from contextledger.compaction import CompactionResult
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import (
@@ -46,7 +44,7 @@ from contextledger.messages import (
     to_anthropic,
 )
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
-from contextledger.serve._bodies import BodyMemo, Compacted, joined
+from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
@@ -59,9 +57,8 @@ from contextledger.serve._requests import (
     kept_places,
     refuse_invalid,
 )
+from contextledger.serve._stateless import Outgoing, StatelessBody
 from contextledger.serve._upstream import _TYPES, Answer, Upstream, anthropic_error, passed_back
-from contextledger.serve._usage import CostMeter
-from contextledger.tokenizers import Tokenizer
 
 __all__ = ["MESSAGES_WIRE", "MessagesFormat", "anthropic_error_response", "parse_messages_payload"]
 
@@ -295,17 +292,10 @@ class MessagesFormat:
         config: ServeConfig,
         upstream: Upstream,
         metrics: Metrics,
-        cost: CostMeter,
-        strategy: CompactionStrategy | None,
-        tokenizer: Tokenizer,
     ) -> None:
         self.config = config
         self.upstream = upstream
         self.relay = Relay(upstream, metrics, MESSAGES_WIRE)
-        self.metrics = metrics
-        self.cost = cost
-        self.strategy = strategy
-        self.tokenizer = tokenizer
         self.reader = MessageReader()
 
     def read(self, payload: Mapping[str, Any]) -> list[Message]:
@@ -317,43 +307,43 @@ class MessagesFormat:
         except InvalidMessageError as error:
             raise _bad(f"'messages' is malformed: {error}", "invalid_messages") from None
 
-    async def stateless_body(self, request: Request, body: bytes) -> Response:
+    # Stateless mode (the steps are the one stateless flow's, :mod:`contextledger.serve._stateless`) ----------
+
+    def read_body(self, body: bytes) -> StatelessBody:
         """A stateless request, its messages read as their bytes where it can be (as chat
-        completions' are, see ``ChatFormat.stateless_body``): messages seen before are looked up,
+        completions' are, see ``ChatFormat.read_body``): messages seen before are looked up,
         and when the strategy leaves them all, they go upstream as the bytes that came in."""
         split = self.reader.split(body, "messages")
         if split is not None:
             # Each message is told once, when first read, whether it holds a breakpoint.
-            read = self.reader.read_split_runs(split, None, from_anthropic, marks=_has_breakpoint)
-            if read is not None:
-                payload = check_messages_payload(split.payload, read.values)
-                return await self.stateless(request, payload, read, split.memo)
-        return await self.stateless(request, parse_messages_payload(body))
+            raw = self.reader.read_split_runs(split, None, from_anthropic, marks=_has_breakpoint)
+            if raw is not None:
+                payload = check_messages_payload(split.payload, raw.values)
+                return StatelessBody(payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo)
+        payload = parse_messages_payload(body)
+        return StatelessBody(payload, self.read(payload), body)
 
-    async def stateless(
-        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, memo: BodyMemo | None = None
-    ) -> Response:
-        """``raw``: the messages read apart, ``payload`` holding an empty list in their place (a
-        message the client sent holds a breakpoint only if ``raw.marked``); ``memo``: where what
-        the messages make is kept for the same body again."""
-        incoming = self.read(payload) if raw is None else raw.messages
-        made: Compacted[_Whole] | None = memo.recall(incoming) if memo is not None else None
-        if made is None:
-            refuse_invalid(incoming)
-            made = await self._compacted(incoming, raw)
-            if memo is not None:
-                memo.keep(incoming, made)
+    def refuse(self, messages: list[Message]) -> None:
+        refuse_invalid(messages)
+
+    def forwarded(self, read: StatelessBody, result: CompactionResult) -> _Whole | None:
+        """The client's messages the compaction keeps whole, as they came, when sending them is
+        sending what it keeps; None when they must be written anew."""
+        return _whole_items(result.messages, read.raw) if read.raw is not None else None
+
+    def outgoing(self, read: StatelessBody, made: Compacted[Any] | None, request: Request) -> Outgoing:
+        """The messages as the client sent them where the strategy kept them so, else written anew;
+        with the proxy's cache breakpoints unless the client placed its own (``raw.marked`` tells
+        whether a message the client sent holds one)."""
+        payload, raw = read.payload, read.raw
+        incoming: Sequence[Message] = read.messages or []
         system = _system(payload)
         kept = None if raw is None else (raw.items, raw.values)  # the client's messages that go as they came
-        if made.result is not None:
-            result = made.result
-            self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-            self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-            if result.changed:
-                incoming, kept = result.messages, made.forwarded
-                if kept is None:
-                    _, written = to_anthropic(incoming)
-                    payload = {**payload, "messages": written}
+        if made is not None and made.result is not None and made.result.changed:
+            incoming, kept = made.result.messages, made.forwarded
+            if kept is None:
+                _, written = to_anthropic(incoming)
+                payload = {**payload, "messages": written}
         if raw is None:
             payload = with_breakpoints(payload)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
@@ -365,34 +355,7 @@ class MessagesFormat:
         else:
             payload, items = _raw_breakpoints(payload, *kept, raw.marked)
             body = joined(payload, "messages", items)
-        headers = self.upstream.headers(request.headers)
-        sent = [*system, *incoming]
-        if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", payload, sent))
-            return await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
-        upstream = await self.relay.call(headers, body)
-        reply, _, _ = self.answer(upstream)
-        return Response(
-            upstream.content,
-            status_code=upstream.status_code,
-            media_type=upstream.headers.get("content-type", "application/json"),
-            headers=passed_back(upstream.headers),
-            background=self.cost.after_answer("stateless", payload, sent, reply.get("usage")),
-        )
-
-    async def _compacted(self, incoming: list[Message], raw: RawInput | None) -> Compacted[_Whole]:
-        """The strategy's compaction of ``incoming``, with the client's messages it keeps whole as
-        they came (``raw`` given, and sending them is sending what the compaction keeps)."""
-        if self.strategy is None:
-            return Compacted(None, None)
-        result = await compact_with_report(incoming, strategy=self.strategy, tokenizer=self.tokenizer)
-        if result.changed:
-            opened = opened_by_user(result.messages, incoming, tokenizer=self.tokenizer)
-            if opened is not None:  # the cut left the assistant first: it moves to a user message
-                after = {**result.after, "included_tokens": sum(self.tokenizer.count_messages(opened))}
-                result = dataclasses.replace(result, messages=opened, after=after)
-        whole = _whole_items(result.messages, raw) if result.changed and raw is not None else None
-        return Compacted(result, whole)
+        return Outgoing(payload, body, [*system, *incoming], {})
 
     async def count_tokens(self, request: Request, body: bytes) -> Response:
         """``POST /v1/messages/count_tokens``, passed through as it came."""

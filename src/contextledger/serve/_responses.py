@@ -29,7 +29,6 @@ turn is stored.  One that breaks, ends before its last event or ends in ``respon
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -38,7 +37,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contextledger.compaction import CompactionStrategy, compact_with_report
+from contextledger.compaction import CompactionResult
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
 from contextledger.messages import (
@@ -52,17 +51,16 @@ from contextledger.messages import (
     to_responses,
     validate,
 )
-from contextledger.serve._bodies import BodyMemo, Compacted, joined
+from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
-from contextledger.serve._requests import MessageReader, RawInput, json_object, kept_places
+from contextledger.serve._requests import MessageReader, json_object, kept_places
+from contextledger.serve._stateless import Outgoing, StatelessBody
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import request_tenant
 from contextledger.serve._upstream import Answer, Upstream, passed_back
-from contextledger.serve._usage import CostMeter
-from contextledger.tokenizers import Tokenizer
 
 __all__ = ["COMPACTION_HEADER", "RESPONSES_WIRE", "ResponsesAssembler", "ResponsesFormat", "parse_responses_payload"]
 
@@ -218,17 +216,10 @@ class ResponsesFormat:
         config: ServeConfig,
         upstream: Upstream,
         metrics: Metrics,
-        cost: CostMeter,
-        strategy: CompactionStrategy | None,
-        tokenizer: Tokenizer,
     ) -> None:
         self.config = config
         self.upstream = upstream
         self.relay = Relay(upstream, metrics, RESPONSES_WIRE)
-        self.metrics = metrics
-        self.cost = cost
-        self.strategy = strategy
-        self.tokenizer = tokenizer
         self.reader = MessageReader()
 
     def conversation(self, items: list[Any]) -> tuple[list[Message], list[tuple[int, int]]]:
@@ -240,94 +231,77 @@ class ResponsesFormat:
         except InvalidMessageError as error:
             raise _bad(f"'input' is not valid: {error}") from None
 
-    # Stateless mode ---------------------------------------------------------------------------
+    # Stateless mode (the steps are the one stateless flow's, :mod:`contextledger.serve._stateless`) ----------
 
-    async def stateless_body(self, request: Request, body: bytes) -> Response:
+    def read_body(self, body: bytes) -> StatelessBody:
         """A stateless request, its input read as its items' bytes where it can be (as chat
-        completions' messages are, see ``ChatFormat.stateless_body``): items seen before are looked
-        up, and the items kept go upstream as the bytes that came in."""
+        completions' messages are, see ``ChatFormat.read_body``): items seen before are looked
+        up, and the items kept go upstream as the bytes that came in.  An input the proxy does not
+        cut (see the module docstring) is not read into messages."""
         split = self.reader.split(body, "input")
         if split is not None:
-            read = self.reader.read_split_runs(split, joins_calls, from_responses)
-            if read is not None and all(type(value) is dict for value in read.values):
-                check_responses_payload(split.payload, read.values)
-                return await self.stateless(request, split.payload, read, split.memo)
-        return await self.stateless(request, parse_responses_payload(body))
+            raw = self.reader.read_split_runs(split, joins_calls, from_responses)
+            if raw is not None and all(type(value) is dict for value in raw.values):
+                check_responses_payload(split.payload, raw.values)
+                read = StatelessBody(split.payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo)
+                read.values = raw.values
+                return self._cut(read)
+        payload = parse_responses_payload(body)
+        given = payload["input"]
+        read = StatelessBody(payload, None, body, values=given if isinstance(given, list) else None)
+        return self._cut(read)
 
-    async def stateless(
-        self, request: Request, payload: dict[str, Any], raw: RawInput | None = None, memo: BodyMemo | None = None
-    ) -> Response:
-        sent, incoming, said, kept = await self.prepare(payload, request, raw, memo)
-        if raw is None:
-            body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
-        else:
-            body = joined(sent, "input", raw.items if kept is None else kept)
-        headers = self.upstream.headers(request.headers)
-        if payload.get("stream") is True:
-            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", sent, incoming))
-            response = await self.relay.stream(headers, body, finish=None, release=None, usage=usage)
-            response.headers.update(said)
-            return response
-        upstream = await self.relay.call(headers, body)
-        reply, _, _ = self.answer(upstream)
-        media = upstream.headers.get("content-type", "application/json")
-        back = {**passed_back(upstream.headers), **said}
-        counted = self.cost.after_answer("stateless", sent, incoming, reply.get("usage"))
-        return Response(upstream.content, upstream.status_code, headers=back, media_type=media, background=counted)
-
-    async def prepare(
-        self, payload: dict[str, Any], request: Request, raw: RawInput | None = None, memo: BodyMemo | None = None
-    ) -> tuple[dict[str, Any], list[Message], dict[str, str], list[bytes] | None]:
-        """The payload to send upstream, its input as messages (for the cost meter; none when the
-        proxy did not read it), the headers that say what the proxy did, and (``raw`` given: the
-        payload's input is apart, as the items' bytes) the bytes of the items kept, None when all
-        are.  ``memo``: where what the input makes is kept for the same body again."""
-        items = raw.values if raw is not None else payload["input"] if isinstance(payload["input"], list) else None
-        said: dict[str, str] = {}
-        messages: list[Message] = []
-        kept: list[bytes] | None = None
-        if any(payload.get(name) is not None for name in _UPSTREAM_STATE):
+    def _cut(self, read: StatelessBody) -> StatelessBody:
+        """Whether the input is read into messages to be cut, and what the client is told if not."""
+        if any(read.payload.get(name) is not None for name in _UPSTREAM_STATE):
             # Its input may answer calls the stored response made: read nothing into it.
-            said[COMPACTION_HEADER] = "skipped; previous_response_id"
-        elif items is None:
-            said[COMPACTION_HEADER] = "skipped; text input"
-            messages = [Message.user(payload["input"])]
-        else:
-            messages, spans = (raw.messages, raw.spans) if raw is not None else self.conversation(items)
-            made: Compacted[list[bytes]] | None = memo.recall(messages) if memo is not None else None
-            if made is None:
-                made = await self._compacted(messages, spans, raw)
-                if memo is not None:
-                    memo.keep(messages, made)
-            result = made.result
-            if result is None:
-                said[COMPACTION_HEADER] = "unchanged"
-            else:
-                self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-                self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-                said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
-                if result.changed and raw is not None:
-                    kept = made.forwarded
-                elif result.changed:
-                    payload = {**payload, "input": _forwarded(result.messages, messages, spans, items, _same)}
-                messages = list(result.messages)
-        return self.cache_key(payload, items, request, None), messages, said, kept
+            read.messages = None
+            read.said[COMPACTION_HEADER] = "skipped; previous_response_id"
+        elif read.values is None:
+            read.said[COMPACTION_HEADER] = "skipped; text input"
+        elif read.raw is None:
+            read.messages, read.spans = self.conversation(read.values)
+        return read
 
-    async def _compacted(
-        self, messages: list[Message], spans: list[tuple[int, int]], raw: RawInput | None
-    ) -> Compacted[list[bytes]]:
-        """``messages`` refused where the upstream would refuse them, else compacted by the
-        strategy, with the bytes of the items kept (``raw`` given and some left out)."""
+    def refuse(self, messages: list[Message]) -> None:
         problems = validate(messages)  # refused where the upstream would refuse it
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
-        if self.strategy is None:
-            return Compacted(None, None)
-        result = await compact_with_report(messages, strategy=self.strategy, tokenizer=self.tokenizer)
-        if not result.changed or raw is None:
-            return Compacted(result, None)
-        return Compacted(result, _forwarded(result.messages, messages, spans, raw.items, _item_bytes))
+
+    def forwarded(self, read: StatelessBody, result: CompactionResult) -> list[bytes]:
+        raw = read.raw
+        if raw is None:
+            raise ValueError("only a body read apart is forwarded as its items' bytes")
+        return _forwarded(result.messages, raw.messages, raw.spans, raw.items, _item_bytes)
+
+    def outgoing(self, read: StatelessBody, made: Compacted[Any] | None, request: Request) -> Outgoing:
+        """The payload to send upstream, its input as messages (for the cost meter; none when the
+        proxy did not read it), and the header saying what the proxy did."""
+        payload, said = read.payload, dict(read.said)
+        messages: list[Message] = []
+        kept: list[bytes] | None = None
+        if read.messages is not None and made is not None:
+            messages = read.messages
+            result = made.result
+            if result is None:
+                said[COMPACTION_HEADER] = "unchanged"
+            else:
+                said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
+                if result.changed and read.raw is not None:
+                    kept = made.forwarded
+                elif result.changed:
+                    written = _forwarded(result.messages, messages, read.spans or [], read.values or [], _same)
+                    payload = {**payload, "input": written}
+                messages = list(result.messages)
+        elif said.get(COMPACTION_HEADER) == "skipped; text input":
+            messages = [Message.user(payload["input"])]
+        sent = self.cache_key(payload, read.values, request, None)
+        if read.raw is None:
+            body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
+        else:
+            body = joined(sent, "input", read.raw.items if kept is None else kept)
+        return Outgoing(sent, body, messages, said)
 
     def cache_key(
         self, payload: dict[str, Any], items: list[dict[str, Any]] | None, request: Request, session: str | None

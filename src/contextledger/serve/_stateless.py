@@ -1,0 +1,172 @@
+"""Stateless mode, once for every API: read the body, refuse what the provider would refuse,
+compact, forward, answer.
+
+A stateless client sends its whole history on every request and the proxy keeps nothing of it.
+The steps are the same on chat completions, the Responses API and the Messages API, and they are
+written here once, in call order, so that a rule added to one step holds on every endpoint:
+
+1. **read** (the API's :meth:`StatelessFormat.read_body`): the body's array (``messages`` or
+   ``input``) read apart as its items' bytes where it can be, each item seen before looked up
+   rather than read again (:class:`~contextledger.serve._requests.MessageReader`), the body's
+   other fields checked;
+2. **refuse**, before the upstream is called: a conversation a model would refuse (a tool result
+   without its call, a call without its results) is a 400 in the API's own error shape;
+3. **compact** with the proxy's strategy; where the API requires its conversations to open with
+   the user, a cut that would leave the assistant first moves to a user message
+   (:func:`~contextledger.compaction.opened_by_user`);
+4. **forward** what the API writes of it (:meth:`StatelessFormat.outgoing`: the client's own bytes
+   for every item kept, its cache breakpoints or key), streamed or not;
+5. **answer** with the upstream's reply as it came, counted by the cost meter.
+
+What the messages of a body make (steps 2 and 3) is kept with the body (its
+:class:`~contextledger.serve._bodies.BodyMemo`) for the same messages again, so a retry or a
+second sample is not compacted twice.  Each API keeps only what is its own: how its items read
+and write, its structural rules, its stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
+from contextledger.messages import Message
+from contextledger.serve._bodies import BodyMemo, Compacted
+from contextledger.serve._metrics import Metrics
+from contextledger.serve._relay import Relay
+from contextledger.serve._requests import RawInput
+from contextledger.serve._upstream import Answer, Upstream, passed_back
+from contextledger.serve._usage import CostMeter
+from contextledger.tokenizers import Tokenizer
+
+__all__ = ["Outgoing", "StatelessBody", "StatelessFlow", "StatelessFormat"]
+
+
+@dataclass(slots=True)
+class StatelessBody:
+    """A stateless request as read: its ``payload`` (with the array left empty when the array was
+    read apart), the ``messages`` made of the array (None when the proxy does not read it: the
+    upstream holds the conversation, or there is nothing to cut) and the ``body`` as it came.
+
+    Read apart, the array's ``items`` are their bytes, ``raw`` what reading them gave (where an
+    item may make several messages) and ``memo`` the body's; read whole, ``values`` are the items
+    and ``spans`` the slice of them each message came from, where the API needs them to write
+    what is kept.  ``said``: headers telling the client what the proxy did."""
+
+    payload: dict[str, Any]
+    messages: list[Message] | None
+    body: bytes
+    items: list[bytes] | None = None
+    raw: RawInput | None = None
+    memo: BodyMemo | None = None
+    values: list[Any] | None = None
+    spans: list[tuple[int, int]] | None = None
+    said: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """What goes upstream: the ``payload`` as sent (for the cost meter), its ``body`` bytes, the
+    ``messages`` it holds, the headers telling the client what the proxy did, and whether usage
+    in a stream was asked for by the proxy (and is then the proxy's to keep)."""
+
+    payload: dict[str, Any]
+    body: bytes
+    messages: Sequence[Message]
+    said: dict[str, str]
+    hide_usage: bool = False
+
+
+class StatelessFormat(Protocol):
+    """An API as stateless mode needs it (see the module docstring)."""
+
+    relay: Relay
+    upstream: Upstream
+    opens_with_user: bool  # whether the API refuses a conversation another role opens
+
+    def read_body(self, body: bytes) -> StatelessBody:
+        """The request read, or a 400 in this API's terms."""
+        ...
+
+    def refuse(self, messages: list[Message]) -> None:
+        """A 400 when ``messages`` are not a conversation a model takes."""
+        ...
+
+    def forwarded(self, read: StatelessBody, result: CompactionResult) -> Any:
+        """The items a compaction of a body read apart keeps, as they go upstream (their bytes)."""
+        ...
+
+    def outgoing(self, read: StatelessBody, made: Compacted[Any] | None, request: Request) -> Outgoing:
+        """What goes upstream for ``read`` and what its messages made (None: they were not read)."""
+        ...
+
+    def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The upstream's reply, its message and the fields a session keeps beside it (or 502)."""
+        ...
+
+
+class StatelessFlow:
+    """Runs stateless requests for every endpoint (see the module docstring)."""
+
+    def __init__(
+        self, metrics: Metrics, cost: CostMeter, strategy: CompactionStrategy | None, tokenizer: Tokenizer
+    ) -> None:
+        self.metrics = metrics
+        self.cost = cost
+        self.strategy = strategy
+        self.tokenizer = tokenizer
+
+    async def request(self, form: StatelessFormat, request: Request, body: bytes) -> Response:
+        read = form.read_body(body)
+        made: Compacted[Any] | None = None
+        if read.messages is not None:
+            made = read.memo.recall(read.messages) if read.memo is not None else None
+            if made is None:
+                form.refuse(read.messages)
+                made = await self._compacted(form, read)
+                if read.memo is not None:
+                    read.memo.keep(read.messages, made)
+            if made.result is not None:
+                result = made.result
+                self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+                self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+        out = form.outgoing(read, made, request)
+        headers = form.upstream.headers(request.headers)
+        if out.payload.get("stream") is True:
+            usage = functools.partial(self.cost.answered, self.cost.expect("stateless", out.payload, out.messages))
+            response = await form.relay.stream(
+                headers, out.body, finish=None, release=None, usage=usage, hide_usage=out.hide_usage
+            )
+            response.headers.update(out.said)
+            return response
+        upstream = await form.relay.call(headers, out.body)
+        reply, _, _ = form.answer(upstream)  # one rule in both modes: a 200 that is no reply is the upstream's fault
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+            headers={**passed_back(upstream.headers), **out.said},
+            background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage")),
+        )
+
+    async def _compacted(self, form: StatelessFormat, read: StatelessBody) -> Compacted[Any]:
+        """The strategy's compaction of the body's messages, and what of it is forwarded as the
+        client's bytes (a body read apart, and changed by the strategy)."""
+        messages = read.messages
+        if self.strategy is None or messages is None:
+            return Compacted(None, None)
+        result = await compact_with_report(messages, strategy=self.strategy, tokenizer=self.tokenizer)
+        if not result.changed:
+            return Compacted(result, None)
+        if form.opens_with_user:
+            opened = opened_by_user(result.messages, messages, tokenizer=self.tokenizer)
+            if opened is not None:  # the cut left the assistant first: it moves to a user message
+                after = {**result.after, "included_tokens": sum(self.tokenizer.count_messages(opened))}
+                result = dataclasses.replace(result, messages=opened, after=after)
+        return Compacted(result, form.forwarded(read, result) if read.items is not None else None)
