@@ -5,6 +5,7 @@
     python benchmarks/serve.py --retain   # session turns with a retain strategy as well
     python benchmarks/serve.py --endpoint responses   # one endpoint (default: all three)
     python benchmarks/serve.py --store sqlite --store redis --store redis-cluster --store postgres
+    python benchmarks/serve.py --against ../other-checkout   # another revision's proxy beside this one
 
 Three processes on 127.0.0.1 (four with the bare forwarder, below): a fake upstream that
 answers at once (a bare ASGI app under uvicorn, speaking chat completions, the Responses API and
@@ -218,9 +219,12 @@ def free_port() -> int:
         return port
 
 
-def start(command: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
+def start(command: list[str], url: str, log: Path, source: Path | None = None) -> subprocess.Popen[bytes]:
+    """``command`` started and answering ``url``; ``source``: a source tree (its ``src``) whose
+    contextledger the command imports instead of this one."""
+    environment = None if source is None else {**os.environ, "PYTHONPATH": str(source / "src")}
     with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env=environment)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -587,6 +591,13 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="compare session turns on these stores instead (repeatable; see above)",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="also measure the proxy of another source tree (a checkout of another revision, e.g. made with "
+        "`git worktree add DIR REV`), interleaved in the same rounds; its added latency is printed beside",
+    )
     parser.add_argument("--fake-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--bare-forwarder", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -613,47 +624,44 @@ def main(argv: list[str] | None = None) -> int:
     retain_flags = ["--retain-strategy", RETAIN.name or ""]
     for param in RETAIN.params:
         retain_flags += ["--retain-param", param]
+
+    def serve_command(port: int, sessions: Path) -> list[str]:
+        command = [sys.executable, "-m", "contextledger.cli", "serve", "--upstream", upstream + "/v1"]
+        command += ["--anthropic-upstream", upstream, "--port", str(port), "--store", f"sqlite:{sessions}"]
+        command += ["--strategy", "sliding-window", "--param", "trigger=turns_exceed(20)"]
+        return command + (retain_flags if args.retain else [])
+
     processes = [
         start(
             [sys.executable, __file__, "--fake-upstream", str(upstream_port)],
             upstream + "/",
             workdir / "upstream.log",
         ),
-        start(
-            [
-                sys.executable,
-                "-m",
-                "contextledger.cli",
-                "serve",
-                "--upstream",
-                upstream + "/v1",
-                "--anthropic-upstream",
-                upstream,
-                "--port",
-                str(proxy_port),
-                "--store",
-                f"sqlite:{store}",
-                "--strategy",
-                "sliding-window",
-                "--param",
-                "trigger=turns_exceed(20)",
-                *(retain_flags if args.retain else []),
-            ],
-            proxy + "/healthz",
-            workdir / "proxy.log",
-        ),
+        start(serve_command(proxy_port, store), proxy + "/healthz", workdir / "proxy.log"),
         start(
             [sys.executable, __file__, "--bare-forwarder", str(bare_port), upstream],
             bare + "/",
             workdir / "bare.log",
         ),
     ]
+    against = None
+    if args.against is not None:
+        against_port = free_port()
+        against = f"http://127.0.0.1:{against_port}"
+        against_store = workdir / "against.db"
+        processes.append(
+            start(
+                serve_command(against_port, against_store), against + "/healthz", workdir / "against.log", args.against
+            )
+        )
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {total} requests x {rounds} rounds"
     if args.retain:
         env_note += ", retain strategy on"
     endpoints = args.endpoint or list(ENDPOINTS)
     try:
         fill_sessions(store, proxy, 32)
+        if against is not None:
+            fill_sessions(against_store, against, 32)
         plain = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
         headers_of = Callable[[int], dict[str, str]]
         workloads: list[tuple[str, str, Callable[[int], bytes], headers_of, headers_of]] = []
@@ -673,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"contextledger serve vs the upstream alone ({env_note}); latency in ms")
         header = f"{'workload':34} {'endpoint':>9} {'clients':>7} {'direct p50':>10} {'p99':>7} {'proxy p50':>10}"
         header += f" {'p99':>7} {'added p50':>10} {'p99':>7} {'hop p50':>8} {'direct/s':>9} {'proxy/s':>8} {'ratio':>6}"
+        if against is not None:
+            header += f" {'against: added p50':>18} {'p99':>7} {'ratio':>6}"
         print(header)
         for endpoint, name, body, direct_headers, proxy_headers in workloads:
             path = PATHS[endpoint]
@@ -681,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                 direct: list[list[float]] = []
                 proxied: list[list[float]] = []
                 hop: list[list[float]] = []
+                other: list[list[float]] = []
                 direct_rates: list[float] = []
                 proxy_rates: list[float] = []
                 for _ in range(rounds):
@@ -690,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
                     latencies, rate = asyncio.run(measure(proxy + path, body, proxy_headers, clients, total))
                     proxied.append(latencies)
                     proxy_rates.append(rate)
+                    if against is not None:  # the other revision's proxy, in the same round
+                        other.append(asyncio.run(measure(against + path, body, proxy_headers, clients, total))[0])
                     if stateless:  # the same body through a forwarder that does nothing else
                         hop.append(asyncio.run(measure(bare + path, body, direct_headers, clients, total))[0])
                 d50 = statistics.median(statistics.median(run) for run in direct)
@@ -698,10 +711,16 @@ def main(argv: list[str] | None = None) -> int:
                 p99 = statistics.median(percentile(run, 0.99) for run in proxied)
                 h50 = f"{statistics.median(statistics.median(run) for run in hop) - d50:>8.2f}" if hop else f"{'':>8}"
                 drate, prate = statistics.median(direct_rates), statistics.median(proxy_rates)
-                print(
+                line = (
                     f"{name:34} {endpoint:>9} {clients:>7} {d50:>10.2f} {d99:>7.2f} {p50:>10.2f} {p99:>7.2f}"
                     f" {p50 - d50:>10.2f} {p99 - d99:>7.2f} {h50} {drate:>9.0f} {prate:>8.0f} {prate / drate:>6.2f}"
                 )
+                if other:
+                    o50 = statistics.median(statistics.median(run) for run in other)
+                    o99 = statistics.median(percentile(run, 0.99) for run in other)
+                    added = (p50 - d50) / (o50 - d50) if o50 > d50 else float("nan")
+                    line += f" {o50 - d50:>18.2f} {o99 - d99:>7.2f} {added:>6.2f}"
+                print(line)
         run_loop(in_process(workdir, endpoints, total, rounds, args.retain))
     finally:
         for process in processes:
