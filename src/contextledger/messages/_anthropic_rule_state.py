@@ -61,15 +61,9 @@ class AnthropicRules:
         return other
 
     def feed(self, items: Sequence[Any]) -> None:
-        found, used_ids, asked, awaited, answered = (
-            self._found,
-            self._used_ids,
-            self._asked,
-            self._awaited,
-            self._answered,
-        )
-        turn_role, results_may_come, marks = self._turn_role, self._results_may_come, self._marks
-        empty_reply = self._empty_reply
+        found, used_ids, answered, marks = self._found, self._used_ids, self._answered, self._marks
+        asked, awaited, turn_role = self._asked, self._awaited, self._turn_role
+        results_may_come, empty_reply = self._results_may_come, self._empty_reply
         for index, message in enumerate(items, self._count):
             if empty_reply >= 0:  # it was not the last message after all
                 found.append(_empty_content(empty_reply))
@@ -83,18 +77,15 @@ class AnthropicRules:
                 found.append(Problem(index, "unknown_role", detail))
                 continue
             if index == 0 and role != "user":
-                found.append(
-                    Problem(
-                        index, "first_message_not_user", "the first message must be the user's; start with a user turn"
-                    )
-                )
+                detail = "the first message must be the user's; start with a user turn"
+                found.append(Problem(index, "first_message_not_user", detail))
             if role != turn_role:
                 if role == "assistant":
                     if awaited:
                         found.extend(_unanswered(awaited))
                         awaited.clear()
                 else:
-                    awaited, asked = asked, awaited  # both empty but the calls the new turn must answer
+                    awaited, asked = asked, awaited  # the calls just made are this turn's to answer; `awaited` is empty
                     answered.clear()
                     results_may_come = True
                 turn_role = role
@@ -108,9 +99,8 @@ class AnthropicRules:
                     found.append(_empty_content(index))
                 continue
             if not isinstance(content, list):
-                found.append(
-                    Problem(index, "malformed_message", "content must be a string or a list of content blocks")
-                )
+                detail = "content must be a string or a list of content blocks"
+                found.append(Problem(index, "malformed_message", detail))
                 continue
             if not content:
                 if role == "assistant":
@@ -137,9 +127,8 @@ class AnthropicRules:
                         found.append(_empty_text(index))
                 elif kind == "tool_use":
                     if role != "assistant":
-                        found.append(
-                            Problem(index, "misplaced_tool_block", "a tool_use belongs in an assistant message")
-                        )
+                        detail = "a tool_use belongs in an assistant message"
+                        found.append(Problem(index, "misplaced_tool_block", detail))
                         continue
                     _ask(block.get("id"), index, asked, used_ids, found)
         self._count += len(items)
@@ -160,7 +149,7 @@ class AnthropicRules:
         if 0 <= over < len(self._marks):
             index, place = self._marks[over]
             found.insert(place, _too_many_marks(index, MAX_CACHE_BREAKPOINTS + 1, "the body"))
-        problems += found  # an empty final assistant message is the one the model continues: not a fault
+        problems += found  # an empty reply still waiting is the last message, which the model continues
         problems += _unanswered(self._awaited if self._turn_role == "user" else self._asked)
         return in_order(problems)
 

@@ -46,8 +46,9 @@ class ItemRules(Protocol):
     def problems(self, payload: Mapping[str, Any]) -> list[Problem]:
         """The problems of the body whose array is the items fed so far and whose other fields
         (``system``, ``tools``, ``previous_response_id``, ``conversation``) are ``payload``'s; the
-        array field of ``payload`` is not read.  The state is left as it was, so more items may be
-        fed and problems asked for again."""
+        array field of ``payload`` is not read (an array that is no list is for the caller to
+        refuse, as the functions below do).  The state is left as it was, so more items may be fed
+        and problems asked for again."""
         ...
 
     def copy(self) -> ItemRules:
