@@ -387,7 +387,8 @@ def test_a_client_breakpoint_written_with_escapes_is_the_only_one(running: Proxy
         forwarded = json.dumps(fake_upstream.last_body())
         assert forwarded.count("cache_control") == 1, forwarded
     # No breakpoint of the client's: the proxy places one, on the last message.
-    plain = json.dumps({"model": "m", "max_tokens": 10, "messages": messages[1:]}).encode()
+    unmarked = [{"role": "user", "content": "q0"}, *messages[1:]]
+    plain = json.dumps({"model": "m", "max_tokens": 10, "messages": unmarked}).encode()
     status, answer = _send(running, "/messages", plain)
     assert status == 200, answer
     last = fake_upstream.last_body()["messages"][-1]

@@ -67,13 +67,16 @@ class BodyMemo:
     from it.  Recalled only for the very same message objects, which the reader gives for the same
     items: what is made of them is a function of them alone, so it is the same."""
 
-    __slots__ = ("_made", "_messages", "reading")
+    __slots__ = ("_made", "_messages", "reading", "rules")
 
     def __init__(self) -> None:
         self._messages: tuple[Message, ...] | None = None
         self._made: Any = None
         # The body's items and what reading them gave (see ``MessageReader.read_split``).
         self.reading: tuple[list[bytes], Any] | None = None
+        # How many items the API's rules were fed, and their state after them: a body continuing
+        # this one is checked for what it adds (never fed again: copied first).
+        self.rules: tuple[int, Any] | None = None
 
     def recall(self, messages: Sequence[Message]) -> Any:
         """What was kept for ``messages``, or None."""

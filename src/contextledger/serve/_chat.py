@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,6 +68,7 @@ class ChatFormat:
 
     keys_in_x_api_key = False
     opens_with_user = False  # chat completions take any role first
+    rules: Literal["chat", "responses", "anthropic"] = "chat"  # whose structural rules its bodies keep
 
     def __init__(
         self,
@@ -92,7 +93,14 @@ class ChatFormat:
             incoming = self.reader.read_split(split)
             if incoming is not None:
                 payload = check_payload(split.payload, split.items)
-                return StatelessBody(payload, incoming, body, items=split.items, memo=split.memo)
+                return StatelessBody(
+                    payload,
+                    incoming,
+                    body,
+                    items=split.items,
+                    memo=split.memo,
+                    before=split.before,
+                )
         payload = parse_payload(body)
         return StatelessBody(payload, self.reader.read(payload["messages"]), body)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -286,6 +286,7 @@ class MessagesFormat:
 
     keys_in_x_api_key = True
     opens_with_user = True  # the Messages API refuses a conversation the assistant opens
+    rules: Literal["chat", "responses", "anthropic"] = "anthropic"  # whose structural rules its bodies keep
 
     def __init__(
         self,
@@ -319,7 +320,9 @@ class MessagesFormat:
             raw = self.reader.read_split_runs(split, None, from_anthropic, marks=_has_breakpoint)
             if raw is not None:
                 payload = check_messages_payload(split.payload, raw.values)
-                return StatelessBody(payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo)
+                return StatelessBody(
+                    payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo, before=split.before
+                )
         payload = parse_messages_payload(body)
         return StatelessBody(payload, self.read(payload), body)
 

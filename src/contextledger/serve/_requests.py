@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from contextledger._json import MAX_DEPTH, UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, ProxyError
-from contextledger.messages import Message, message_from_openai, validate
+from contextledger.messages import Message, Problem, message_from_openai, validate
 from contextledger.serve._bodies import (
     HEAD_BYTES,
     PER_HEAD,
@@ -53,6 +53,7 @@ __all__ = [
     "open_block",
     "parse_payload",
     "refuse_invalid",
+    "rules_refusal",
     "turn_id_of",
     "user_text",
     "without_metadata",
@@ -169,6 +170,21 @@ def refuse_invalid(messages: Sequence[Message], *, before: Sequence[Message] = (
         place = f"message {where}" if where >= 0 else "the stored history"
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise bad_request(f"'messages' is not a valid conversation: {place}: {first.detail}{more}", "invalid_messages")
+
+
+_API_NAMES = {"chat": "chat completions API", "responses": "Responses API", "anthropic": "Messages API"}
+_PLACES = {"chat": "message", "responses": "input item", "anthropic": "message"}
+
+
+def rules_refusal(api: str, problems: Sequence[Problem]) -> ProxyError:
+    """The 400 for a body that breaks its API's structural rules: the first rule broken, by its
+    code, and where, as the provider would refuse it (after a round trip the client waits for)."""
+    first = problems[0]
+    where = f"{_PLACES.get(api, 'item')} {first.index}" if first.index >= 0 else "the body"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return bad_request(
+        f"the body breaks the {_API_NAMES.get(api, api)}'s rules: {where}: {first.detail}{more}", first.code
+    )
 
 
 def open_block(stored: Sequence[Message]) -> Sequence[Message]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -210,6 +210,7 @@ class ResponsesFormat:
 
     keys_in_x_api_key = False
     opens_with_user = False  # a Responses input may start with any item but a call's output
+    rules: Literal["chat", "responses", "anthropic"] = "responses"  # whose structural rules its bodies keep
 
     def __init__(
         self,
@@ -243,7 +244,9 @@ class ResponsesFormat:
             raw = self.reader.read_split_runs(split, joins_calls, from_responses)
             if raw is not None and all(type(value) is dict for value in raw.values):
                 check_responses_payload(split.payload, raw.values)
-                read = StatelessBody(split.payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo)
+                read = StatelessBody(
+                    split.payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo, before=split.before
+                )
                 read.values = raw.values
                 return self._cut(read)
         payload = parse_responses_payload(body)

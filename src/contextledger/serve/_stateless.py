@@ -10,7 +10,10 @@ written here once, in call order, so that a rule added to one step holds on ever
    rather than read again (:class:`~contextledger.serve._requests.MessageReader`), the body's
    other fields checked;
 2. **refuse**, before the upstream is called: a conversation a model would refuse (a tool result
-   without its call, a call without its results) is a 400 in the API's own error shape;
+   without its call, a call without its results) and a body that breaks one of the API's
+   structural rules, as the provider documents them (:func:`contextledger.messages.problems_for`),
+   is a 400 in the API's own error shape, naming the rule and where; a body that continues an
+   earlier one is checked for what it adds;
 3. **compact** with the proxy's strategy; where the API requires its conversations to open with
    the user, a cut that would leave the assistant first moves to a user message
    (:func:`~contextledger.compaction.opened_by_user`);
@@ -28,19 +31,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
-from contextledger.messages import Message
+from contextledger.messages import Message, item_rules, problems_for
 from contextledger.serve._bodies import BodyMemo, Compacted
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay
-from contextledger.serve._requests import RawInput
+from contextledger.serve._requests import RawInput, rules_refusal
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
@@ -57,7 +61,8 @@ class StatelessBody:
     Read apart, the array's ``items`` are their bytes, ``raw`` what reading them gave (where an
     item may make several messages) and ``memo`` the body's; read whole, ``values`` are the items
     and ``spans`` the slice of them each message came from, where the API needs them to write
-    what is kept.  ``said``: headers telling the client what the proxy did."""
+    what is kept; ``before``: the memo of the body this one continues, if any.  ``said``: headers
+    telling the client what the proxy did."""
 
     payload: dict[str, Any]
     messages: list[Message] | None
@@ -65,6 +70,7 @@ class StatelessBody:
     items: list[bytes] | None = None
     raw: RawInput | None = None
     memo: BodyMemo | None = None
+    before: BodyMemo | None = None  # the memo of the body this one continues
     values: list[Any] | None = None
     spans: list[tuple[int, int]] | None = None
     said: dict[str, str] = field(default_factory=dict)
@@ -89,6 +95,7 @@ class StatelessFormat(Protocol):
     relay: Relay
     upstream: Upstream
     opens_with_user: bool  # whether the API refuses a conversation another role opens
+    rules: Literal["chat", "responses", "anthropic"]  # whose structural rules its bodies keep
 
     def read_body(self, body: bytes) -> StatelessBody:
         """The request read, or a 400 in this API's terms."""
@@ -125,10 +132,14 @@ class StatelessFlow:
     async def request(self, form: StatelessFormat, request: Request, body: bytes) -> Response:
         read = form.read_body(body)
         made: Compacted[Any] | None = None
-        if read.messages is not None:
-            made = read.memo.recall(read.messages) if read.memo is not None else None
-            if made is None:
+        if read.messages is not None and read.memo is not None:
+            made = read.memo.recall(read.messages)  # the same messages again: checked and compacted
+        if made is None:
+            if read.messages is not None:
                 form.refuse(read.messages)
+            self._refuse_broken_rules(form, read)
+        if read.messages is not None:
+            if made is None:
                 made = await self._compacted(form, read)
                 if read.memo is not None:
                     read.memo.keep(read.messages, made)
@@ -154,6 +165,31 @@ class StatelessFlow:
             headers={**passed_back(upstream.headers), **out.said},
             background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage")),
         )
+
+    def _refuse_broken_rules(self, form: StatelessFormat, read: StatelessBody) -> None:
+        """A 400 naming the first of the API's structural rules the body breaks, before the
+        upstream is called.  A body read apart is checked for the items it adds to the body it
+        continues, from the rules' state kept with that body."""
+        if read.items is None:
+            problems = problems_for(form.rules, read.payload)
+        else:
+            count, checker = 0, None
+            for memo in (read.memo, read.before):
+                kept = memo.rules if memo is not None else None
+                if kept is not None and kept[0] <= len(read.items):
+                    count, checker = kept
+                    break
+            if checker is None or count < len(read.items):
+                checker = item_rules(form.rules) if checker is None else checker.copy()
+                values = read.raw.values if read.raw is not None else None
+                checker.feed(
+                    values[count:] if values is not None else [json.loads(item) for item in read.items[count:]]
+                )
+                if read.memo is not None:
+                    read.memo.rules = (len(read.items), checker)
+            problems = checker.problems(read.payload)
+        if problems:
+            raise rules_refusal(form.rules, problems)
 
     async def _compacted(self, form: StatelessFormat, read: StatelessBody) -> Compacted[Any]:
         """The strategy's compaction of the body's messages, and what of it is forwarded as the
