@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from contextledger.messages import validate
+from contextledger.messages import chat_problems, validate
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,8 @@ def near_valid_bodies(count: int, seed: int) -> Iterator[bytes]:
 def strict_refusal(received: dict[str, Any]) -> str | None:
     """Why a strict upstream would refuse a request the fake upstream recorded, or ``None``: not
     strict JSON (its own check), no string ``model``, no messages, messages ``validate()``
-    rejects, or the proxy's ``_contextledger`` metadata key."""
+    rejects or that break the API's structural rules (``chat_problems``), or the proxy's
+    ``_contextledger`` metadata key."""
     if received.get("strict"):
         return str(received["strict"])
     body = received["body"]
@@ -196,7 +197,7 @@ def strict_refusal(received: dict[str, Any]) -> str | None:
         return "no messages"
     if any(isinstance(m, dict) and "_contextledger" in m for m in messages):
         return "the _contextledger key went upstream"
-    problems = validate(messages)
+    problems = validate(messages) or chat_problems(body)  # the pairing, then the API's structural rules
     return "; ".join(str(p) for p in problems)[:300] if problems else None
 
 

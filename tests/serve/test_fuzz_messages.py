@@ -1,6 +1,8 @@
 """Near-valid Messages API bodies through a real proxy, on SQLite and on Redis, stateless and in a
-session: never a 500, every refusal in Anthropic's error shape, and nothing forwarded that pairs a
-``tool_result`` with anything but the ``tool_use`` right before it, or that is not strict JSON.
+session: never a 500, every refusal in Anthropic's error shape, and nothing forwarded that breaks
+the Messages API's structural rules (``anthropic_problems``: a ``tool_result`` paired with
+anything but the ``tool_use`` right before it, an assistant first, an empty text block...), or
+that is not strict JSON.
 The bodies are drawn from a seeded generator, so a failure names one that can be sent again."""
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 import pytest
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, StartProxy
+
+from contextledger.messages import anthropic_problems
 
 KEY = "sk-ant-fuzz-tenant-3"
 BODIES = 400
@@ -101,6 +105,9 @@ def test_near_valid_messages_bodies_never_fail_the_proxy(
     forwarded = [r for r in fake_upstream.received() if r["path"] == "/v1/messages"]
     assert forwarded, statuses
     assert statuses.get(400, 0) > 0
+    broken = [(problems, record["body"]) for record in forwarded if (problems := anthropic_problems(record["body"]))]
+    print(f"{store}: {statuses}; {len(forwarded)} forwarded, {len(broken)} breaking the Messages API's rules")
+    assert broken == [], (len(broken), broken[:3])
     for record in forwarded:
         assert record["strict"] is None, record
         paired = [p for p in record["problems"] if "tool_" in p]

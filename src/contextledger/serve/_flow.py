@@ -16,7 +16,7 @@ import contextlib
 import functools
 import json
 import uuid
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,12 +26,19 @@ from contextledger.compaction import opened_by_user
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
 from contextledger.history import StoredTurn, check_storable
-from contextledger.messages import Message
+from contextledger.messages import Message, problems_for
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._kept import KeptSessions
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay
-from contextledger.serve._requests import bad_request, open_block, refuse_invalid, turn_id_of, user_text
+from contextledger.serve._requests import (
+    bad_request,
+    open_block,
+    refuse_invalid,
+    rules_refusal,
+    turn_id_of,
+    user_text,
+)
 from contextledger.serve._sessions import Sessions, session_key
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, request_tenant, session_id_of
 from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
@@ -51,6 +58,7 @@ class TurnFormat(Protocol):
     upstream: Upstream
     keys_in_x_api_key: bool  # whether ``x-api-key`` names the tenant too
     opens_with_user: bool  # whether the API refuses a conversation another role opens
+    rules: Literal["chat", "responses", "anthropic"]  # whose structural rules its bodies keep
 
     def read_turn(self, payload: dict[str, Any]) -> tuple[list[Message], list[Message]]:
         """The call's instructions (sent first, never stored) and the turn's new messages."""
@@ -175,6 +183,12 @@ class SessionFlow:
             self.metrics.count(self.metrics.tokens_before, "session", amount=before)
             self.metrics.count(self.metrics.tokens_after, "session", amount=after)
             payload, hide_usage = form.upstream_payload(payload, sent, request, key)
+            # The stored history kept the API's rules until this turn: a request that breaks one
+            # now is the turn's doing (an empty text block, a call id the history holds), refused
+            # before the upstream is paid for it and before anything is stored.
+            problems = problems_for(form.rules, payload)
+            if problems:
+                raise rules_refusal(form.rules, problems)
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             headers = form.upstream.headers(request.headers)
 
