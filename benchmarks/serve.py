@@ -125,6 +125,7 @@ _REPLIES = {
     },
 }
 _REPLY_BYTES = {path: json.dumps(reply).encode() for path, reply in _REPLIES.items()}
+_SERIAL = [0]
 ENDPOINTS = ("chat", "responses", "messages")
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
@@ -138,6 +139,10 @@ async def fake_upstream(scope: MutableMapping[str, Any], receive: Callable[[], A
         message = await receive()
         more = message.get("more_body", False)
     reply = _REPLY_BYTES.get(scope["path"], _REPLY_BYTES["/v1/chat/completions"])
+    # Each reply's ids its own, as a provider's are: a session keeps the replies, and a request
+    # holding one item id twice is one the Responses API refuses.
+    _SERIAL[0] += 1
+    reply = reply.replace(b"_bench", b"_%d" % _SERIAL[0])
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": reply})
 

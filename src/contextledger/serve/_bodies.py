@@ -33,6 +33,7 @@ __all__ = [
     "SplitBody",
     "body_size",
     "continued",
+    "item_values",
     "joined",
     "read_before",
     "split_array",
@@ -56,8 +57,17 @@ try:  # in the serve extra; without it, bodies are read whole (slower, the same 
 
     _OBJECT: Any = msgspec.json.Decoder(dict[str, msgspec.Raw])
     _ITEMS: Any = msgspec.json.Decoder(list[msgspec.Raw])
+    _VALUE: Any = msgspec.json.Decoder()
 except ImportError:  # pragma: no cover - the serve extra brings it
-    _OBJECT = _ITEMS = None
+    _OBJECT = _ITEMS = _VALUE = None
+
+
+def item_values(items: Sequence[bytes]) -> list[Any]:
+    """The values of items a reader has already read strictly (each is valid JSON), decoded again
+    for a check that needs them: several times faster than the standard library's parser."""
+    if _VALUE is None:  # pragma: no cover - the serve extra brings msgspec
+        return [json.loads(item) for item in items]
+    return [_VALUE.decode(item) for item in items]
 
 
 class BodyMemo:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -41,7 +40,7 @@ from starlette.responses import Response
 
 from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
 from contextledger.messages import Message, item_rules, problems_for
-from contextledger.serve._bodies import BodyMemo, Compacted
+from contextledger.serve._bodies import BodyMemo, Compacted, item_values
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import RawInput, rules_refusal
@@ -182,9 +181,7 @@ class StatelessFlow:
             if checker is None or count < len(read.items):
                 checker = item_rules(form.rules) if checker is None else checker.copy()
                 values = read.raw.values if read.raw is not None else None
-                checker.feed(
-                    values[count:] if values is not None else [json.loads(item) for item in read.items[count:]]
-                )
+                checker.feed(values[count:] if values is not None else item_values(read.items[count:]))
                 if read.memo is not None:
                     read.memo.rules = (len(read.items), checker)
             problems = checker.problems(read.payload)
