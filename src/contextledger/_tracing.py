@@ -32,6 +32,7 @@ opening its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -534,19 +535,33 @@ class UpstreamCallTrace:
             span, self._span = self._span, None
             span.end()
 
+    @contextlib.contextmanager
+    def shaping(self) -> Iterator[None]:
+        """The span made current while the proxy shapes the request (compacts it), so that the
+        compaction's span is a child of the call it shaped, as in the library's own calls."""
+        if self._span is None:
+            yield
+            return
+        from opentelemetry.trace import use_span  # noqa: PLC0415  (loaded: a span exists)
 
-def trace_upstream_call(provider: str, base_url: str, body: bytes) -> UpstreamCallTrace:
-    """Start the span of a call to the upstream at ``base_url`` with the request ``body``, read
-    again for its model and settings only when the application traces."""
+        with use_span(self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            yield
+
+
+def trace_upstream_call(provider: str, base_url: str, body: bytes | Mapping[str, Any]) -> UpstreamCallTrace:
+    """Start the span of a call to the upstream at ``base_url`` for the request ``body`` (its bytes,
+    read again for its model and settings only when the application traces, or already read)."""
     tracer = _tracer()
     if tracer is None:
         return UpstreamCallTrace(None)
     from opentelemetry.trace import SpanKind  # noqa: PLC0415  (loaded: _tracer checked)
 
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        payload = None
+    payload: Any = body
+    if isinstance(body, bytes):
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            payload = None
     payload = payload if isinstance(payload, dict) else {}
     model = _text(payload.get("model"))
     attributes = {

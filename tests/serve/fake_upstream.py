@@ -5,7 +5,8 @@ an interpreter.  It answers at once and deterministically, and the requested ``m
 it behaves, so tests need no shared switch:
 
 - any model: a reply ``echo: <last user text>`` (streamed in several chunks when asked);
-- ``fake-tool``: a reply calling the tool ``lookup`` (two streamed argument deltas);
+- ``fake-tool``: a reply calling the tool ``lookup`` (two streamed argument deltas), its id
+  ``call_N`` for the conversation's Nth call;
 - ``fake-500``: HTTP 500 in OpenAI's error shape;  ``fake-slow``: answers after 5 seconds;
 - ``fake-broken``: a stream that stops half-way (the connection is dropped, no ``[DONE]``);
 - ``fake-garbage``: HTTP 200 whose body is not JSON;  ``fake-hollow``: HTTP 200 JSON with no choices;
@@ -194,6 +195,9 @@ async def chat(request: Request) -> Response:
         return JSONResponse({"id": "chatcmpl-hollow", "object": "chat.completion", "choices": []}, headers=headers)
     text = "echo: " + _last_user_text(payload.get("messages", []))
     tool = model == "fake-tool"
+    # Each call of a conversation its own id, as a provider's are: the first is call_1.
+    earlier = payload.get("messages") if isinstance(payload.get("messages"), list) else []
+    call_id = f"call_{1 + sum(len(m.get('tool_calls') or []) for m in earlier if isinstance(m, dict))}"
     usage = _usage(model, payload, text)
     record["usage"] = usage
     options = payload.get("stream_options")
@@ -202,7 +206,7 @@ async def chat(request: Request) -> Response:
         async def events() -> AsyncIterator[bytes]:
             yield _chunk(model, {"role": "assistant", "content": "" if not tool else None})
             if tool:
-                call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": ""}}
+                call = {"index": 0, "id": call_id, "type": "function", "function": {"name": "lookup", "arguments": ""}}
                 yield _chunk(model, {"tool_calls": [call]})
                 for part in ('{"item": ', '"laptop"}'):
                     yield _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
@@ -227,7 +231,7 @@ async def chat(request: Request) -> Response:
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool:
-        call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
+        call = {"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
     return JSONResponse(
         {

@@ -159,3 +159,44 @@ def test_each_upstream_call_is_a_client_span_with_its_provider_model_and_usage(
     assert attributes["error.type"] == "500"
     assert attributes["gen_ai.provider.name"] == "openai"
     assert not any(key.startswith("gen_ai.usage.") for key in attributes)
+
+
+@pytest.mark.parametrize("mode", ["stateless", "session"])
+def test_the_proxys_compaction_is_a_child_of_the_upstream_call_it_shaped(
+    mode: str, fake_upstream: FakeUpstream, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    from contextledger.serve import StrategySpec  # noqa: PLC0415
+
+    strategy = StrategySpec("sliding-window", ("trigger=turns_exceed(1)",))
+    app = create_app(ServeConfig(fake_upstream.base_url, store=f"sqlite:{tmp_path / 's.db'}", strategy=strategy))
+    headers = {"authorization": "Bearer sk-shaped", "content-type": "application/json"}
+    turns = [{"role": "user", "content": f"question {n}"} for n in range(3)]
+    history = [message for n, turn in enumerate(turns) for message in (turn, {"role": "assistant", "content": f"a{n}"})]
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            if mode == "stateless":
+                body = {"model": "fake", "messages": [*history, {"role": "user", "content": "and now?"}]}
+                answer = await client.post("/v1/chat/completions", json=body, headers=headers)
+                assert answer.status_code == 200, answer.text
+            else:
+                created = await client.post("/v1/contextledger/sessions", json={"id": "s"}, headers=headers)
+                assert created.status_code == 201, created.text
+                for turn in turns:
+                    answer = await client.post(
+                        "/v1/chat/completions",
+                        json={"model": "fake", "messages": [turn]},
+                        headers={**headers, "x-contextledger-session": "s"},
+                    )
+                    assert answer.status_code == 200, answer.text
+        await app.state.proxy.close()
+
+    asyncio.run(run())
+    finished = spans.get_finished_spans()
+    calls = {span.context.span_id: span for span in finished if span.kind == SpanKind.CLIENT}
+    compactions = [span for span in finished if span.name == "contextledger.compaction"]
+    assert compactions, [span.name for span in finished]
+    for compaction in compactions:
+        assert compaction.parent is not None
+        assert compaction.parent.span_id in calls, "a compaction span outside the call it shaped"
+        assert calls[compaction.parent.span_id].name == "chat fake"

@@ -87,7 +87,7 @@ def next_turn(api: API, reply: dict[str, Any], number: int, words: int, tool: bo
     model says so, the others when the user's text does)."""
     text = f"turn {number} " + "word " * words + (" use the tool" if tool else "")
     if api == "chat":
-        calls = reply["choices"][0]["message"].get("tool_calls") or []
+        calls = ((reply.get("choices") or [{}])[0].get("message") or {}).get("tool_calls") or []
         if calls:
             return [{"role": "tool", "tool_call_id": call["id"], "content": "result"} for call in calls], "fake"
         return [{"role": "user", "content": text}], "fake-tool" if tool else "fake"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextledger.cost._profiles import PriceProfile, price_profile
-from contextledger.exceptions import ConfigurationError
+from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import Message, message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
@@ -68,10 +68,26 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def _wire(message: Message) -> Any:
+    """The message as OpenAI's format writes it, which stands for what any provider caches; a
+    message that format writes as several (an Anthropic user turn answering parallel tool calls
+    holds several results) as the list of them."""
+    try:
+        return message_to_openai(message)
+    except InvalidMessageError:
+        parts: list[Any] = []
+        for content in message.contents:
+            try:
+                parts.append(message_to_openai(Message(message.role, (content,))))
+            except InvalidMessageError:
+                parts.append(repr(content))  # still stable: contents are frozen values
+        return parts
+
+
 def message_block(message: Message, tokens: int) -> tuple[Block, int]:
     """One message's block (its serialisation as :func:`request_blocks` makes it), and that
     serialisation's length, for a caller that keeps blocks and must know what they hold."""
-    serialised = _canonical(message_to_openai(message))
+    serialised = _canonical(_wire(message))
     return Block.of(serialised, tokens), len(serialised)
 
 

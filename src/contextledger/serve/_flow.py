@@ -160,37 +160,43 @@ class SessionFlow:
                     return self.turns.replay(done, new_turn, streaming, form.replay)
             kept = await self.kept.history(key)
             refuse_invalid(new_turn, before=open_block(kept.messages))
-            view = await self.kept.request_view(key, kept.messages, new_turn)
-            if form.opens_with_user and self.compacts:
-                conversation = RequestMessages((kept.messages, len(kept.messages)), (new_turn, len(new_turn)))
-                opened = opened_by_user(view, conversation, tokenizer=self.tokenizer)
-                view = view if opened is None else opened
-            before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
-            after = before if not self.compacts else sum(self.tokenizer.count_messages(list(view)))
-            store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
-            ticket: Ticket | None = None
-            outcome: list[FactsTurn] = []
-            sent: list[Message] = [*instructions, *view]
-            if store is not None:
-                block = await self.sessions.run_facts(store.to_prompt_block)
-                sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
-                text = user_text(new_turn)
-                if text is not None:
-                    begun = await self.sessions.run_facts(lambda: self._begin(store, text))
-                    if begun is not None and begun.rejection is not None:
-                        outcome.append(begun)  # refused before the call: the client hears of it too
-                    ticket = None if begun is None else begun.ticket
-            self.metrics.count(self.metrics.tokens_before, "session", amount=before)
-            self.metrics.count(self.metrics.tokens_after, "session", amount=after)
-            payload, hide_usage = form.upstream_payload(payload, sent, request, key)
-            # The stored history kept the API's rules until this turn: a request that breaks one
-            # now is the turn's doing (an empty text block, a call id the history holds), refused
-            # before the upstream is paid for it and before anything is stored.
-            problems = problems_for(form.rules, payload)
-            if problems:
-                raise rules_refusal(form.rules, problems)
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            headers = form.upstream.headers(request.headers)
+            traced = form.relay.traced(payload)
+            try:
+                with traced.shaping():  # the request view's compaction is a child of the call it shapes
+                    view = await self.kept.request_view(key, kept.messages, new_turn)
+                    if form.opens_with_user and self.compacts:
+                        conversation = RequestMessages((kept.messages, len(kept.messages)), (new_turn, len(new_turn)))
+                        opened = opened_by_user(view, conversation, tokenizer=self.tokenizer)
+                        view = view if opened is None else opened
+                before = self.kept.stored_tokens(key) + sum(self.tokenizer.count_messages(new_turn))
+                after = before if not self.compacts else sum(self.tokenizer.count_messages(list(view)))
+                store: FactMemory | None = self.sessions.facts(key) if self.config.facts else None
+                ticket: Ticket | None = None
+                outcome: list[FactsTurn] = []
+                sent: list[Message] = [*instructions, *view]
+                if store is not None:
+                    block = await self.sessions.run_facts(store.to_prompt_block)
+                    sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
+                    text = user_text(new_turn)
+                    if text is not None:
+                        begun = await self.sessions.run_facts(lambda: self._begin(store, text))
+                        if begun is not None and begun.rejection is not None:
+                            outcome.append(begun)  # refused before the call: the client hears of it too
+                        ticket = None if begun is None else begun.ticket
+                self.metrics.count(self.metrics.tokens_before, "session", amount=before)
+                self.metrics.count(self.metrics.tokens_after, "session", amount=after)
+                payload, hide_usage = form.upstream_payload(payload, sent, request, key)
+                # The stored history kept the API's rules until this turn: a request that breaks one
+                # now is the turn's doing (an empty text block, a call id the history holds), refused
+                # before the upstream is paid for it and before anything is stored.
+                problems = problems_for(form.rules, payload)
+                if problems:
+                    raise rules_refusal(form.rules, problems)
+                body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+                headers = form.upstream.headers(request.headers)
+            except BaseException as error:
+                traced.failed(error, type(error).__name__)
+                raise
 
             async def finish(message: dict[str, Any], reply: dict[str, Any]) -> bool:
                 turn = SessionTurn(key, turn_id, kept, new_turn, form.reply_messages(message, reply))
@@ -213,8 +219,9 @@ class SessionFlow:
                     trailer=trailer,
                     usage=usage,
                     hide_usage=hide_usage,
+                    traced=traced,
                 )
-            upstream = await form.relay.call(headers, body)
+            upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
             # Billed whether or not the turn is then stored; counted once the answer is sent.
             counted = self.cost.after_answer("session", payload, sent, reply.get("usage"), key)

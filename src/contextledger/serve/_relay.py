@@ -104,12 +104,15 @@ class Relay:
         self.metrics = metrics
         self.wire = wire
 
-    def _traced(self, body: bytes) -> UpstreamCallTrace:
+    def traced(self, body: bytes | Mapping[str, Any]) -> UpstreamCallTrace:
+        """The span of a call about to be made for the request ``body`` (the client's, or what goes
+        upstream), started now: a flow that shapes the request first starts it before, and hands it
+        to :meth:`call` or :meth:`stream`."""
         return trace_upstream_call(self.upstream.provider, self.upstream.base_url, body)
 
-    async def call(self, headers: dict[str, str], body: bytes) -> Answer:
+    async def call(self, headers: dict[str, str], body: bytes, traced: UpstreamCallTrace | None = None) -> Answer:
         started = time.perf_counter()
-        traced = self._traced(body)
+        traced = traced if traced is not None else self.traced(body)
         try:
             upstream = await self.upstream.send("POST", self.wire.path, headers, body)
         except BaseException as error:
@@ -138,6 +141,7 @@ class Relay:
         trailer: Callable[[], bytes] | None = None,
         usage: Callable[[object], object] | None = None,
         hide_usage: bool = False,
+        traced: UpstreamCallTrace | None = None,
     ) -> Response:
         """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent.
 
@@ -146,7 +150,7 @@ class Relay:
         that did not ask for it (the proxy asked on its behalf).
         """
         started = time.perf_counter()
-        traced = self._traced(body)
+        traced = traced if traced is not None else self.traced(body)
         try:
             upstream = await self.upstream.open_stream("POST", self.wire.path, headers, body)
             if upstream.status_code >= 400:

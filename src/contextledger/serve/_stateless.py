@@ -137,25 +137,32 @@ class StatelessFlow:
             if read.messages is not None:
                 form.refuse(read.messages)
             self._refuse_broken_rules(form, read)
-        if read.messages is not None:
-            if made is None:
-                made = await self._compacted(form, read)
-                if read.memo is not None:
-                    read.memo.keep(read.messages, made)
-            if made.result is not None:
-                result = made.result
-                self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
-                self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
-        out = form.outgoing(read, made, request)
-        headers = form.upstream.headers(request.headers)
+        # The call's span from here: the compaction that shapes the request is its child.
+        traced = form.relay.traced(read.body)
+        try:
+            if read.messages is not None:
+                if made is None:
+                    with traced.shaping():
+                        made = await self._compacted(form, read)
+                    if read.memo is not None:
+                        read.memo.keep(read.messages, made)
+                if made.result is not None:
+                    result = made.result
+                    self.metrics.count(self.metrics.tokens_before, "stateless", amount=result.before["included_tokens"])
+                    self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+            out = form.outgoing(read, made, request)
+            headers = form.upstream.headers(request.headers)
+        except BaseException as error:
+            traced.failed(error, type(error).__name__)
+            raise
         if out.payload.get("stream") is True:
             usage = functools.partial(self.cost.answered, self.cost.expect("stateless", out.payload, out.messages))
             response = await form.relay.stream(
-                headers, out.body, finish=None, release=None, usage=usage, hide_usage=out.hide_usage
+                headers, out.body, finish=None, release=None, usage=usage, hide_usage=out.hide_usage, traced=traced
             )
             response.headers.update(out.said)
             return response
-        upstream = await form.relay.call(headers, out.body)
+        upstream = await form.relay.call(headers, out.body, traced)
         reply, _, _ = form.answer(upstream)  # one rule in both modes: a 200 that is no reply is the upstream's fault
         return Response(
             upstream.content,
