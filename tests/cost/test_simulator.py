@@ -251,3 +251,33 @@ def test_prefixes_not_made_of_blocks_are_refused() -> None:
         RequestPrefixes([1], [b""])
     with pytest.raises(ConfigurationError, match="a request is a sequence of Block"):
         RequestPrefixes.of(["not a block"])  # type: ignore[list-item]
+
+
+def test_a_turn_answering_parallel_calls_is_priced_as_its_results() -> None:
+    """An Anthropic user turn answering two parallel tool calls is one tool message holding two
+    results, which OpenAI's format writes as two messages: it is priced (its block stable, and
+    apart from either result alone) instead of failing the request's accounting."""
+    from contextledger.messages import from_anthropic  # noqa: PLC0415
+
+    def conversation(second: str) -> list[Message]:
+        uses: list[dict[str, object]] = [
+            {"type": "tool_use", "id": i, "name": "lookup", "input": {}} for i in ("toolu_a", "toolu_b")
+        ]
+        results = [
+            {"type": "tool_result", "tool_use_id": "toolu_a", "content": "first"},
+            {"type": "tool_result", "tool_use_id": "toolu_b", "content": second},
+        ]
+        return from_anthropic(
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": uses},
+                {"role": "user", "content": results},
+            ]
+        )
+
+    same, again, other = conversation("second"), conversation("second"), conversation("another")
+    assert same[-1].role == "tool"
+    assert len(same[-1].function_results) == 2
+    assert request_blocks(same) == request_blocks(again)
+    assert request_blocks(same)[-1] != request_blocks(other)[-1]
+    assert request_blocks(same)[:-1] == request_blocks(other)[:-1]
