@@ -44,6 +44,14 @@ def run_throwaway(tmp_path: Path, source: str) -> subprocess.CompletedProcess[st
     )
 
 
+def gone_within(pid: int, seconds: float = 10) -> bool:
+    """Whether the process ``pid`` stops running within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
 def alive(pid: int) -> bool:
     """Running: a zombie no parent has reaped yet counts as gone."""
     try:
@@ -78,11 +86,7 @@ def test_starts_a_server_then_the_whole_run_dies():
 def test_a_run_that_dies_stops_the_processes_it_started(tmp_path: Path) -> None:
     result = run_throwaway(tmp_path, DYING_WITH_A_CHILD)
     assert result.returncode != 0
-    pid = int((tmp_path / "child.pid").read_text())
-    deadline = time.monotonic() + 10
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(pid), "the child of a dead run is still running"
+    assert gone_within(int((tmp_path / "child.pid").read_text())), "the child of a dead run is still running"
     assert "stopping 1 process(es) the test run left running: python" in result.stderr
 
 
@@ -107,11 +111,7 @@ def test_a_run_that_dies_stops_the_redis_server_its_fixture_started(tmp_path: Pa
     redis_binary()  # skips without redis-server (a failure under CI=true)
     result = run_throwaway(tmp_path, DYING_WITH_REDIS)
     assert result.returncode != 0
-    pid = int((tmp_path / "redis.pid").read_text())
-    deadline = time.monotonic() + 10
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(pid), "the dead run's redis-server is still running"
+    assert gone_within(int((tmp_path / "redis.pid").read_text())), "the dead run's redis-server is still running"
     assert "redis-server" in result.stderr
 
 

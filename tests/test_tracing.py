@@ -9,12 +9,10 @@ import inspect
 import json
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,12 +21,14 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the 'otel' extra")
 
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, server_attributes
 from opentelemetry.trace import SpanKind, StatusCode
+
+from tests.spans import spans
+
+__all__ = ["spans"]  # the fixture, for the tests below
 
 from contextledger._tracing import ESTIMATED_INPUT_TOKENS, ESTIMATED_OUTPUT_TOKENS
 from contextledger.agents import Agent, CompactionProvider, FactsProvider, use_context_providers
@@ -38,6 +38,7 @@ from contextledger.exceptions import FactRejectedError, ModelResponseError
 from contextledger.facts import FactsHost, FactStore, RuleWriter, SQLiteFactStore, extract
 from contextledger.history import SQLiteHistoryProvider, Turn, TurnTarget, write_turn
 from contextledger.messages import FunctionCallContent, Message
+from tests.loopback import json_endpoint
 from tests.optional_imports import try_import
 from tests.tools import lookup_price
 
@@ -48,24 +49,6 @@ with try_import("maf") as maf_extra:
     import agent_framework as maf
 
     from contextledger.integrations.maf import ContextLedgerChatClient
-
-_EXPORTER = InMemorySpanExporter()
-_ATTACHED: list[TracerProvider] = []  # the provider the exporter was attached to, once
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's tracer provider (set once: OpenTelemetry allows one) exporting into memory."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):  # another test (the README's) may have set one already
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not _ATTACHED:
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        _ATTACHED.append(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
 
 
 def conversation(turns: int) -> list[Message]:
@@ -231,27 +214,13 @@ class ChatServer:
 def chat_server() -> Iterator[ChatServer]:
     state = ChatServer("")
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            state.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            status, body = state.replies.pop(0)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        state.requests.append(body)
+        return state.replies.pop(0)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield state
-    server.shutdown()
-    server.server_close()
+    with json_endpoint(respond) as url:
+        state.url = url
+        yield state
 
 
 def completion(serial: int, message: dict[str, Any], finish: str) -> tuple[int, dict[str, Any]]:

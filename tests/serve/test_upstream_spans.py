@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,30 +22,14 @@ with try_import("serve") as serve_extra:
 
 pytest.importorskip("opentelemetry.sdk", reason="the 'otel' extra")
 
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.spans import spans
+
+__all__ = ["spans"]  # the fixture, for the tests below
 
 pytestmark = serve_extra.skip
-
-_EXPORTER = InMemorySpanExporter()
-_ATTACHED: list[TracerProvider] = []
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):  # another module may have set it already
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not _ATTACHED:
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        _ATTACHED.append(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
 
 
 def reported(usage: dict[str, Any]) -> dict[str, Any]:

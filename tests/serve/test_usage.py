@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,32 +24,17 @@ with try_import("openai") as openai_extra:
 
 pytest.importorskip("opentelemetry.sdk", reason="the 'otel' extra")
 
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.spans import spans
+
+__all__ = ["spans"]  # the fixture, for the tests below
 
 pytestmark = openai_extra.skip
 
 KEY = "sk-usage-tenant-1"
 # Long enough (about 2,000 tokens) for a provider to cache, and for the estimate's 1,024-token floor.
 INSTRUCTIONS = "You are the billing desk's assistant. " + "Keep every answer short and exact. " * 230
-_EXPORTER = InMemorySpanExporter()
-_ATTACHED: list[TracerProvider] = []
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):  # another module may have set it already
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not _ATTACHED:
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        _ATTACHED.append(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
 
 
 def normalised(shape: str, raw: dict[str, Any]) -> Usage:
