@@ -9,9 +9,9 @@ Two failures used to end a run with no summary and leave servers behind:
 - **Servers outliving the run.** A Redis or Postgres server a test started is stopped by the
   fixture that started it, which a killed or crashed pytest never reaches.  At start-up the run
   starts a reaper in a session of its own, holding the read end of a pipe, which notes every
-  process below pytest four times a second.  When pytest ends, however it ends, the pipe closes
+  process below pytest twice a second.  When pytest ends, however it ends, the pipe closes
   and the reaper stops each noted process still running (SIGTERM, then SIGKILL after a grace
-  period), saying which.  A process that lived less than a quarter of a second before the run
+  period), saying which.  A process that lived less than half a second before the run
   died can escape the notes; one that kept the run's token in its environment (every process
   the run starts inherits it) is stopped all the same.
 
@@ -40,7 +40,7 @@ RUN_VARIABLE = "CONTEXTLEDGER_TEST_RUN"
 """Names the run whose processes the reaper stops; each pytest process sets its own."""
 
 _GRACE_SECONDS = 5.0
-_WATCH_SECONDS = 0.25
+_WATCH_SECONDS = 0.5
 
 
 class _Reaper:

@@ -100,7 +100,7 @@ from tests.history.conftest import started_redis
 def test_a_redis_server_then_the_whole_run_dies(tmp_path):
     with started_redis(tmp_path) as (server, process):
         Path("redis.pid").write_text(str(process.pid))
-        time.sleep(1)  # a server lives a while: the reaper notes what runs below pytest every 0.25 s
+        time.sleep(1)  # a server lives a while: the reaper notes what runs below pytest every 0.5 s
         os.abort()
 """
 
