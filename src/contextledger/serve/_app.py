@@ -358,7 +358,9 @@ class Proxy:
         self, request: Request, endpoint: str, handle: Callable[[str], Awaitable[Response]]
     ) -> Response:
         try:
-            tenant = request_tenant(request, trust_tenant_header=self.config.trust_tenant_header)
+            # Bearer or x-api-key, as on /v1/messages: Anthropic's clients send their key so, and one
+            # key is one tenant whichever header carries it.
+            tenant = request_tenant(request, trust_tenant_header=self.config.trust_tenant_header, x_api_key=True)
             response = await handle(tenant)
         except (ProxyError, HistoryError, FactsError) as error:
             response = _error_response(error)

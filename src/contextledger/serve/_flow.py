@@ -40,6 +40,7 @@ from contextledger.serve._requests import (
     user_text,
 )
 from contextledger.serve._sessions import Sessions, session_key
+from contextledger.serve._stateless import compaction_said
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, request_tenant, session_id_of
 from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -211,7 +212,7 @@ class SessionFlow:
             if streaming:
                 stack = None  # the stream releases the lock when it ends
                 usage = functools.partial(self.cost.answered, self.cost.expect("session", payload, sent, session=key))
-                return await form.relay.stream(
+                streamed = await form.relay.stream(
                     headers,
                     body,
                     finish=finish,
@@ -221,6 +222,8 @@ class SessionFlow:
                     hide_usage=hide_usage,
                     traced=traced,
                 )
+                streamed.headers.update(compaction_said(after < before))
+                return streamed
             upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
             # Billed whether or not the turn is then stored; counted once the answer is sent.
@@ -240,7 +243,11 @@ class SessionFlow:
                 upstream.content,
                 status_code=200,
                 media_type=upstream.headers.get("content-type", "application/json"),
-                headers={**passed_back(upstream.headers), **facts_headers(outcome[-1] if outcome else None)},
+                headers={
+                    **passed_back(upstream.headers),
+                    **facts_headers(outcome[-1] if outcome else None),
+                    **compaction_said(after < before),
+                },
                 background=counted,
             )
         finally:

@@ -57,14 +57,12 @@ from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import MessageReader, json_object, kept_places
-from contextledger.serve._stateless import Outgoing, StatelessBody
+from contextledger.serve._stateless import COMPACTION_HEADER, Outgoing, StatelessBody
 from contextledger.serve._stream import event_data, split_events
 from contextledger.serve._tenants import request_tenant
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 
-__all__ = ["COMPACTION_HEADER", "RESPONSES_WIRE", "ResponsesAssembler", "ResponsesFormat", "parse_responses_payload"]
-
-COMPACTION_HEADER = "X-Contextledger-Compaction"
+__all__ = ["RESPONSES_WIRE", "ResponsesAssembler", "ResponsesFormat", "parse_responses_payload"]
 
 _UPSTREAM_STATE = ("previous_response_id", "conversation")
 
@@ -280,17 +278,14 @@ class ResponsesFormat:
 
     def outgoing(self, read: StatelessBody, made: Compacted[Any] | None, request: Request) -> Outgoing:
         """The payload to send upstream, its input as messages (for the cost meter; none when the
-        proxy did not read it), and the header saying what the proxy did."""
+        proxy did not read it), and why the proxy did not cut it, if it did not."""
         payload, said = read.payload, dict(read.said)
         messages: list[Message] = []
         kept: list[bytes] | None = None
         if read.messages is not None and made is not None:
             messages = read.messages
             result = made.result
-            if result is None:
-                said[COMPACTION_HEADER] = "unchanged"
-            else:
-                said[COMPACTION_HEADER] = "compacted" if result.changed else "unchanged"
+            if result is not None:
                 if result.changed and read.raw is not None:
                     kept = made.forwarded
                 elif result.changed:

@@ -19,7 +19,8 @@ written here once, in call order, so that a rule added to one step holds on ever
    (:func:`~contextledger.compaction.opened_by_user`);
 4. **forward** what the API writes of it (:meth:`StatelessFormat.outgoing`: the client's own bytes
    for every item kept, its cache breakpoints or key), streamed or not;
-5. **answer** with the upstream's reply as it came, counted by the cost meter.
+5. **answer** with the upstream's reply as it came, counted by the cost meter, and say what was
+   done in :data:`COMPACTION_HEADER`.
 
 What the messages of a body make (steps 2 and 3) is kept with the body (its
 :class:`~contextledger.serve._bodies.BodyMemo`) for the same messages again, so a retry or a
@@ -48,7 +49,16 @@ from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["Outgoing", "StatelessBody", "StatelessFlow", "StatelessFormat"]
+__all__ = ["COMPACTION_HEADER", "Outgoing", "StatelessBody", "StatelessFlow", "StatelessFormat", "compaction_said"]
+
+COMPACTION_HEADER = "X-Contextledger-Compaction"
+"""The answer header saying what the proxy did to the request: ``compacted``, ``unchanged``, or
+``skipped; WHY`` where it did not read the request to cut it (the Responses API's upstream state)."""
+
+
+def compaction_said(compacted: bool) -> dict[str, str]:
+    """The header for a request the proxy read: whether what it sends is less than it was given."""
+    return {COMPACTION_HEADER: "compacted" if compacted else "unchanged"}
 
 
 @dataclass(slots=True)
@@ -152,6 +162,10 @@ class StatelessFlow:
                     self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
             out = form.outgoing(read, made, request)
             headers = form.upstream.headers(request.headers)
+            said = out.said
+            if COMPACTION_HEADER not in said:
+                changed = made is not None and made.result is not None and made.result.changed
+                said = {**said, **compaction_said(changed)}
         except BaseException as error:
             traced.failed(error, type(error).__name__)
             raise
@@ -160,7 +174,7 @@ class StatelessFlow:
             response = await form.relay.stream(
                 headers, out.body, finish=None, release=None, usage=usage, hide_usage=out.hide_usage, traced=traced
             )
-            response.headers.update(out.said)
+            response.headers.update(said)
             return response
         upstream = await form.relay.call(headers, out.body, traced)
         reply, _, _ = form.answer(upstream)  # one rule in both modes: a 200 that is no reply is the upstream's fault
@@ -168,7 +182,7 @@ class StatelessFlow:
             upstream.content,
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type", "application/json"),
-            headers={**passed_back(upstream.headers), **out.said},
+            headers={**passed_back(upstream.headers), **said},
             background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage")),
         )
 
