@@ -1,8 +1,9 @@
 """Answers the proxy gives when no handler could: unexpected failures, unknown paths, wrong methods.
 
-Every one is in OpenAI's error shape (in Anthropic's, ``{"type": "error", "error": {"type",
-"message"}}``, under ``/v1/messages``) (``{"error": {"message", "type", "param", "code"}}``), as
-SDK clients parse it, never a text page.  An unexpected failure is logged with its traceback and
+Every one is in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), or in
+Anthropic's (``{"type": "error", "error": {"type", "message"}}``) under ``/v1/messages``, as SDK
+clients parse it, never a text page.  A 404 lists every endpoint, so a client that missed them all
+learns where to go.  An unexpected failure is logged with its traceback and
 answered 500 without raising it further: raised, it would make the server close the connection
 after the answer, and a client reusing that keep-alive connection for its next request would get
 a reset instead of an answer.
@@ -11,6 +12,7 @@ a reset instead of an answer.
 from __future__ import annotations
 
 import logging
+import re
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -66,10 +68,15 @@ def anthropic_path(path: str) -> bool:
 
 
 async def http_error(request: Request, error: Exception) -> Response:
-    """Starlette's own refusals (an unknown path, a method the path does not take) in OpenAI's shape."""
+    """Starlette's own refusals (an unknown path, a method the path does not take) in the shape the
+    caller's SDK parses: Anthropic's under ``/v1/messages`` (also when a doubled ``/v1`` hides it), else
+    OpenAI's."""
     assert isinstance(error, HTTPException)
+    path = request.url.path
     if error.status_code == 404:
-        message = f"no such endpoint: {request.method} {request.url.path}; the proxy serves /v1/chat/completions"
+        message = f"no such endpoint: {request.method} {path}; {_doubled_prefix_fix(path)}the proxy serves " + (
+            _served(request)
+        )
         code = "unknown_url"
     elif error.status_code == 405:
         allowed = (error.headers or {}).get("Allow", "")
@@ -77,9 +84,41 @@ async def http_error(request: Request, error: Exception) -> Response:
         code = "method_not_allowed"
     else:
         message, code = str(error.detail), None
-    if anthropic_path(request.url.path):
+    if anthropic_path(_without_doubled_prefix(path)):
         return JSONResponse(
             anthropic_error(message, error.status_code), status_code=error.status_code, headers=error.headers
         )
     body = error_body(message, "invalid_request_error", code)
     return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+
+_DOUBLED_PREFIX = "/v1/v1/"
+
+
+def _without_doubled_prefix(path: str) -> str:
+    return path.replace(_DOUBLED_PREFIX, "/v1/", 1) if path.startswith(_DOUBLED_PREFIX) else path
+
+
+def _doubled_prefix_fix(path: str) -> str:
+    """A doubled ``/v1`` is the usual reason a client misses: its base URL already ends in ``/v1``
+    and the SDK adds another (Anthropic's SDKs add ``/v1`` themselves, OpenAI's do not)."""
+    if not path.startswith(_DOUBLED_PREFIX):
+        return ""
+    fixed = _without_doubled_prefix(path)
+    if anthropic_path(fixed):
+        advice = "give Anthropic's SDK the proxy's base URL without /v1 (e.g. http://HOST:PORT)"
+    else:
+        advice = "drop one /v1 from the client's base URL"
+    return f"the path has /v1 twice, so {advice}, and it will call {fixed}; "
+
+
+def _served(request: Request) -> str:
+    """Every endpoint of the app answering, read from its routes so the list cannot fall out of step."""
+    methods: dict[str, list[str]] = {}
+    for route in getattr(request.app, "routes", ()):
+        path = getattr(route, "path", None)
+        if isinstance(path, str):
+            shown = re.sub(r"\{(\w+)(:[^}]*)?\}", r"{\1}", path)
+            served = methods.setdefault(shown, [])
+            served.extend(sorted(set(getattr(route, "methods", None) or ()) - {"HEAD"} - set(served)))
+    return ", ".join(f"{' '.join(verbs)} {path}" for path, verbs in methods.items())
