@@ -7,6 +7,8 @@ the command needs starlette, uvicorn and aiohttp (a missing one is reported with
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 from typing import Any
 
@@ -202,6 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
     from contextledger.serve._app import create_app  # noqa: PLC0415
     from contextledger.serve._connections import guarded_protocol  # noqa: PLC0415
 
+    _check_address(config.host, config.port)
     app = create_app(config)
     print(config.describe(), file=sys.stderr)
     # Not uvicorn.run, which swallows the Ctrl-C that stops the server: the command line reports
@@ -209,3 +212,36 @@ def _serve(args: argparse.Namespace) -> int:
     protocol = guarded_protocol(config.read_timeout, config.max_connections)
     uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="info", http=protocol)).run()
     return 0
+
+
+def _check_address(host: str, port: int) -> None:
+    """Refuse, in one line, an address the server could not listen on, before anything starts:
+    uvicorn finds out only after the application's startup, and answers with its log and status 3.
+
+    A probe bound and closed at once, with the option uvicorn's own socket sets (``SO_REUSEADDR``,
+    so a port left in TIME_WAIT passes as it would for uvicorn); port 0 is any free port."""
+    from contextledger.exceptions import ConfigurationError  # noqa: PLC0415
+
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ConfigurationError(
+            f"cannot listen on {host}: {error.strerror}; give --host an address of this machine"
+        ) from None
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                if error.errno == errno.EADDRINUSE:
+                    raise ConfigurationError(
+                        f"cannot listen on {where}: another process holds that address; choose another port with "
+                        "--port, or stop what holds it"
+                    ) from None
+                raise ConfigurationError(f"cannot listen on {where}: {error.strerror or error}") from None
