@@ -335,7 +335,9 @@ def test_facts_command_lists_reviews_revokes_and_expires_a_sqlite_store(tmp_path
     assert listing.returncode == 0, listing.stderr
     assert 'database = "SQL Server 2022"' in listing.stdout
     assert "expires" in listing.stdout
-    assert "No facts" in console("facts", "list", "--store", str(store_path), "--owner", "bob").stdout
+    unknown = console("facts", "list", "--store", str(store_path), "--owner", "bob")
+    assert unknown.returncode == 1
+    assert "no owner 'bob'" in unknown.stderr
     revoked = console(
         "facts", "revoke", "database", "--reason", "asked by email", "--store", str(store_path), "--owner", "ada"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from contextledger.cli._common import STANDARD_STREAM, UsageError, read_text
@@ -73,6 +74,16 @@ def _store(args: argparse.Namespace) -> Any:
 
 def _list(args: argparse.Namespace) -> int:
     store = _store(args)
+    if not store.facts() and not store.review():
+        # Every write leaves a trail event, so an owner with neither was never written: a mistyped
+        # --owner, not an owner with nothing to show.
+        print(
+            f"contextledger: no owner {args.owner!r} in {args.store}: it holds no facts and no review trail for that "
+            "name; check --owner, the name contextledger chat --owner wrote under (default chat); a proxy "
+            "session's facts are read with GET /v1/contextledger/sessions/ID/facts",
+            file=sys.stderr,
+        )
+        return 1
     print(f"owner {store.owner!r} in {args.store}:")
     print(store.describe())
     return 0

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contextledger.cli import INTERRUPTED
 from contextledger.cli._common import STANDARD_STREAM, TOKENIZERS, UsageError, check_output, read_text, write_text
 from contextledger.exceptions import ConfigurationError, LabError, TimelineError
 
@@ -91,17 +92,19 @@ def _policy_names(given: list[str] | None) -> tuple[str, ...]:
 
 
 def _timelines(paths: list[str]) -> list[Timeline]:
-    """Every timeline named, validated before anything runs; ``-`` is read from standard input."""
+    """Every timeline named, validated before anything runs: a file, ``-`` (standard input), or
+    the name of a shipped timeline (``correction``), for a user who has no copy of it."""
     from contextledger.lab import load_timeline, load_timelines, parse_timeline, unique_timelines  # noqa: PLC0415
 
-    if STANDARD_STREAM not in paths:
-        return load_timelines(paths)
+    if not paths:
+        return load_timelines()
     if paths.count(STANDARD_STREAM) > 1:
         raise UsageError("give '-' (standard input) as a timeline at most once")
     timelines = []
     for path in paths:
         if path != STANDARD_STREAM:
-            timelines.append(load_timeline(path))
+            file, label = _timeline_file(path)
+            timelines.append(load_timeline(file, source=label))
             continue
         try:
             data = json.loads(read_text(STANDARD_STREAM, what="timeline"))
@@ -109,6 +112,24 @@ def _timelines(paths: list[str]) -> list[Timeline]:
             raise TimelineError(f"is not JSON: {error.msg} at line {error.lineno}", path="<stdin>") from None
         timelines.append(parse_timeline(data, source="<stdin>"))
     return unique_timelines(timelines)
+
+
+def _timeline_file(given: str) -> tuple[Path, str]:
+    """The file a timeline argument names and how reports label it: a path that exists wins over
+    a shipped timeline of the same name."""
+    from contextledger.lab import shipped_timeline_paths  # noqa: PLC0415
+
+    if Path(given).exists():
+        return Path(given), given
+    shipped = {Path(label).stem.removeprefix("shipped:"): (path, label) for label, path in shipped_timeline_paths()}
+    name = given.removesuffix(".json")
+    if name in shipped:
+        path, label = shipped[name]
+        return path, label
+    raise UsageError(
+        f"no timeline {given!r}: no such file, and no shipped timeline has that name; give a timeline JSON file "
+        f"or a shipped name: {', '.join(shipped)}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,8 +170,17 @@ def run(args: argparse.Namespace) -> int:
     table_on_stderr = STANDARD_STREAM in (args.json, args.html)
     stream = sys.stderr if table_on_stderr else sys.stdout
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else 150)
-    with progress_bar(Console(stderr=True)) as on_progress:
-        report = run_lab_sync(timelines, lambda: resolve_client(args.model), settings, on_progress=on_progress)
+    try:
+        with progress_bar(Console(stderr=True)) as on_progress:
+            report = run_lab_sync(timelines, lambda: resolve_client(args.model), settings, on_progress=on_progress)
+    except KeyboardInterrupt:
+        unwritten = [f"the {label} report {path}" for label, path in (("JSON", args.json), ("HTML", args.html)) if path]
+        print(
+            f"contextledger: interrupted: the lab stopped before it finished, so nothing was written "
+            f"({', '.join([*unwritten, 'no table'])}); a partial comparison is never reported",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     if args.kit:
         report.data["kit"] = run_kit(settings.policies, lambda: resolve_client(args.model))
     if args.json:

@@ -22,8 +22,8 @@ and is made available with :func:`register_policy`.
 Where things live (every name is imported from here, ``contextledger.lab``):
 
 - timelines, ``_timeline.py``: :class:`Timeline`, :func:`load_timeline`, :func:`load_timelines`
-  (the shipped ones by default), :func:`parse_timeline`, :func:`unique_timelines` (no two with
-  one name);
+  (the shipped ones by default), :func:`shipped_timeline_paths`, :func:`parse_timeline`,
+  :func:`unique_timelines` (no two with one name);
 - policies, ``_policies.py``: :class:`ContextPolicy`, :class:`AgentPolicy`, the
   :class:`PolicySetup` each is built from, and the registry (:func:`register_policy`,
   :func:`unregister_policy`, :func:`get_policy`, :func:`policy_names`); the combined policy is
@@ -52,7 +52,14 @@ from contextledger.lab._policies import (
 )
 from contextledger.lab._report import render_html
 from contextledger.lab._run import LabReport, LabSettings, run_lab, run_lab_sync
-from contextledger.lab._timeline import Timeline, load_timeline, load_timelines, parse_timeline, unique_timelines
+from contextledger.lab._timeline import (
+    Timeline,
+    load_timeline,
+    load_timelines,
+    parse_timeline,
+    shipped_timeline_paths,
+    unique_timelines,
+)
 
 __all__ = [
     "AgentPolicy",
@@ -71,6 +78,7 @@ __all__ = [
     "run_kit",
     "run_lab",
     "run_lab_sync",
+    "shipped_timeline_paths",
     "unique_timelines",
     "unregister_policy",
 ]

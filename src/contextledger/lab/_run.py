@@ -249,6 +249,9 @@ class _PolicyRun:
         model_calls = 0
         extra_kinds: dict[str, int] = {}
         for turn, expectation in zip(self.timeline.turns, expectations(self.timeline.turns)):
+            # A pause per turn: an offline model never suspends, and Ctrl-C under asyncio.run is a
+            # cancellation that lands only at a pause, so without one it waited for the whole run.
+            await asyncio.sleep(0)
             self.tools.turn = turn
             for command in turn.host_commands:
                 await self.policy.host_command(command)
