@@ -16,12 +16,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
 
-from contextledger.serve import ServeConfig, create_app
-from contextledger.serve._stateless import StatelessFlow
+from contextledger.serve import ServeConfig
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import create_app
+    from contextledger.serve._stateless import StatelessFlow
+
+pytestmark = serve_extra.skip
+
 
 SERVE = Path(__file__).resolve().parents[2] / "src" / "contextledger" / "serve"
 FORMATS = ("_chat.py", "_responses.py", "_messages_api.py")

@@ -7,10 +7,17 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.optional_imports import try_import
 
-from contextledger.serve import ServeConfig, create_app
+from contextledger.serve import ServeConfig
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import create_app
+
+pytestmark = serve_extra.skip
 
 SERVED = [
     "POST /v1/chat/completions",

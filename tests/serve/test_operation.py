@@ -8,11 +8,19 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
 
-from contextledger.serve import ServeConfig, StrategySpec, create_app
+from contextledger.serve import ServeConfig, StrategySpec
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import create_app
+
+pytestmark = serve_extra.skip
+
 
 KEY = "sk-operation-0123456789"
 HEADER = "x-contextledger-compaction"

@@ -11,12 +11,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
 
 from contextledger.messages import problems_for
-from contextledger.serve import ServeConfig, create_app
+from contextledger.serve import ServeConfig
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import create_app
+
+pytestmark = serve_extra.skip
+
 
 USER = {"role": "user", "content": "hi"}
 CALL: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}

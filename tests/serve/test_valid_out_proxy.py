@@ -16,15 +16,23 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.compaction.test_valid_out import BODIES, HUGE, scripts, spoken, user_texts
+from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
 
 from contextledger.messages import problems_for
-from contextledger.serve import ServeConfig, StrategySpec, create_app
+from contextledger.serve import ServeConfig, StrategySpec
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import create_app
+
+pytestmark = serve_extra.skip
+
 
 API = Literal["chat", "responses", "anthropic"]
 PATHS: dict[API, str] = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
