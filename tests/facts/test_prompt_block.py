@@ -159,8 +159,9 @@ def test_no_fact_can_change_the_blocks_structure(items: list[tuple[str, str, str
 @given(st.lists(hostile, min_size=1, max_size=4), hostile)
 def test_facts_admitted_from_hostile_messages_stay_inside_the_block(values: list[str], noise: str) -> None:
     keys = sorted(ALLOWED_KEYS)[: len(values)]
-    # Values cannot hold separators; the evidence quotes the whole message, line breaks and all.
-    cleaned = [re.sub(r"[;\r\n]", " ", value).strip() or "x" for value in values]
+    # Values cannot hold separators, nor an allowed key's '=' after a space (two declarations run
+    # together are refused); the evidence quotes the whole message, line breaks and all.
+    cleaned = [re.sub(r"[;\r\n=]", " ", value).strip() or "x" for value in values]
     text = noise.replace("=", " ") + "\n" + "\n".join(f"{k}={v}" for k, v in zip(keys, cleaned))
     store = FactStore()
     ticket = store.begin_turn(text)

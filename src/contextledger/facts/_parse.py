@@ -17,11 +17,18 @@ A message is cut into segments at ``;`` and line breaks.  In each segment that h
 - once a segment has begun a declaration of an allowed key (either way above), an allowed key
   right after a ``,`` starts the next one: ``database=Postgres, module=Billing`` declares two
   keys, as a person reading it would.  A ``,`` before any other word stays in the value
-  (``constraint=read only, no writes``).
+  (``constraint=read only, no writes``);
+- an allowed key and its ``=`` after a space inside such a declaration's value
+  (``module=Billing database=SQL Server 2022``) is never read as part of the value nor as a
+  second declaration: both are refused with the whole message, and the reason names ``;`` and
+  a line break as the separators.  Storing one of them would keep a value the user plainly
+  meant as two facts; guessing the cut would admit what nobody wrote.  Any other word before
+  that ``=`` stays in the value (``constraint=x y=z``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,6 +53,7 @@ _SEPARATOR = re.compile(r";|\r\n|\r|\n")
 _WORD_BEFORE = re.compile(r"[A-Za-z0-9_]+\Z")
 _AFTER_PROSE = frozenset(" \t:,(")
 _NEXT_DECLARATION = re.compile(r",\s*([A-Za-z][A-Za-z0-9_]*)\s*=")
+_RUN_ON_DECLARATION = re.compile(r"\s([A-Za-z][A-Za-z0-9_]*)\s*=")
 
 SignKind = Literal["declaration", "replaced", "invalid", "prose"]
 
@@ -136,12 +144,56 @@ def _read_segment(text: str, start: int, segment: str, schema: FactSchema) -> li
     """
     commas = [found.start() for found in _NEXT_DECLARATION.finditer(segment) if found.group(1).lower() in schema.keys]
     if commas:
-        first = _read_piece(text, start, segment[: commas[0]], schema)
+        first = _read_run_on(text, start, segment[: commas[0]], schema)
         if first and first[0][0].kind != "prose" and first[0][0].key in schema.keys:
             for begin, end in zip(commas, [*commas[1:], len(segment)]):
-                first.extend(_read_piece(text, start + begin + 1, segment[begin + 1 : end], schema))
+                first.extend(_read_run_on(text, start + begin + 1, segment[begin + 1 : end], schema))
             return first
-    return _read_piece(text, start, segment, schema)
+    return _read_run_on(text, start, segment, schema)
+
+
+def _read_run_on(text: str, start: int, piece: str, schema: FactSchema) -> list[tuple[Sign, int]]:
+    """The signs of a piece, refusing a declaration whose value holds another allowed ``KEY=`` after a
+    space, and that ``KEY=`` with it.
+
+    ``module=Billing database=SQL Server 2022`` is two facts to its writer; kept as one value it
+    would put a wrong module in the memory, and cut by a guess it would admit what nobody wrote.
+    Each piece is read on its own, so the diagnostics (and ``forget``) know both declarations.
+    """
+    read = _read_piece(text, start, piece, schema)
+    if not read or read[0][0].kind == "prose" or read[0][0].key not in schema.keys:
+        return read
+    after_key = piece.index("=") + 1
+    cuts = [
+        found.start() + 1
+        for found in _RUN_ON_DECLARATION.finditer(piece, after_key)
+        if found.group(1).lower() in schema.keys
+    ]
+    if not cuts:
+        return read
+    read = []
+    for begin, end in zip([0, *cuts], [*cuts, len(piece)]):
+        read.extend(_read_piece(text, start + begin, piece[begin:end], schema))
+    keys = [str(sign.key) for sign, _ in read if sign.kind != "prose"]
+    refused: list[tuple[Sign, int]] = []
+    index = -1
+    for sign, value_start in read:
+        if sign.kind == "prose":
+            refused.append((sign, value_start))
+            continue
+        index += 1
+        if sign.kind == "invalid":
+            refused.append((sign, -1))
+            continue
+        key = keys[index]
+        before, after = (key, keys[1]) if index == 0 else (keys[index - 1], key)
+        if index == 0:
+            reason = f"the value of {key!r} holds '{after}=' after a space"
+        else:
+            reason = f"'{key}=' follows the value of {before!r} after only a space"
+        reason += f": write two declarations separated by ';' or a line break ({before}=...; {after}=...)"
+        refused.append((dataclasses.replace(sign, kind="invalid", reason=reason), -1))
+    return refused
 
 
 def _read_piece(text: str, start: int, segment: str, schema: FactSchema) -> list[tuple[Sign, int]]:
@@ -247,7 +299,8 @@ def declarations(text: object, schema: FactSchema = DEFAULT_SCHEMA) -> dict[str,
     """The message's winning declarations by key, in the order they were written.
 
     Raises :class:`FactRejectedError` listing every problem when any declaration is invalid
-    (unknown key, empty value, a bound exceeded, more keys than the schema allows).
+    (unknown key, empty value, two declarations run together, a bound exceeded, more keys than
+    the schema allows).
     """
     problems = check_user_text(text, schema)
     if problems:
@@ -271,7 +324,8 @@ def parse_assertions(text: str, schema: FactSchema = DEFAULT_SCHEMA) -> tuple[Ca
     declaration gives ``()``.
 
     Raises :class:`FactRejectedError` (with every problem in ``.problems``) when a declaration
-    names a key outside the schema, has an empty value, or a bound is exceeded: then nothing
-    from the message may be admitted.
+    names a key outside the schema, has an empty value, holds another allowed ``KEY=`` after a
+    space (two declarations run together), or a bound is exceeded: then nothing from the
+    message may be admitted.
     """
     return tuple(declaration.candidate() for declaration in declarations(text, schema).values())
