@@ -189,3 +189,22 @@ def test_a_growing_conversation_is_checked_for_what_each_body_adds(
     answers = post_all(proxy_app(fake_upstream, tmp_path), [(endpoint, body_of(endpoint, b)) for b in bodies])
     assert [answer.status_code for answer in answers] == expected, [a.text for a in answers]
     assert answers[4].json()["error"]["code"] == BROKEN_BY_WHAT_IS_ADDED[endpoint]
+
+
+def test_the_same_messages_with_other_fields_are_checked_again(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    """What the messages made is kept for the same messages again, but the rules read the body's
+    other fields too: the same conversation under a system prompt holding its fifth cache mark is
+    refused, though the body before it was served."""
+    question = "a question long enough that the proxy keeps its body for the next one " * 8
+    messages = [{"role": "user", "content": [{"type": "text", "text": question, "cache_control": MARK}]}]
+    marked = [{"type": "text", "text": f"rule {n}", "cache_control": MARK} for n in range(4)]
+    plain = {"model": "m", "max_tokens": 9, "messages": messages}
+    answers = post_all(
+        proxy_app(fake_upstream, tmp_path),
+        [
+            ("/v1/messages", json.dumps(plain).encode()),
+            ("/v1/messages", json.dumps({**plain, "system": marked}).encode()),
+        ],
+    )
+    assert [answer.status_code for answer in answers] == [200, 400], [a.text for a in answers]
+    assert answers[1].json()["error"]["code"] == "too_many_cache_breakpoints"

@@ -143,10 +143,11 @@ class StatelessFlow:
         made: Compacted[Any] | None = None
         if read.messages is not None and read.memo is not None:
             made = read.memo.recall(read.messages)  # the same messages again: checked and compacted
-        if made is None:
-            if read.messages is not None:
-                form.refuse(read.messages)
-            self._refuse_broken_rules(form, read)
+        if made is None and read.messages is not None:
+            form.refuse(read.messages)
+        # Asked again for the same messages too: the body's other fields (a system prompt's cache
+        # marks) may differ, and the rules' state kept with the body makes it a lookup.
+        self._refuse_broken_rules(form, read)
         # The call's span from here: the compaction that shapes the request is its child.
         traced = form.relay.traced(read.body)
         try:
