@@ -11,30 +11,19 @@ from typing import Any
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
+from tests.serve.in_process import proxy_app
 
-from contextledger.serve import ServeConfig, StrategySpec
+from contextledger.serve import StrategySpec
 
 with try_import("serve") as serve_extra:
     import httpx
 
-    from contextledger.serve import create_app
 
 pytestmark = serve_extra.skip
 
 
 KEY = "sk-operation-0123456789"
 HEADER = "x-contextledger-compaction"
-
-
-def app_for(fake_upstream: FakeUpstream, tmp_path: Path, strategy: StrategySpec | None = None) -> Any:
-    extra: dict[str, Any] = {} if strategy is None else {"strategy": strategy}
-    config = ServeConfig(
-        fake_upstream.base_url,
-        anthropic_upstream=fake_upstream.base_url.removesuffix("/v1"),
-        store=f"sqlite:{tmp_path / 's.db'}",
-        **extra,
-    )
-    return create_app(config)
 
 
 def history(api: str, turns: int) -> dict[str, Any]:
@@ -57,7 +46,7 @@ def test_every_answer_says_what_compaction_did(
     api: str, stream: bool, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     window = StrategySpec("sliding-window", ("trigger=turns_exceed(2)",))
-    app = app_for(fake_upstream, tmp_path, window)
+    app = proxy_app(fake_upstream, tmp_path, window)
     headers = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
 
     async def run() -> list[str | None]:
@@ -88,7 +77,7 @@ def test_every_answer_says_what_compaction_did(
 def test_an_anthropic_client_manages_its_sessions_with_x_api_key(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     """The session routes take the key the Anthropic SDK sends, naming the same tenant as its
     /v1/messages requests; another key sees nothing of it."""
-    app = app_for(fake_upstream, tmp_path)
+    app = proxy_app(fake_upstream, tmp_path)
     mine, other = {"x-api-key": KEY}, {"x-api-key": "sk-operation-someone-else"}
 
     async def run() -> None:

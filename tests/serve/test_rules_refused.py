@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
+from tests.serve.in_process import proxy_app
 
 from contextledger.messages import problems_for
-from contextledger.serve import ServeConfig
 
 with try_import("serve") as serve_extra:
     import httpx
 
-    from contextledger.serve import create_app
 
 pytestmark = serve_extra.skip
 
@@ -66,15 +65,6 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user"}]}, "no_content"),
 ]
-
-
-def proxy_app(fake_upstream: FakeUpstream, tmp_path: Path) -> Any:
-    config = ServeConfig(
-        fake_upstream.base_url,
-        anthropic_upstream=fake_upstream.base_url.removesuffix("/v1"),
-        store=f"sqlite:{tmp_path / 's.db'}",
-    )
-    return create_app(config)
 
 
 def post_all(app: Any, requests: list[tuple[str, bytes]]) -> list[httpx.Response]:

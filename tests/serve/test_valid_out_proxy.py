@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from tests.compaction.test_valid_out import BODIES, HUGE, scripts, spoken, user_texts
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
+from tests.serve.in_process import proxy_app
 
 from contextledger.messages import problems_for
-from contextledger.serve import ServeConfig, StrategySpec
+from contextledger.serve import StrategySpec
 
 with try_import("serve") as serve_extra:
     import httpx
 
-    from contextledger.serve import create_app
 
 pytestmark = serve_extra.skip
 
@@ -47,18 +47,6 @@ HEADERS = {"authorization": "Bearer sk-valid-out", "x-api-key": "sk-valid-out", 
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def app_for(fake_upstream: FakeUpstream, folder: str, strategy: str) -> Any:
-    spec = STRATEGIES[strategy]
-    extra: dict[str, Any] = {} if spec is None else {"strategy": spec}
-    config = ServeConfig(
-        fake_upstream.base_url,
-        anthropic_upstream=fake_upstream.base_url.removesuffix("/v1"),
-        store=f"sqlite:{Path(folder) / 's.db'}",
-        **extra,
-    )
-    return create_app(config)
-
-
 def forwarded(fake_upstream: FakeUpstream, api: API) -> list[dict[str, Any]]:
     return [record["body"] for record in fake_upstream.received() if record["path"] == PATHS[api]]
 
@@ -73,7 +61,7 @@ def test_a_valid_stateless_body_is_forwarded_valid(
     assert problems_for(api, body) == []
     fake_upstream.clear()
     with tempfile.TemporaryDirectory() as folder:
-        app = app_for(fake_upstream, folder, strategy)
+        app = proxy_app(fake_upstream, Path(folder), STRATEGIES[strategy])
 
         async def run() -> httpx.Response:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
@@ -124,7 +112,7 @@ def test_every_session_request_is_forwarded_valid(
 ) -> None:
     fake_upstream.clear()
     with tempfile.TemporaryDirectory() as folder:
-        app = app_for(fake_upstream, folder, strategy)
+        app = proxy_app(fake_upstream, Path(folder), STRATEGIES[strategy])
 
         async def run() -> None:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
