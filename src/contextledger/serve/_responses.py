@@ -240,8 +240,8 @@ class ResponsesFormat:
         split = self.reader.split(body, "input")
         if split is not None:
             raw = self.reader.read_split_runs(split, joins_calls, from_responses)
-            if raw is not None and all(type(value) is dict for value in raw.values):
-                check_responses_payload(split.payload, raw.values)
+            if raw is not None:
+                check_responses_payload(split.payload, raw.values)  # items that are not objects: a 400 here
                 read = StatelessBody(
                     split.payload, raw.messages, body, items=raw.items, raw=raw, memo=split.memo, before=split.before
                 )
