@@ -201,7 +201,7 @@ class CompactionStrategy(ABC):
 
         Taking every group the floor allows, as soon as it may, changes the start of the request on
         every call; taking them ``stable_step`` at a time, on a grid counted from the oldest,
-        changes it once every ``stable_step`` (SPEC §12).  The floor still holds: what it keeps
+        changes it once every ``stable_step`` (design.md#prefix-stability).  The floor still holds: what it keeps
         always stays, and a few older groups wait for a whole block.  Each strategy sets its own
         default (:meth:`default_stable_step`); ``stable_step=1`` or ``prefix_stable=False`` keeps
         exactly the floor.

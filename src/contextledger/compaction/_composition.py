@@ -76,7 +76,7 @@ class TokenBudgetComposedStrategy(CompactionStrategy):
     With ``prefix_stable`` (the default) the fallback cuts as a truncation with its trigger at
     the budget and its target at half of it does: in steps of half the budget on a fixed grid, so
     a request sent afresh each time keeps its start until the conversation has grown by another
-    half budget (SPEC §12).  ``prefix_stable=False`` cuts just below the budget every time.
+    half budget (design.md#prefix-stability).  ``prefix_stable=False`` cuts just below the budget every time.
     """
 
     name = "token_budget"

@@ -1,4 +1,4 @@
-"""Grouping: SPEC §3 and §11 turned into groups, as messages are appended.
+"""Grouping: design.md#compaction-groups and design.md#units turned into groups, as messages are appended.
 
 The rules, in one place:
 
@@ -175,7 +175,7 @@ class Grouper:
     def _append_any(self, new: list[Message], counts: list[int]) -> None:
         """The general loop (see :meth:`_group_any`); then a new result linked to a call that a
         strategy had excluded is excluded with it, for the same reason: exclusions survive an
-        append, and a unit is never split (SPEC §11)."""
+        append, and a unit is never split (design.md#units)."""
         self._linked = []
         self._group_any(new, counts)
         reasons = self._table.reason
@@ -345,7 +345,7 @@ class Grouper:
                     join(open_tool, message, count, position, answers, False)
                 else:
                     # A result of an earlier call, after other messages (an approval, a note, a user
-                    # reply): its own group, one unit with its call (SPEC §11); or, answering no
+                    # reply): its own group, one unit with its call (design.md#units); or, answering no
                     # waiting call at all, an orphan group of its own.
                     open_tool, provisional = None, []
                     group = open_group(_TOOL_CALL, turn, count, position)

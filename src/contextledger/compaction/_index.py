@@ -7,7 +7,7 @@
 - ``_metrics`` — :class:`Metrics`, the running counts triggers read, kept in one place;
 - ``_marking`` — :class:`Marking`, excluding, including, replacing and inserting by group id,
   and the order of the groups;
-- ``_grouping`` — :class:`Grouper`, SPEC §3 and §11 turned into groups as messages are
+- ``_grouping`` — :class:`Grouper`, design.md#compaction-groups and design.md#units turned into groups as messages are
   appended, with ``_plain``, a lean loop that reads plain runs the same way first;
 - this module — building, updating and reading (the projection, groups, ids), and the public
   face of the parts: each method below hands its work to the part that does it.

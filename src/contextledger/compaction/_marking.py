@@ -8,7 +8,7 @@ Every change is made by group id, through the index's methods (``exclude_ids``,
 :class:`Marking` part each :class:`MessageIndex` owns.  The built-in strategies use exactly
 these, and so can a strategy of your own; the methods that take :class:`MessageGroup` objects
 (``exclude``, ``replace_many``, ``insert_before``...) are thin wrappers over them.  Each keeps
-the unit rule (SPEC §11: a group in a unit takes the others with it) and tells the metrics
+the unit rule (design.md#units: a group in a unit takes the others with it) and tells the metrics
 what changed.  Marking also keeps the order of the groups and which of them are included:
 grouping hands it each appended batch.
 """

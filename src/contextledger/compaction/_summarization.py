@@ -88,7 +88,7 @@ class SummarizationStrategy(CompactionStrategy):
     one huge message never stalls summarisation.  After
     :data:`FAILURES_BEFORE_ERROR` failures in a row it logs once at ERROR level.
 
-    Summaries do not change (SPEC §12).  Before calling its model it looks the run it chose up in
+    Summaries do not change (design.md#stable-summaries).  Before calling its model it looks the run it chose up in
     ``cache`` (a :class:`SummaryCache`; by default an :class:`InMemorySummaryCache` of its own),
     keyed by the run's messages, the prompt and the summariser (:func:`summary_key`, with
     ``summarizer_id`` or else :func:`summarizer_identity` of the client); a hit inserts the same

@@ -1,7 +1,7 @@
 """Summaries that do not change: a summary of a given run of messages is written once and reused.
 
 A provider bills the prefix a request shares with an earlier one at a fraction of the price
-(SPEC §12).  A summary sits near the start of the request, so a summary written afresh for every
+(design.md#stable-summaries).  A summary sits near the start of the request, so a summary written afresh for every
 request (a model replies with different words each time) moves everything after it out of the
 cache, and costs a model call per request besides.  :class:`SummarizationStrategy` therefore asks
 a :class:`SummaryCache` before it calls its model: the key names exactly what the summary depends

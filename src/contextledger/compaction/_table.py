@@ -87,7 +87,7 @@ class _Table:
     - ``tokens[g]`` is the index's tokenizer count of ``g``'s messages.
     - Members of a unit whose groups are not adjacent (a call and a result that sits apart)
       all map, in ``unit``, to one shared sorted list of the members; they are included or
-      excluded together, never one without the others (SPEC §11).
+      excluded together, never one without the others (design.md#units).
     - ``call_ids`` holds the calls a tool-call group opened; ``unanswered`` those still
       waiting for a result.  Rare attributes are sparse (a dict or set of the groups that have
       them), so indexing a long history makes no container per group.
@@ -134,7 +134,7 @@ class _Table:
         self.orphan: set[int] = set()
         # Groups of one unit that are not adjacent (a result after an approval note or a user
         # message, an approval and its response): each member -> the unit's members, one shared
-        # list (SPEC §11).  Such members are excluded and included together, always.
+        # list (design.md#units).  Such members are excluded and included together, always.
         self.unit: dict[int, list[int]] = {}
         self.origin: list[str] = []  # "input", or what wrote a summary
         # What a summary group stands in for: one group's id, several ids, or None.
@@ -431,7 +431,7 @@ class MessageGroup:
     @property
     def unit(self) -> tuple[MessageGroup, ...]:
         """The groups kept or excluded together with this one, itself included, in order: more
-        than one when a call's results sit apart from it (SPEC §11)."""
+        than one when a call's results sit apart from it (design.md#units)."""
         members = self._table.unit.get(self._id)
         return (self,) if members is None else tuple(map(self._table.view, members))
 

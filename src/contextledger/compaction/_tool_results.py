@@ -2,7 +2,7 @@
 
 Only tool-call groups are touched, and only whole ones: a call and its results go or stay
 together.  Orphan results, calls still waiting for results, and calls whose results sit apart
-(SPEC §11) are never collapsed.
+(design.md#units) are never collapsed.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class _ToolGroupStrategy(CompactionStrategy):
 
     def default_stable_step(self) -> int:
         """A floor of ``keep_last_tool_call_groups`` moves four tool calls at a time: the start of
-        the request changes once every four calls, not on each (SPEC §12), and a short history
+        the request changes once every four calls, not on each (design.md#prefix-stability), and a short history
         still has its older results collapsed."""
         return 4
 

@@ -24,7 +24,7 @@ __all__ = ["SlidingWindowStrategy"]
 def turn_steps(index: MessageIndex, turns: dict[int, list[int]], candidates: list[int]) -> list[tuple[int, list[int]]]:
     """The steps a turn window takes through the ``candidates`` turns (the oldest, in order): one
     turn each, except that the turns a unit spans (a call in one turn, its approval answer or
-    result in a later one: SPEC §11) form one step.  A step joined to a turn that may not go
+    result in a later one: design.md#units) form one step.  A step joined to a turn that may not go
     (turn 0, a preserved turn) is no step, and the window stops there: the unit is kept whole.
     Each step is (how many turns, their groups)."""
     columns = index.columns
