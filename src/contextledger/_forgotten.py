@@ -1,6 +1,6 @@
 """What a forgotten fact leaves behind in a stored message, and how a retry of such a turn is known.
 
-``forget`` (SPEC §11, :mod:`contextledger.facts`) rewrites the turn records a history keeps for
+``forget`` (design.md#forgetting, :mod:`contextledger.facts`) rewrites the turn records a history keeps for
 exactly-once turns, so after it a retried turn's input no longer equals the stored one: the
 record holds :data:`FORGOTTEN_MARKER` where the caller's text held the forgotten value.  The agent
 runtime and the proxy both still have to recognise the retry as the same turn (and replay its

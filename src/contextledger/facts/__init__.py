@@ -30,7 +30,7 @@ expiry, revocation and a review trail.
 
 Where things live (every name is imported from here, ``contextledger.facts``):
 
-- reading a message: ``_parse.py`` (SPEC §8 and §11, :func:`parse_assertions`) and
+- reading a message: ``_parse.py`` (design.md#declarations, :func:`parse_assertions`) and
   ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);
 - the records and the schema: ``_records.py`` (:class:`Fact`, :class:`Candidate`,
   :class:`Ticket`, :class:`Admission`, :class:`Forgotten`), ``_schema.py`` (:class:`FactSchema`,

@@ -109,7 +109,7 @@ def place_facts_block(
     """``messages`` with ``block`` (a system message) placed as ``placement`` says.
 
     The block changes whenever a fact does, and a provider caches a request only up to its first
-    change (SPEC §12): at the start it makes every message after it new to the cache; just before
+    change (design.md#prefix-stability): at the start it makes every message after it new to the cache; just before
     the newest user message, everything before that message stays cached, and during a tool loop
     (whose newest user message does not move) the whole request does.  ``start`` puts it after
     the leading system messages.  A request with no user message gets it there too, as does one

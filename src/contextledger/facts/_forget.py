@@ -1,7 +1,7 @@
 """Forgetting that leaves nothing: the store, and every history the model reads, in one implementation.
 
 A fact removed from the store but still stated in a history is still in front of the model at
-the next call, so ``forget`` rewrites the histories too (SPEC §11).  Every forgetting in the
+the next call, so ``forget`` rewrites the histories too (design.md#forgetting).  Every forgetting in the
 library (the chat desk, :class:`FactsProvider` users, Agent Framework's provider, the proxy) goes through
 :func:`forget_facts` and :func:`scrub_history`:
 

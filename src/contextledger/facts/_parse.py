@@ -1,4 +1,4 @@
-"""Reading the ``key=value`` declarations a user wrote, as SPEC §8 and §11 define them.
+"""Reading the ``key=value`` declarations a user wrote, as design.md#declarations defines them.
 
 This is the single reading of a message the whole memory trusts: the rule writer proposes it,
 the host compares every writer's proposal against it, ``forget`` finds declarations with it,

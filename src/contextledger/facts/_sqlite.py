@@ -1,6 +1,6 @@
 """Facts in one SQLite file: the embedded default when facts must outlive the process.
 
-Persistence is opt-in and defines what SPEC §11 asks of it: an **owner** per fact set (every
+Persistence is opt-in and defines what design.md#fact-persistence asks of it: an **owner** per fact set (every
 row names its owner, and a store reads and writes only its own), an **expiry** (``ttl_seconds``
 after a fact is recorded it is no longer shown, sent or kept), **revocation** (``revoke``, an
 operator's forget with a reason) and a **review trail** of every admission, correction,
