@@ -2,7 +2,7 @@
 
 An OpenAI-compatible proxy between any client and any OpenAI-compatible upstream.  Stateless by
 default (the client's whole history is compacted and forwarded, nothing stored); with a session
-header it keeps the history and the facts (SPEC §11, "The proxy")::
+header it keeps the history and the facts (design.md#proxy)::
 
     from contextledger.serve import ServeConfig, create_app
     app = create_app(ServeConfig(upstream="http://127.0.0.1:8000/v1"))   # any ASGI server runs it

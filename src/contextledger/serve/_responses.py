@@ -5,7 +5,7 @@ conversion the Agents SDK integration uses), compacted with the proxy's strategy
 with :func:`~contextledger.messages.to_responses`.  Every item the strategy keeps goes upstream as
 the very object the client sent, so ids, encrypted reasoning and fields this library does not know
 pass byte for byte; a reasoning item stays with the item it precedes and a call with its output,
-as in every other format (SPEC §12).
+as in every other format (design.md#proxy-formats).
 
 Stateless, two inputs are forwarded as they came, with ``X-Contextledger-Compaction`` saying why:
 

@@ -1,6 +1,6 @@
 """What the proxy's traffic cost: the upstream's own usage figures, beside the prefix-cache estimate.
 
-Tokens sent are not what a user pays for once the provider caches request prefixes (SPEC §12),
+Tokens sent are not what a user pays for once the provider caches request prefixes (design.md#cost),
 so for every request the upstream answered the proxy counts two things on ``/metrics``:
 
 - what the upstream reported (``contextledger_upstream_*``): input tokens (every token sent),
