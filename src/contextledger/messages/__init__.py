@@ -12,7 +12,7 @@ package does not know are all kept and written back as they came.
 
 Hosted (server-side) tool calls — MCP calls, code interpreter, web or file search, image
 generation, shell and computer use — and approval requests and responses are real contents, not
-opaque parts: each carries its id, and compaction pairs it with its output by that id (SPEC §11).
+opaque parts: each carries its id, and compaction pairs it with its output by that id (design.md#units).
 Chat Completions has no field for them, so they travel as content parts of our own
 (``{"type": "hosted_call", ...}``) that convert back to the same contents.
 

@@ -1,6 +1,6 @@
 """Checking a message list before it is sent: what a chat-completions API would reject.
 
-The rules are the pairing rules of SPEC §3 as chat-completions payloads need them: a tool call's
+The rules are the pairing rules of design.md#compaction-groups as chat-completions payloads need them: a tool call's
 results follow it before any other non-tool message, no result without its call, no call id used
 twice.  Compaction never makes a list fail this check that passed it (the property tests hold it
 to that), so users and tests run it on what compaction sends.

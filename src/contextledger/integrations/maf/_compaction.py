@@ -402,7 +402,7 @@ class SlidingWindowStrategy(_SameName):
     system messages, turn 0 and summaries always stay.
 
     MAF's ``preserve_system=False`` is accepted so samples run unchanged, but the window keeps
-    system messages whatever it says (SPEC §6): on a list that has an included system message it
+    system messages whatever it says (design.md#strategies): on a list that has an included system message it
     raises :class:`ConfigurationError` rather than keep what the caller asked it to drop.
     """
 
