@@ -166,7 +166,7 @@ _BODY_BLOCKS = ("user",) * 4 + ("assistant",) * 3 + ("tools",) * 4 + ("system", 
 _BODY_BLOCK = st.sampled_from(_BODY_BLOCKS)
 # What may come before the first user message (turn 0): anything but a user message.
 _PREAMBLE_BLOCKS = ("system", "system", "assistant", "tools", "summary", "reasoning")
-# Real agent traffic adds layouts chat-completions payloads do not have (SPEC §11): results apart
+# Real agent traffic adds layouts chat-completions payloads do not have (design.md#units): results apart
 # from their call (after a note or a user message), approvals, and hosted tool calls.
 _TRAFFIC_BLOCKS = (*_BODY_BLOCKS, "interleaved", "interleaved", "approval", "approval", "hosted", "hosted")
 _TRAFFIC_BLOCK = st.sampled_from(_TRAFFIC_BLOCKS)

@@ -913,7 +913,7 @@ def test_a_message_the_library_writes_is_an_ordinary_frozen_message(text: str, s
 
 
 # ---------------------------------------------------------------------------------------------
-# Hosted calls, their results and approvals (SPEC §11)
+# Hosted calls, their results and approvals (design.md#units)
 # ---------------------------------------------------------------------------------------------
 
 HOSTED_ROUND_TRIP_CASES: dict[str, list[Json]] = {

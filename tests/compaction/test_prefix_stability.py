@@ -1,4 +1,4 @@
-"""Prefix stability (SPEC §12): a strategy applied afresh to each request of a growing conversation
+"""Prefix stability (design.md#prefix-stability): a strategy applied afresh to each request of a growing conversation
 keeps sending the same start until the conversation has grown by a step, then moves its cut once.
 
 Providers bill a request's prefix that repeats an earlier one at a tenth of the price, so a cut that

@@ -206,7 +206,7 @@ def newest_non_system(groups: Iterable[MessageGroup], count: int, kinds: set[Gro
 
 
 def check_units(messages: Sequence[Message], projection: Sequence[Message], index: MessageIndex) -> None:
-    """SPEC §11, read from the ids alone: a call and every message that answers it after it (a
+    """design.md#units, read from the ids alone: a call and every message that answers it after it (a
     result, an approval response) are sent together or not at all, wherever they sit.  Checked
     when every id is opened once (generated traffic; dirty input has its own check above).  A
     tool group collapsed into a summary counts as sent whole."""
@@ -394,7 +394,7 @@ def stopping_rule(
     """What "target met" means for ``strategy`` on the history ``before``.
 
     The target itself, except for a prefix-stable strategy whose trigger and target are both
-    thresholds on one measure, trigger ``T`` above target ``t`` (SPEC §12): its cut falls on a
+    thresholds on one measure, trigger ``T`` above target ``t`` (design.md#prefix-stability): its cut falls on a
     grid of whole steps of ``T - t`` counted from the oldest group, the fewest steps that bring
     the measure to ``T`` or below.  When taking everything that may go (``everything`` gives the
     history with all of it gone) cannot reach that point, the cut stays on the grid: the whole
@@ -466,7 +466,7 @@ def check_oldest_first(
 
 def unit_steps(candidates: Sequence[MessageGroup], keep: set[int] | None = None) -> list[list[MessageGroup]]:
     """The steps an oldest-first strategy takes through ``candidates``: each a whole unit (a call
-    with results that sit apart is one step, SPEC §11), oldest first; a unit with a member that
+    with results that sit apart is one step, design.md#units), oldest first; a unit with a member that
     must stay (in ``keep``, or by default any included group that is not a candidate) is kept
     whole, so it is no step at all."""
     ids = {id(g) for g in candidates}
@@ -499,7 +499,7 @@ def check_truncation(
     check_oldest_first(strategy, live, candidates, taken, before=before)
     if strategy.max_n is not None and strategy.compact_to is not None:
         # Keyword style, stated directly: at or under compact_to (under max_n when the cut keeps the
-        # prefix stable, SPEC §12), or only protected groups left.
+        # prefix stable, design.md#prefix-stability), or only protected groups left.
         metric = result.index.included_tokens if strategy.tokenizer is not None else result.index.included_messages
         takeable = {id(g) for step in unit_steps(candidates) for g in step}
         bound = strategy.max_n if strategy.prefix_stable else strategy.compact_to
@@ -520,13 +520,13 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
     live = before.live
     eligible = [g for g in live if not _kept_by_window(g)]
     if strategy.keep_last_groups is not None:
-        # The groups before the newest keep_last_groups go in whole blocks (SPEC §12).
+        # The groups before the newest keep_last_groups go in whole blocks (design.md#prefix-stability).
         doomed = eligible[: -strategy.keep_last_groups]
         doomed = doomed[: len(doomed) // strategy.block() * strategy.block()]
         keep = {id(g) for g in eligible[len(doomed) :]}
         for group in live:
             should_go = not _kept_by_window(group) and id(group) not in keep
-            # A unit with a kept member is kept whole: a kept result keeps its call (SPEC §11).
+            # A unit with a kept member is kept whole: a kept result keeps its call (design.md#units).
             should_go = should_go and not any(id(m) in keep or _kept_by_window(m) for m in group.unit)
             assert after(group).excluded == should_go, group
         return
@@ -540,7 +540,7 @@ def check_sliding_window(strategy: SlidingWindowStrategy, before: MessageIndex, 
     newest = [g for g in live if g.kind is not SYSTEM][-1]
     if candidates and candidates[-1] == newest.turn:
         candidates.pop()  # the turn of the latest exchange is kept whatever the floor
-    # Turns a unit spans go together, and not at all when the unit reaches a kept turn (SPEC §11).
+    # Turns a unit spans go together, and not at all when the unit reaches a kept turn (design.md#units).
     joined: set[int] = set()
     for group in live:
         if len(group.unit) > 1:
@@ -613,8 +613,8 @@ def check_selective(strategy: SelectiveToolCallCompactionStrategy, before: Messa
     check_oldest_first(strategy, live, candidates, taken, keep=protected, before=before, block=strategy.block())
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: at most max(k, 1) tool groups survive, and fewer
-        # than a block more while they wait for the next block (SPEC §12).  A unit whose results
-        # sit apart from its call counts once (SPEC §11).
+        # than a block more while they wait for the next block (design.md#prefix-stability).  A unit whose results
+        # sit apart from its call counts once (design.md#units).
         survivors = {id(g.unit[0]) for g in live if g.kind is TOOL_CALL and not after(g).excluded}
         assert len(survivors) <= max(strategy.keep_last_tool_call_groups, 1) + strategy.block() - 1
 
@@ -623,7 +623,7 @@ def check_tool_results(
     strategy: ToolResultCompactionStrategy, before: MessageIndex, after: Lookup, result: CompactionResult
 ) -> None:
     live = before.live
-    # A call whose results sit apart from it is left whole, never collapsed (SPEC §11).
+    # A call whose results sit apart from it is left whole, never collapsed (design.md#units).
     candidates = [g for g in _tool_eligible(strategy, live) if not g.orphan and g.is_complete and len(g.unit) == 1]
     taken = [g for g in live if after(g).excluded]
     groups = result.index.groups
@@ -656,7 +656,7 @@ def check_tool_results(
     check_oldest_first(strategy, live, candidates, taken, replacements, before=before, block=strategy.block())
     if strategy.keep_last_tool_call_groups is not None and keyword_only(strategy):
         # keep_last_tool_call_groups=k alone: every complete tool group but the newest k is collapsed,
-        # in whole blocks (SPEC §12).
+        # in whole blocks (design.md#prefix-stability).
         verbatim = [
             g
             for g in live
@@ -687,7 +687,7 @@ def summary_stopping_rule(strategy: SummarizationStrategy, before: MessageIndex)
     """Where summarisation may stop short of its floor.  Trigger style: as :func:`stopping_rule`.
     Keyword style: never, unless prefix-stable, whose choice falls on a grid of whole steps of
     ``threshold`` non-system messages counted from the oldest, the fewest that bring the count to
-    ``target_count + threshold`` or below (SPEC §12)."""
+    ``target_count + threshold`` or below (design.md#prefix-stability)."""
     if strategy.target_count is None:
         return stopping_rule(strategy, before)
     if not strategy.prefix_stable:
@@ -754,7 +754,7 @@ def check_summarization(
         if steps == len(available):
             return True
         if len(available[steps].unit) > 1:
-            return True  # a call whose results sit apart: summarising it would move them (SPEC §11)
+            return True  # a call whose results sit apart: summarising it would move them (design.md#units)
         if stop(state(steps)):
             return True
         return too_big(available[: steps + 1])
@@ -778,7 +778,7 @@ def check_summarization(
     chosen = [g for g in live if after(g).excluded]
     assert chosen
     # Groups too large to be summarised on their own are left as they are, and the ones after
-    # them are summarised (SPEC §11): the choice starts after them.
+    # them are summarised (design.md#units): the choice starts after them.
     skipped = [id(g) for g in available].index(id(chosen[0]))
     assert all(too_big([g]) for g in available[:skipped]), "a group that fitted was skipped"
     available = available[skipped:]
@@ -807,14 +807,14 @@ def check_token_budget(
     than it needed (checked when no nested budget strategy logs fallbacks of its own)."""
     index = result.index
     live = [g for g in index.live if g.kind is not SYSTEM]
-    # The newest group's unit (its call, when its result sits apart: SPEC §11) is always sent.
+    # The newest group's unit (its call, when its result sits apart: design.md#units) is always sent.
     newest_unit = {id(m) for m in live[-1].unit} if live else set()
     assert index.included_tokens <= strategy.token_budget or all(id(g) in newest_unit for g in live)
     fallback = [e for e in result.events if e.detail.endswith("token_budget_fallback")]
     if fallback and check_fallback:
         (event,) = fallback
         groups = index.groups
-        # Each step takes a whole unit, chosen by its oldest member (SPEC §11).
+        # Each step takes a whole unit, chosen by its oldest member (design.md#units).
         leaders = [g for g in event.groups if g.unit[0] is g]
         last = max(groups.index(g) for g in leaders)
         older = [g for g in groups[:last] if g.kind is not SYSTEM and id(g) not in newest_unit]
@@ -827,7 +827,7 @@ def fallback_limit(strategy: TokenBudgetComposedStrategy, index: MessageIndex, g
     """Where the fallback may stop: the budget, or for a prefix-stable one the grid of its steps of
     half the budget (a truncation with its trigger at the budget and its target at half of it),
     the whole steps that can go when the grid point is out of reach, unless that leaves the
-    request above the budget (SPEC §12)."""
+    request above the budget (design.md#prefix-stability)."""
     budget = strategy.token_budget
     if not strategy.prefix_stable:
         return budget
@@ -880,7 +880,7 @@ def test_any_strategy_on_valid_conversations(case: tuple[list[Message], Strategy
 @given(case=cases(traffic=True))
 def test_any_strategy_on_real_traffic(case: tuple[list[Message], StrategySpec]) -> None:
     """Results apart from their call (after notes and user messages), approvals, hosted calls
-    and reasoning items: every property holds, and no unit is split (SPEC §11)."""
+    and reasoning items: every property holds, and no unit is split (design.md#units)."""
     check_compaction(*case)
 
 

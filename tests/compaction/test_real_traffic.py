@@ -1,4 +1,4 @@
-"""Regression tests for the layouts real agent traffic has (SPEC §11): results apart from their
+"""Regression tests for the layouts real agent traffic has (design.md#units): results apart from their
 call (approval and resume flows), hosted calls, reasoning items."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_summarisation_leaves_a_group_too_large_alone_and_summarises_the_rest() 
     assert sent[0] is messages[0]
     assert sent[1].is_summary
     assert sent[1].text == "[Summary] the gist"
-    # On the prefix-stable grid (SPEC §12): 14 non-system messages, trigger 6, steps of 2, so down
+    # On the prefix-stable grid (design.md#prefix-stability): 14 non-system messages, trigger 6, steps of 2, so down
     # to 6, the large one among them.
     assert sent[2:] == messages[-5:]
 

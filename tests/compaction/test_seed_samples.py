@@ -168,7 +168,7 @@ def test_python_truncation_trims_from_32000_to_16000_tokens() -> None:
 
 
 def test_python_truncation_by_default_cuts_in_whole_steps_of_16000_tokens() -> None:
-    """The seed's sample as written (prefix-stable, SPEC §12): the oldest groups go in whole steps of
+    """The seed's sample as written (prefix-stable, design.md#prefix-stability): the oldest groups go in whole steps of
     max_n - compact_to = 16,000 tokens, the fewest that bring the history to 32,000 or under, so the
     same cut serves every request until the history has grown by another 16,000 tokens."""
     strategy = TruncationStrategy(max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer())
@@ -223,7 +223,7 @@ def test_csharp_sliding_window_keeps_only_the_last_four_user_turns() -> None:
 def test_python_sliding_window_by_default_moves_20_groups_at_a_time() -> None:
     """``SlidingWindowStrategy(keep_last_groups=20)`` with the default prefix-stable step: the 20
     newest groups always stay, and the older ones go 20 at a time, so the request's start changes
-    once every 20 groups (SPEC §12): 30 groups keep all 30, 50 keep the newest 30."""
+    once every 20 groups (design.md#prefix-stability): 30 groups keep all 30, 50 keep the newest 30."""
     for turns, kept in ((15, 30), (25, 30), (29, 38)):
         messages = [Message.system("sys")]
         for turn in range(turns):
@@ -369,7 +369,7 @@ def test_csharp_summarization_sends_the_custom_prompt_as_system_message() -> Non
 def test_python_summarization_fires_above_six_and_keeps_four_newest() -> None:
     """``SummarizationStrategy(client=..., target_count=4, threshold=2, prefix_stable=False)``:
     seven non-system messages trigger it, the four newest stay verbatim, the rest become one
-    summary (the seed's rule; by default the cut falls on the grid of SPEC §12, see
+    summary (the seed's rule; by default the cut falls on the grid of design.md#prefix-stability, see
     tests/compaction/test_summary_cache.py)."""
     conversation = [Message.system("sys")] + [
         Message.user(f"u{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(7)
@@ -574,7 +574,7 @@ def test_csharp_ad_hoc_compaction_with_truncation_at_8000_tokens() -> None:
 def test_python_ad_hoc_apply_compaction_trims_to_4000_tokens() -> None:
     """``apply_compaction(messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000,
     tokenizer=tokenizer), tokenizer=tokenizer)``: the result fits 8,000 tokens, cut on the grid of
-    4,000-token steps (SPEC §12); with ``prefix_stable=False`` (the seed's one-shot rule) it fits
+    4,000-token steps (design.md#prefix-stability); with ``prefix_stable=False`` (the seed's one-shot rule) it fits
     4,000 tokens with the fewest exclusions.  ``messages`` is left as it was."""
     tokenizer = CharacterEstimatorTokenizer()
     messages = [Message.system("sys")] + [Message.user(padded(f"m{i}", 500)) for i in range(20)]

@@ -537,7 +537,7 @@ def test_summariser_request_fits_max_input_tokens_at_the_boundary() -> None:
 
 
 def test_a_group_too_big_to_summarise_is_left_as_it_is_and_the_rest_summarised() -> None:
-    """SPEC §11: one oversized group never stalls summarisation."""
+    """design.md#strategies: one oversized group never stalls summarisation."""
     messages = [Message.system("s"), Message.user("x" * 4000), *exchanges(8, system=None)]
     client = ScriptedChatClient(["gist"])
     changed, index = run(SummarizationStrategy(client=client, max_input_tokens=500), messages)

@@ -1,4 +1,4 @@
-"""Summaries that do not change (SPEC §12): the summary cache's stores, and summarisation applied
+"""Summaries that do not change (design.md#stable-summaries): the summary cache's stores, and summarisation applied
 afresh to every request of a growing conversation calling its model once per step of its cut.
 
 The stores are real: an SQLite file in the test's directory, the redis-server the history tests

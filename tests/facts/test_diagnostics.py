@@ -1,4 +1,4 @@
-"""Declarations after prose (SPEC §11) and a diagnostic for every '=' of every message."""
+"""Declarations after prose (design.md#declarations) and a diagnostic for every '=' of every message."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def echoing_model() -> ScriptedChatClient:
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_a_retried_turn_after_forget_replays_without_the_value_or_a_model_call(store: str, tmp_path: Path) -> None:
-    """SPEC §11 through the agent runtime: the turn record a retry reads is rewritten by forget."""
+    """design.md#forgetting through the agent runtime: the turn record a retry reads is rewritten by forget."""
     history = InMemoryHistoryProvider() if store == "memory" else SQLiteHistoryProvider(tmp_path / "h.db")
     facts = FactStore()
     model = echoing_model()

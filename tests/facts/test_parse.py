@@ -1,4 +1,4 @@
-"""Reading declarations: SPEC §8's rules, each bound at N-1, N and N+1, and every way a message's
+"""Reading declarations: the rules of design.md#declarations, each bound at N-1, N and N+1, and every way a message's
 declarations can be invalid."""
 
 from __future__ import annotations

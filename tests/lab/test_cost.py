@@ -1,4 +1,4 @@
-"""The lab prices every call with the provider's prefix cache counted (SPEC §12): cached, written
+"""The lab prices every call with the provider's prefix cache counted (design.md#cost): cached, written
 and uncached tokens and a cost beside the tokens sent, per call and per policy."""
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def _stored_turn_records(store: str, tmp_path: Path, redis_port: int, postgres_u
 def test_a_retry_after_forget_replays_the_turn_without_the_forgotten_value(
     start_proxy: StartProxy, fake_upstream: FakeUpstream, request: pytest.FixtureRequest, tmp_path: Path, store: str
 ) -> None:
-    """SPEC §11 through the proxy: an Idempotency-Key retry reads the turn record, which forget rewrote."""
+    """design.md#forgetting through the proxy: an Idempotency-Key retry reads the turn record, which forget rewrote."""
     redis_port, postgres_url = 0, ""
     args: tuple[str, ...] = ()
     if store == "redis":
