@@ -1,4 +1,4 @@
-"""What each context policy costs once the provider's prompt cache is counted (SPEC §12).
+"""What each context policy costs once the provider's prompt cache is counted (design.md#cost).
 
 Replays conversations request by request, as an agent sends them (the request that asks for a tool
 call, then the one carrying its result), through every built-in compaction policy, and prices each
@@ -13,11 +13,11 @@ profiles.  Each policy runs two ways:
 Reported per policy: tokens sent and cost as a share of sending the full history, and the share of
 input read from the cache.  Costs are estimates of the providers' rules (see the cost module); the
 Anthropic client marks a cache breakpoint after its tools and system prompt and one at the end of
-each request.  Everything is deterministic, so one run is the figure.  The bounds of SPEC §12 are
+each request.  Everything is deterministic, so one run is the figure.  The bounds of design.md#prefix-stability are
 checked at the end: no policy above the full history's cost, and truncation at trigger = 2 x target
 at most 0.6 of its cost and 0.5 of its tokens on the tool session.  The summarising policy's model
 is the built-in offline one, counted: applied statelessly it must be called once per step of its
-cut (a summary of a given run is written once, SPEC §12), and the calls and steps are printed.
+cut (a summary of a given run is written once, design.md#stable-summaries), and the calls and steps are printed.
 
     python benchmarks/cache.py                  # the three workloads, both profiles
     python benchmarks/cache.py --turns 400      # a longer tool session
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{workload.name}: breakpoints at {placement!r} cost {cost:.2f} with {name}, "
                         f"less than the proxy's placement ({ours:.2f})"
                     )
-    print("\nCosts are shares of sending the full history, with the cache counted (estimates, SPEC §12).")
+    print("\nCosts are shares of sending the full history, with the cache counted (estimates, design.md#cost).")
     print("The exact policies (prefix_stable=False) are opt-outs, outside the bound.")
     if failures:
         print("\nOver the bounds:")
