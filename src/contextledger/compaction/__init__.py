@@ -7,7 +7,7 @@ Where things live (every name is imported from here, ``contextledger.compaction`
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
   :class:`MessageGroup`, a view of one row, of a :class:`GroupKind`; :class:`GroupColumns`, the
   table's columns a strategy reads by group id; :class:`CompactionEvent`, one step a strategy
-  recorded), ``_grouping.py`` (the grouper, design.md#compaction-groups and design.md#units: which messages form a group, and
+  recorded), ``_grouping.py`` (the grouper, design.md#units: which messages form a group, and
   units of a call and its results that sit apart; ``_plain.py`` reads plain runs faster, the same
   way), ``_metrics.py`` (the running counts triggers read, kept in one place), ``_marking.py``
   (excluding, including, replacing and inserting, by group id: the one interface every strategy
