@@ -5,7 +5,7 @@
     contextledger validate IN.jsonl
     contextledger lab [TIMELINE ...] [--model offline|openai:MODEL|local] [--policies NAME[,NAME...]]
                       [--tokenizer estimate|cl100k_base|o200k_base] [--html FILE] [--json FILE] [--replicates N]
-                      [--price-profile openai|anthropic|none] [--kit]
+                      [--price-profile openai|gpt-5.6|anthropic|none] [--kit]
     contextledger chat [--mode provider|manual] [--model offline|openai:MODEL|local] [--writer rules|model]
                        [--schema FILE] [--store PATH|redis://...] [--owner NAME] [--ttl SECONDS]
     contextledger facts list|history|revoke|expire --store PATH|redis://... [--owner NAME]

@@ -69,7 +69,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     lab.add_argument(
         "--price-profile",
         default="openai",
-        choices=["openai", "anthropic", "none"],
+        choices=["openai", "gpt-5.6", "anthropic", "none"],
         help="the provider terms each call is priced under, its prompt cache counted (default openai)",
     )
     lab.add_argument(

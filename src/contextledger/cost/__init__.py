@@ -6,8 +6,8 @@ Where things live (every name is imported from here, ``contextledger.cost``):
 
 - ``_profiles.py``: :class:`PriceProfile` (prices, cache-read and cache-write multipliers, the
   least cacheable prefix, the step in which hits are counted, the cache lifetime, where the cache
-  can hold a prefix) and the built-in profiles :data:`OPENAI`, :data:`ANTHROPIC` and
-  :data:`NO_CACHE`, found by name with :func:`price_profile`;
+  can hold a prefix) and the built-in profiles :data:`OPENAI`, :data:`GPT_5_6`,
+  :data:`ANTHROPIC` and :data:`NO_CACHE`, found by name with :func:`price_profile`;
 - ``_simulator.py``: :class:`PrefixCacheSimulator` replays requests in order and prices each
   one (:class:`CallCost`, summed by :class:`CostTotals`); a request is a sequence of
   :class:`Block` (built from messages by :func:`request_blocks`, once per message with a
@@ -18,7 +18,7 @@ Every figure it gives is an estimate of the provider's behaviour; the module doc
 ``_simulator.py`` lists the assumptions.
 """
 
-from contextledger.cost._profiles import ANTHROPIC, NO_CACHE, OPENAI, PriceProfile, price_profile
+from contextledger.cost._profiles import ANTHROPIC, GPT_5_6, NO_CACHE, OPENAI, PriceProfile, price_profile
 from contextledger.cost._simulator import (
     Block,
     BlockMemo,
@@ -32,6 +32,7 @@ from contextledger.cost._simulator import (
 
 __all__ = [
     "ANTHROPIC",
+    "GPT_5_6",
     "NO_CACHE",
     "OPENAI",
     "Block",

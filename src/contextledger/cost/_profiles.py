@@ -14,7 +14,7 @@ from typing import Literal
 
 from contextledger.exceptions import ConfigurationError
 
-__all__ = ["ANTHROPIC", "NO_CACHE", "OPENAI", "PriceProfile", "price_profile"]
+__all__ = ["ANTHROPIC", "GPT_5_6", "NO_CACHE", "OPENAI", "PriceProfile", "price_profile"]
 
 CacheMode = Literal["automatic", "breakpoints", "none"]
 
@@ -32,7 +32,9 @@ class PriceProfile:
     ``lookback_blocks`` blocks back from each: Anthropic's rule) or ``"none"``.
     ``min_cacheable_tokens`` is the shortest prefix the cache keeps, ``step_tokens`` the
     granularity in which a hit is counted, and ``lifetime_seconds`` how long an entry lives after
-    its last use (``None``: for ever).
+    its last use (``None``: for ever).  ``managed_breakpoint`` (``breakpoints`` mode only): the
+    provider places a breakpoint of its own at the end of every request, beside the ones the
+    request marks, and it counts among the ``max_breakpoints`` cache writes a request may make.
     """
 
     name: str
@@ -46,6 +48,7 @@ class PriceProfile:
     lifetime_seconds: float | None = 300.0
     max_breakpoints: int = 4
     lookback_blocks: int | None = 20
+    managed_breakpoint: bool = False
 
     def __post_init__(self) -> None:
         for field_name in ("input_price", "output_price", "cache_read_multiplier", "cache_write_multiplier"):
@@ -68,6 +71,13 @@ class PriceProfile:
             raise ConfigurationError(
                 f"PriceProfile {self.name!r}: lookback_blocks must be an int >= 0 or None, got {self.lookback_blocks!r}"
             )
+        managed = self.managed_breakpoint
+        if not isinstance(managed, bool) or (managed and self.cache_mode != "breakpoints"):
+            raise ConfigurationError(
+                f"PriceProfile {self.name!r}: managed_breakpoint is True or False, and True only with "
+                f"cache_mode='breakpoints' (the provider's own breakpoint beside the request's), got "
+                f"{self.managed_breakpoint!r} with cache_mode={self.cache_mode!r}"
+            )
         if self.lifetime_seconds is not None and (
             not isinstance(self.lifetime_seconds, (int, float))
             or isinstance(self.lifetime_seconds, bool)
@@ -78,8 +88,9 @@ class PriceProfile:
             )
 
 
-#: OpenAI's automatic prompt caching: any prefix of 1,024 tokens or more, hits in 128-token steps,
-#: cached input at a tenth of the price (the discount varies by model), nothing extra for writes.
+#: OpenAI's automatic prompt caching before the GPT-5.6 family: any prefix of 1,024 tokens or
+#: more, hits in 128-token steps, cached input at a tenth of the price (the discount varies by
+#: model), nothing extra for writes.
 OPENAI = PriceProfile("openai")
 
 #: Anthropic's explicit caching: prefixes ending at a ``cache_control`` breakpoint (at most four,
@@ -95,14 +106,34 @@ ANTHROPIC = PriceProfile(
     step_tokens=1,
 )
 
+#: OpenAI's rules from the GPT-5.6 family on.  The provider keeps one breakpoint of its own near
+#: the newest user or tool message (here: the end of the request, where an agent's requests end),
+#: and a request may mark more with ``prompt_cache_breakpoint`` on the content blocks of system,
+#: user and tool messages; together they are at most four cache writes.  An entry is read only
+#: where a breakpoint wrote it, whole, with no 128-token rounding and no limit on how far back it
+#: lies, so a stable prefix followed by a message that changes is read only when a breakpoint sits
+#: at its end.  Writing costs 1.25x the uncached input price, reading 0.1x; entries live at least
+#: 30 minutes.  Output is priced as in the ``openai`` profile, so the two compare directly.  The
+#: ``openai`` profile stays right for the models before this family (free writes, any prefix).
+GPT_5_6 = PriceProfile(
+    "gpt-5.6",
+    cache_read_multiplier=0.1,
+    cache_write_multiplier=1.25,
+    cache_mode="breakpoints",
+    step_tokens=1,
+    lifetime_seconds=1800.0,
+    lookback_blocks=None,
+    managed_breakpoint=True,
+)
+
 #: No cache: every input token at full price (what figures of tokens sent assume).
 NO_CACHE = PriceProfile("none", cache_mode="none", cache_read_multiplier=1.0)
 
-_BUILT_IN = {profile.name: profile for profile in (OPENAI, ANTHROPIC, NO_CACHE)}
+_BUILT_IN = {profile.name: profile for profile in (OPENAI, GPT_5_6, ANTHROPIC, NO_CACHE)}
 
 
 def price_profile(name: str | PriceProfile) -> PriceProfile:
-    """The built-in profile called ``name`` (``openai``, ``anthropic``, ``none``), or ``name`` itself."""
+    """The built-in profile called ``name`` (``openai``, ``gpt-5.6``, ``anthropic``, ``none``), or ``name`` itself."""
     if isinstance(name, PriceProfile):
         return name
     try:

@@ -19,6 +19,9 @@ The model, and what it assumes (it is an estimate, labelled so wherever it is sh
   of the request unless the caller says otherwise, at most ``max_breakpoints``); a request reads
   the longest live entry ending at one of its breakpoints or up to ``lookback_blocks`` blocks
   before one; the tokens between that hit and the last breakpoint are written, at the write price.
+- ``breakpoints`` caching with a ``managed_breakpoint`` (OpenAI from GPT-5.6): the same, with the
+  provider's own breakpoint at the end of every request added to those the request marks (together
+  at most ``max_breakpoints`` writes); the profile looks back without limit.
 - An entry lives ``lifetime_seconds`` after it was last written or read.  Calls without a time
   happen at the time of the call before them (so nothing expires).
 """
@@ -213,7 +216,9 @@ class PrefixCacheSimulator:
         if profile.cache_mode == "automatic":
             read, written = self._automatic(cumulative, chain, now)
         elif profile.cache_mode == "breakpoints":
-            marks = _checked_breakpoints(breakpoints, len(chain) - 1, profile.max_breakpoints)
+            marks = _checked_breakpoints(
+                breakpoints, len(chain) - 1, profile.max_breakpoints, managed=profile.managed_breakpoint
+            )
             read, written = self._breakpoints(cumulative, chain, marks, now)
         uncached = sent - read
         cost = (
@@ -360,15 +365,27 @@ class RequestPrefixes:
         return cls(cumulative, chain)
 
 
-def _checked_breakpoints(breakpoints: Sequence[int] | None, count: int, most: int) -> list[int]:
+def _checked_breakpoints(
+    breakpoints: Sequence[int] | None, count: int, most: int, *, managed: bool = False
+) -> list[int]:
+    """The request's breakpoints, checked; with a ``managed`` breakpoint, the provider's own at the
+    end of the request joins them and counts among the ``most`` writes."""
     if breakpoints is None:
         return [count] if count else []
     marks = sorted(set(breakpoints))
-    if len(marks) > most:
+    if managed and count and count not in marks:
+        if len(marks) >= most:
+            raise ConfigurationError(
+                f"a request may make at most {most} cache writes and the provider's own breakpoint is one of "
+                f"them: mark at most {most - 1} besides it, got {len(marks)}"
+            )
+    elif len(marks) > most:
         raise ConfigurationError(f"a request may mark at most {most} cache breakpoints, got {len(marks)}")
     for mark in marks:
         if not isinstance(mark, int) or isinstance(mark, bool) or not 1 <= mark <= count:
             raise ConfigurationError(
                 f"a breakpoint is a block count between 1 and {count} (the request's length), got {mark!r}"
             )
+    if managed and count and count not in marks:
+        marks.append(count)
     return marks

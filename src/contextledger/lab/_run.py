@@ -43,7 +43,7 @@ class LabSettings:
     superseded, forgotten, evicted or rejected value given, the prohibition
     kept.  It is meant for live and local models; the scores are reported
     beside the text checks, never merged into them.  ``price_profile`` names the
-    provider terms (``openai``, ``anthropic``, ``none``) each call is priced under,
+    provider terms (``openai``, ``gpt-5.6``, ``anthropic``, ``none``) each call is priced under,
     with the provider's prefix cache estimated over the policy's calls in order.
     """
 
@@ -478,6 +478,7 @@ def _profile_json(name: str) -> dict[str, Any]:
         "cache_mode": profile.cache_mode,
         "min_cacheable_tokens": profile.min_cacheable_tokens,
         "step_tokens": profile.step_tokens,
+        "managed_breakpoint": profile.managed_breakpoint,
         "note": "cost estimated with contextledger.cost's prefix-cache model, from the character estimate; "
         "in units of one uncached input token",
     }

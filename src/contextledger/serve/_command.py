@@ -153,7 +153,7 @@ def add_serve_command(commands: Any) -> None:
     )
     serve.add_argument(
         "--price-profile",
-        choices=["openai", "anthropic", "none"],
+        choices=["openai", "gpt-5.6", "anthropic", "none"],
         help="the provider's prompt cache the cost estimate on /metrics assumes (default: openai)",
     )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")

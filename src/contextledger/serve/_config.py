@@ -109,7 +109,7 @@ class ServeConfig:
     ``prompt_cache_key`` (``off``, ``session``, ``prefix``) adds OpenAI's cache-routing key when the
     client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
     upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
-    ``price_profile`` (``openai``, ``anthropic`` or ``none``) is the provider's cache the
+    ``price_profile`` (``openai``, ``gpt-5.6``, ``anthropic`` or ``none``) is the provider's cache the
     estimate on ``/metrics`` assumes.  ``anthropic_upstream``, when set, is the base URL of an
     Anthropic-compatible API (as Anthropic's clients take it, without ``/v1``) that ``POST
     /v1/messages`` goes to.  ``client_keys`` is the file of the keys clients must present when
