@@ -42,7 +42,7 @@ from contextledger.serve._requests import (
 from contextledger.serve._sessions import Sessions, session_key
 from contextledger.serve._stateless import compaction_said
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, request_tenant, session_id_of
-from contextledger.serve._turns import SessionTurn, SessionTurns, facts_headers
+from contextledger.serve._turns import RESENT_HEADER, SessionTurn, SessionTurns, facts_headers, resent_length
 from contextledger.serve._upstream import Answer, Upstream, passed_back
 from contextledger.serve._usage import CostMeter
 from contextledger.tokenizers import Tokenizer
@@ -158,8 +158,22 @@ class SessionFlow:
             if given_turn_id is not None:
                 done = await self.sessions.history.load_turn(key, turn_id)
                 if done is not None:
-                    return self.turns.replay(done, new_turn, streaming, form.replay)
+                    # A client that resends its whole history retries with it too: the turn's own
+                    # messages are its last ones.
+                    retried = new_turn[-len(done.inputs) :] if len(new_turn) > len(done.inputs) else new_turn
+                    return self.turns.replay(done, retried, streaming, form.replay)
             kept = await self.kept.history(key)
+            # Before the validity check, which would refuse the resent history's call ids as used twice.
+            resent = resent_length(kept.messages, new_turn)
+            if resent:
+                new_turn = new_turn[resent:]
+                if not new_turn:
+                    raise bad_request(
+                        f"the turn's {resent} messages are the session's stored history and nothing after it: in "
+                        "session mode the proxy keeps the history, so send only the new messages",
+                        "nothing_new",
+                    )
+            said = {RESENT_HEADER: str(resent)} if resent else {}
             refuse_invalid(new_turn, before=open_block(kept.messages))
             traced = form.relay.traced(payload)
             try:
@@ -222,7 +236,7 @@ class SessionFlow:
                     hide_usage=hide_usage,
                     traced=traced,
                 )
-                streamed.headers.update(compaction_said(after < before))
+                streamed.headers.update({**compaction_said(after < before), **said})
                 return streamed
             upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
@@ -247,6 +261,7 @@ class SessionFlow:
                     **passed_back(upstream.headers),
                     **facts_headers(outcome[-1] if outcome else None),
                     **compaction_said(after < before),
+                    **said,
                 },
                 background=counted,
             )

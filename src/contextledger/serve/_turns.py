@@ -10,7 +10,7 @@ retried turn gets the stored reply, with no upstream call and no fact admitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -36,7 +36,37 @@ from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._sessions import Sessions  # noqa: E402
 
-__all__ = ["FACTS_ADMITTED_HEADER", "FACTS_REJECTED_HEADER", "SessionTurn", "SessionTurns", "facts_headers"]
+__all__ = [
+    "FACTS_ADMITTED_HEADER",
+    "FACTS_REJECTED_HEADER",
+    "RESENT_HEADER",
+    "SessionTurn",
+    "SessionTurns",
+    "facts_headers",
+    "resent_length",
+]
+
+RESENT_HEADER = "x-contextledger-resent"
+"""The answer header saying how many of a session turn's messages repeated the stored history
+(and were therefore neither sent again nor stored again)."""
+
+
+def resent_length(stored: Sequence[Message], given: Sequence[Message]) -> int:
+    """How many of ``given``'s first messages repeat the session's stored history: all of it when
+    ``given`` begins with every stored message (same role, same contents, as the API's reader made
+    them), else 0.
+
+    A client adopting session mode often keeps sending its whole conversation; forwarded after
+    the stored history, every earlier message would reach the model twice, and twice more each
+    turn.  Only role and contents are compared: ids, names and fields the API has no place for
+    travel differently in a reply than in a request.
+    """
+    if not stored or len(given) < len(stored):
+        return 0
+    for kept, sent in zip(stored, given):
+        if kept.role != sent.role or kept.contents != sent.contents:
+            return 0
+    return len(stored)
 
 
 @dataclass(frozen=True, slots=True)
