@@ -165,7 +165,8 @@ def test_ctrl_c_stops_the_proxy_with_status_130_and_no_traceback(tmp_path: Path)
 def test_the_price_profile_of_the_estimate_is_chosen_by_name(tmp_path: Path) -> None:
     assert config("--upstream", UPSTREAM).price_profile == "openai"
     assert config("--upstream", UPSTREAM, "--price-profile", "anthropic").price_profile == "anthropic"
+    assert config("--upstream", UPSTREAM, "--price-profile", "gpt-5.6").price_profile == "gpt-5.6"
     path = tmp_path / "serve.json"
     path.write_text(json.dumps({"upstream": UPSTREAM, "price_profile": "cheapest"}))
-    with pytest.raises(ConfigurationError, match=r"unknown price profile 'cheapest': use one of anthropic, none"):
+    with pytest.raises(ConfigurationError, match=r"unknown price profile 'cheapest': use one of anthropic, gpt-5\.6"):
         config("--config", str(path))
