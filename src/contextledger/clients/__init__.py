@@ -8,7 +8,9 @@ Where things live (every name is imported from here, ``contextledger.clients``):
   reports (each count optional: many providers report none);
 - reading a server's usage, ``_usage.py``: :func:`read_usage` turns the ``usage`` object of any
   vendor's OpenAI-compatible response (OpenAI, Anthropic-like or DeepSeek cache fields) into a
-  :class:`Usage`, ignoring counts it cannot trust;
+  :class:`Usage`, ignoring counts it cannot trust (Anthropic's ``usage.iterations`` read into the
+  provider compaction's own usage), and :func:`read_reply_usage` does the same for a whole reply,
+  counting the compaction items a Responses reply returned;
 - the built-in offline model, ``_offline.py``: :class:`OfflineModel`, deterministic and in-process,
   for demos and the drift lab; a system prompt holding :data:`FACT_WRITER_MARKER` asks it for a
   message's declarations as JSON, as a fact writer does;
@@ -27,7 +29,7 @@ from contextledger.clients._offline import FACT_WRITER_MARKER, OfflineModel
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.clients._resolve import MODEL_SPECS, resolve_client
 from contextledger.clients._scripted import ScriptedChatClient
-from contextledger.clients._usage import read_usage
+from contextledger.clients._usage import read_reply_usage, read_usage
 
 if TYPE_CHECKING:
     from contextledger.clients.openai import OpenAIChatClient
@@ -41,6 +43,7 @@ __all__ = [
     "OpenAIChatClient",
     "ScriptedChatClient",
     "Usage",
+    "read_reply_usage",
     "read_usage",
     "resolve_client",
 ]

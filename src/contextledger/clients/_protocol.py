@@ -26,6 +26,18 @@ class Usage:
     different vendors add up.  Of those, ``cache_read_tokens`` were read from the provider's
     prompt cache and ``cache_write_tokens`` written to it (billed at the provider's cache prices);
     :attr:`uncached_input_tokens` is the rest.
+
+    A provider that compacts the conversation on its own servers may run extra sampling for it.
+    ``compactions`` is how many compaction passes the call reported (``None``: it said nothing of
+    any).  ``compaction`` is their usage when the provider reports it apart from the counts above
+    and bills it on top of them: Anthropic's ``usage.iterations`` lists each sampling iteration
+    (``{"type": "compaction" | "message", "input_tokens", "output_tokens",
+    "cache_read_input_tokens", "cache_creation_input_tokens"}``), and its top-level counts leave
+    the ``compaction`` iterations out, so those are summed here.  OpenAI reports no separate
+    figures: a ``/responses/compact`` answer's ``usage`` is the compaction pass itself, and a
+    ``context_management`` compaction inside ``/responses`` is part of the response's own counts;
+    there ``compaction`` stays ``None`` and ``compactions`` counts the compaction items returned.
+    :attr:`billed_input_tokens` and :attr:`billed_output_tokens` add both up.
     """
 
     input_tokens: int | None = None
@@ -33,6 +45,8 @@ class Usage:
     is_estimate: bool = False
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    compactions: int | None = None
+    compaction: Usage | None = None
 
     @property
     def total_tokens(self) -> int | None:
@@ -47,6 +61,16 @@ class Usage:
             return None
         return self.input_tokens - self.cache_read_tokens
 
+    @property
+    def billed_input_tokens(self) -> int | None:
+        """Every input token billed: :attr:`input_tokens` plus the provider compaction's own."""
+        return _plus(self.input_tokens, None if self.compaction is None else self.compaction.input_tokens)
+
+    @property
+    def billed_output_tokens(self) -> int | None:
+        """Every output token billed: :attr:`output_tokens` plus the provider compaction's own."""
+        return _plus(self.output_tokens, None if self.compaction is None else self.compaction.output_tokens)
+
     def describe(self) -> str:
         def show(value: int | None) -> str:
             return "unknown" if value is None else str(value)
@@ -55,7 +79,20 @@ class Usage:
         cache = ""
         if self.cache_read_tokens is not None or self.cache_write_tokens is not None:
             cache = f" cache_read={show(self.cache_read_tokens)} cache_write={show(self.cache_write_tokens)}"
-        return f"in={show(self.input_tokens)} out={show(self.output_tokens)}{cache}{label}"
+        compaction = ""
+        if self.compactions is not None or self.compaction is not None:
+            compaction = f" compactions={show(self.compactions)}"
+            if self.compaction is not None:
+                compaction += f" compaction_in={show(self.compaction.input_tokens)}"
+                compaction += f" compaction_out={show(self.compaction.output_tokens)}"
+        return f"in={show(self.input_tokens)} out={show(self.output_tokens)}{cache}{compaction}{label}"
+
+
+def _plus(main: int | None, extra: int | None) -> int | None:
+    """A count plus an optional extra part of it (an unknown main count stays unknown)."""
+    if main is None:
+        return None
+    return main + (extra or 0)
 
 
 @dataclass(frozen=True, slots=True)

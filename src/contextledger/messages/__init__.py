@@ -26,7 +26,10 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   and answer, by which calls pair with their results), and ``thawed`` (a mutable deep copy of
   the frozen data a message holds, for the library's writers and adapters);
 - the message, ``_message.py``: :class:`Message`, ``ROLES``, the summary markers
-  :data:`SUMMARY_PROPERTY` and :data:`SUMMARY_SOURCE_PROPERTY`, and two fast paths the library
+  :data:`SUMMARY_PROPERTY` and :data:`SUMMARY_SOURCE_PROPERTY`, the providers' own compaction
+  items (:data:`PROVIDER_COMPACTION_TYPE`, :func:`is_provider_compaction_content`,
+  ``Message.is_provider_compaction`` and :func:`newest_provider_compaction`, the boundary every
+  compaction strategy keeps), and two fast paths the library
   itself uses on thousands of messages per call, ``set_token_memo`` (tokenizers) and
   ``assistant_text_message`` (compaction);
 - the OpenAI codec, ``_openai.py``: :func:`message_from_openai`, :func:`from_openai`,
@@ -83,10 +86,13 @@ from contextledger.messages._contents import (
 from contextledger.messages._contents import thawed as thawed
 from contextledger.messages._jsonl import dump_jsonl, load_jsonl, read_jsonl, write_jsonl
 from contextledger.messages._message import (
+    PROVIDER_COMPACTION_TYPE,
     ROLES,
     SUMMARY_PROPERTY,
     SUMMARY_SOURCE_PROPERTY,
     Message,
+    is_provider_compaction_content,
+    newest_provider_compaction,
 )
 from contextledger.messages._message import Role as Role
 from contextledger.messages._message import assistant_text_message as assistant_text_message
@@ -120,6 +126,7 @@ from contextledger.messages._validate import Problem, validate
 __all__ = [
     "ANTHROPIC_PROPERTY",
     "HOSTED_TOOLS",
+    "PROVIDER_COMPACTION_TYPE",
     "RESPONSES_PROPERTY",
     "ROLES",
     "SUMMARY_PROPERTY",
@@ -144,6 +151,7 @@ __all__ = [
     "from_anthropic",
     "from_openai",
     "from_responses",
+    "is_provider_compaction_content",
     "item_dict",
     "item_rules",
     "item_runs",
@@ -152,6 +160,7 @@ __all__ = [
     "message_blocks",
     "message_from_openai",
     "message_to_openai",
+    "newest_provider_compaction",
     "opened_ids",
     "problems_for",
     "read_jsonl",

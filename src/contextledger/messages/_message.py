@@ -23,6 +23,7 @@ from contextledger.messages._contents import (
     FunctionResultContent,
     HostedCallContent,
     HostedResultContent,
+    OpaqueContent,
     ReasoningContent,
     TextContent,
     _frozen,
@@ -39,6 +40,28 @@ SUMMARY_PROPERTY = "_is_summary"
 
 SUMMARY_SOURCE_PROPERTY = "_summary_source"
 """Which mechanism wrote a summary: ``"summarization"`` or ``"tool_results"``."""
+
+PROVIDER_COMPACTION_TYPE = "compaction"
+"""The ``type`` both providers give the item their own compaction returns: OpenAI's Responses
+``{"type": "compaction", "encrypted_content": ...}`` output item and Anthropic's
+``{"type": "compaction", "content": ...}`` content block (``compact_20260112`` edit)."""
+
+
+def is_provider_compaction_content(content: object) -> bool:
+    """Whether a content is a provider's compaction item that stands for everything before it.
+
+    Both are read as :class:`OpaqueContent` (kept byte for byte).  OpenAI's item carries its
+    summary encrypted (``encrypted_content``); Anthropic's block carries it as ``content`` text,
+    and may carry ``encrypted_content`` too.  Anthropic documents a block whose ``content`` is
+    null as a failed compaction that the server treats as a no-op: it covers nothing, so it is no
+    boundary (it is still kept and sent like any other opaque block).
+    """
+    if not isinstance(content, OpaqueContent):
+        return False
+    data = content.data
+    if data.get("type") != PROVIDER_COMPACTION_TYPE:
+        return False
+    return isinstance(data.get("content"), str) or isinstance(data.get("encrypted_content"), str)
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -158,6 +181,14 @@ class Message:
         return self.role == "assistant" and self.additional_properties.get(SUMMARY_PROPERTY) is True
 
     @property
+    def is_provider_compaction(self) -> bool:
+        """An assistant message holding a provider's compaction item (see
+        :func:`is_provider_compaction_content`): the provider reads it in place of everything
+        before it, so compaction keeps the newest one whenever anything after it is sent, byte for
+        byte, and may drop what precedes it first (see :func:`newest_provider_compaction`)."""
+        return self.role == "assistant" and any(is_provider_compaction_content(c) for c in self.contents)
+
+    @property
     def is_reasoning_only(self) -> bool:
         """An assistant message that carries reasoning and nothing else."""
         return (
@@ -191,6 +222,19 @@ class Message:
                 text = c.data.get("text")
                 if isinstance(text, str):
                     yield text
+
+
+def newest_provider_compaction(messages: Sequence[Message]) -> int | None:
+    """The index of the newest message holding a provider compaction item, or ``None``.
+
+    Everything before that message is covered by it: OpenAI's guide lets a client drop the
+    items before the newest compaction item, and Anthropic ignores every block before the newest
+    compaction block.  Compaction strategies treat it as the boundary of what they may change.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].is_provider_compaction:
+            return index
+    return None
 
 
 _set_token_memo = Message.__dict__["_token_memo"].__set__
