@@ -199,7 +199,8 @@ class Message:
 
     def payload_texts(self) -> Iterator[str]:
         """Every string the model reads from this message: text, reasoning, call names and arguments,
-        results.  Token and byte counts are taken over these, never over JSON syntax."""
+        results, the summary in Anthropic's compaction block.  Token and byte counts are taken over
+        these, never over JSON syntax."""
         for c in self.contents:
             if isinstance(c, (TextContent, ReasoningContent)):
                 yield c.text
@@ -222,6 +223,8 @@ class Message:
                 text = c.data.get("text")
                 if isinstance(text, str):
                     yield text
+                elif is_provider_compaction_content(c) and isinstance(c.data.get("content"), str):
+                    yield c.data["content"]  # Anthropic's compaction summary, which the model reads
 
 
 def newest_provider_compaction(messages: Sequence[Message]) -> int | None:
