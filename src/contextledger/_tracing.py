@@ -492,8 +492,9 @@ class UpstreamCallTrace:
     """The CLIENT span of one call the proxy makes to its upstream, from the request going out to
     the answer read to its end (a stream's last event); inert when the application traces nothing."""
 
-    def __init__(self, span: Any | None) -> None:
+    def __init__(self, span: Any | None, read_usage: Callable[[Any], Any] | None = None) -> None:
         self._span = span
+        self._read_usage = read_usage
 
     @property
     def recording(self) -> bool:
@@ -509,15 +510,14 @@ class UpstreamCallTrace:
             except (ValueError, RecursionError):
                 reply = {}
         if isinstance(reply, Mapping):
-            from contextledger.clients import read_usage  # noqa: PLC0415  (the clients import this module)
-
+            usage = reply.get("usage")
             _set(
                 self._span,
                 {
                     "gen_ai.response.model": _text(reply.get("model")),
                     "gen_ai.response.id": _text(reply.get("id")),
                     "gen_ai.response.finish_reasons": _finish_reasons(reply),
-                    **_usage(read_usage(reply.get("usage"))),
+                    **_usage(None if self._read_usage is None else self._read_usage(usage)),
                 },
             )
         self.end()
@@ -548,9 +548,13 @@ class UpstreamCallTrace:
             yield
 
 
-def trace_upstream_call(provider: str, base_url: str, body: bytes | Mapping[str, Any]) -> UpstreamCallTrace:
+def trace_upstream_call(
+    provider: str, base_url: str, body: bytes | Mapping[str, Any], *, read_usage: Callable[[Any], Any]
+) -> UpstreamCallTrace:
     """Start the span of a call to the upstream at ``base_url`` for the request ``body`` (its bytes,
-    read again for its model and settings only when the application traces, or already read)."""
+    read again for its model and settings only when the application traces, or already read).
+    ``read_usage`` turns the answer's ``usage`` object into a usage (the clients' reader, handed in
+    by the caller: the clients import this module, so it never imports them)."""
     tracer = _tracer()
     if tracer is None:
         return UpstreamCallTrace(None)
@@ -572,4 +576,5 @@ def trace_upstream_call(provider: str, base_url: str, body: bytes | Mapping[str,
         **_request_settings(payload),
     }
     name = "chat" if model is None else f"chat {model}"
-    return UpstreamCallTrace(tracer.start_span(name, kind=SpanKind.CLIENT, attributes=_present(attributes)))
+    span = tracer.start_span(name, kind=SpanKind.CLIENT, attributes=_present(attributes))
+    return UpstreamCallTrace(span, read_usage)

@@ -118,3 +118,31 @@ def test_rejects_bad_input() -> None:
     request = [Message.system("Summarise."), Message.user("a")]
     with pytest.raises(ConfigurationError, match="max_chars"):
         ask(OfflineModel(), request, max_chars="long")
+
+
+def test_plays_a_role_it_is_taught_only_when_the_marker_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The roles are the class's; a copy keeps this test's role out of every other test.
+    monkeypatch.setattr(OfflineModel, "_roles", dict(OfflineModel._roles))
+    OfflineModel.learn_role("[echo]", lambda text, system: f"{text.upper()} ({len(system)})")
+    model = OfflineModel()
+    asked = asyncio.run(model.get_response([Message.system("[echo] say it"), Message.user("hello")]))
+    assert asked.text == "HELLO (13)"  # the system prompt handed over whole
+    plain = asyncio.run(model.get_response([Message.system("You help."), Message.user("hello")]))
+    assert plain.text == "Noted."
+    with pytest.raises(ConfigurationError, match="marker must be a non-blank string"):
+        OfflineModel.learn_role(" ", lambda text, system: text)
+    with pytest.raises(ConfigurationError, match="answer must be callable"):
+        OfflineModel.learn_role("[x]", "not a function")  # type: ignore[arg-type]
+    assert "[x]" not in OfflineModel._roles
+
+
+def test_the_facts_package_teaches_the_fact_writer_role() -> None:
+    # The dependency runs from the facts to the model: importing them is what teaches the role.
+    from contextledger.clients import FACT_WRITER_MARKER  # noqa: PLC0415
+    from contextledger.facts import WRITER_INSTRUCTIONS  # noqa: PLC0415
+
+    assert WRITER_INSTRUCTIONS.startswith(FACT_WRITER_MARKER)
+    assert FACT_WRITER_MARKER in OfflineModel._roles
+    request = [Message.system(WRITER_INSTRUCTIONS), Message.user("module=Billing")]
+    asked = asyncio.run(OfflineModel().get_response(request))
+    assert json.loads(asked.text) == {"facts": [{"key": "module", "value": "Billing", "evidence": "module=Billing"}]}

@@ -4,9 +4,11 @@ It exists so that demos, tests and the drift lab run anywhere and give identical
 results twice.  It is not clever, and does not pretend to be: it answers from the
 ``key=value`` statements it can see in its context, calls a tool when the question
 names it, reports tool results, writes extractive summaries that keep
-declarations and prohibitions first, and transcribes a message's declarations
-as JSON when a fact writer asks for them.  Its usage is counted with the project's
-tokenizer and labelled an estimate.
+declarations and prohibitions first, and plays the roles other packages teach it:
+a system prompt holding a role's marker gets that role's answer (the facts package
+teaches it to transcribe a message's declarations as JSON when its fact writer asks,
+so the model needs nothing from the packages above it).  Its usage is counted with
+the project's tokenizer and labelled an estimate.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from contextledger._tracing import traced_model_call
@@ -26,13 +28,15 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 __all__ = ["FACT_WRITER_MARKER", "OfflineModel"]
 
 FACT_WRITER_MARKER = "[contextledger fact writer]"
-"""A system prompt holding this asks for the user message's key=value declarations as JSON."""
+"""A system prompt holding this asks for the user message's key=value declarations as JSON (the
+role ``contextledger.facts`` teaches the offline model)."""
+
+Role = Callable[[str, str], str]
+"""How the offline model answers in a role: ``(the last user message, the system prompt) -> reply``."""
 
 # A value stops at a quote too, so a quoted fact in a host-written block reads as its value.
 _DECLARATION = re.compile(r'\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n"]+)')
 _WORD = re.compile(r"[A-Za-z0-9]+")
-_ALLOWED_KEYS = re.compile(r"Allowed keys: ([A-Za-z0-9_, ]+)\.")
-_KEY_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _TAGGED_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 _RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
 # Words a tool name shares with almost any question; they never pick a tool on their own.
@@ -83,6 +87,20 @@ class OfflineModel:
     model: ClassVar[str] = "offline"
     """The name ``--model offline`` gives it on the command line."""
 
+    _roles: ClassVar[dict[str, Role]] = {}
+
+    @classmethod
+    def learn_role(cls, marker: str, answer: Role) -> None:
+        """Answer a user message with ``answer(user_text, system_prompt)`` whenever the system
+        prompt holds ``marker``.  The package that writes such prompts teaches the role when it
+        is imported (``contextledger.facts`` its fact writer's), so the dependency runs from it to
+        the model and never back; teaching a marker again replaces its answer."""
+        if not isinstance(marker, str) or not marker.strip():
+            raise ConfigurationError(f"a role's marker must be a non-blank string, got {marker!r}")
+        if not callable(answer):
+            raise ConfigurationError(f"a role's answer must be callable (user text, system prompt), got {answer!r}")
+        cls._roles[marker] = answer
+
     def __init__(self, *, tokenizer: Tokenizer | None = None, summary_chars: int = 600) -> None:
         if isinstance(summary_chars, bool) or not isinstance(summary_chars, int) or summary_chars < 16:
             raise ConfigurationError(f"summary_chars must be an integer of at least 16, got {summary_chars!r}")
@@ -127,8 +145,10 @@ class OfflineModel:
         if last.role == "tool":
             return Message.assistant(self._report_results(messages))
         system = " ".join(m.text for m in messages if m.role == "system")
-        if FACT_WRITER_MARKER in system and last.role == "user":
-            return Message.assistant(self._transcribe_declarations(last.text, system))
+        if last.role == "user":
+            for marker, answer in self._roles.items():
+                if marker in system:
+                    return Message.assistant(answer(last.text, system))
         system = system.lower()
         if "summar" in system and last.role == "user":
             requested = options.get("max_chars", self.summary_chars)
@@ -141,25 +161,6 @@ class OfflineModel:
             if call is not None:
                 return Message.assistant(calls=[call])
         return Message.assistant(self._answer(messages, last))
-
-    def _transcribe_declarations(self, text: str, instructions: str) -> str:
-        """What a fact writer asks for: the message's declarations as JSON, read as the writer's
-        instructions describe them (``Allowed keys: ...`` decides which word after prose starts
-        one), the last of a key winning.  It copies; whether a declaration is admitted is the
-        host's job."""
-        # Facts sit above the clients (a model writer calls a chat client), so the offline model
-        # reaches for the facts grammar only when a fact writer asks, and through its public names.
-        from contextledger.facts import FactSchema, diagnose  # noqa: PLC0415
-
-        listed = _ALLOWED_KEYS.search(instructions)
-        keys = frozenset(_KEY_WORD.findall(listed.group(1))) if listed else frozenset({"key"})
-        schema = FactSchema(keys, max_message_chars=len(text) + 1 if len(text) >= 4096 else 4096)
-        found: dict[str, dict[str, str]] = {}
-        for seen in diagnose(text, schema=schema):  # one per '=', in order
-            if seen.outcome != "prose" and seen.key is not None:
-                found.pop(seen.key, None)
-                found[seen.key] = {"key": seen.key, "value": seen.value or "", "evidence": seen.evidence or ""}
-        return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
 
     def _report_results(self, messages: list[Message]) -> str:
         names: dict[str, str] = {}

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from contextledger._tracing import traced_fact_extraction
-from contextledger.clients import FACT_WRITER_MARKER, ChatClient, ChatResponse, Usage
+from contextledger.clients import FACT_WRITER_MARKER, ChatClient, ChatResponse, OfflineModel, Usage
 from contextledger.exceptions import FactRejectedError
+from contextledger.facts._diagnostics import diagnose
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection
 from contextledger.facts._records import Admission, Candidate, Ticket
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
@@ -89,6 +90,29 @@ If the message declares nothing, reply {{"facts": []}}."""
 
 WRITER_INSTRUCTIONS = writer_instructions()
 """The writer's system prompt for the seed's schema; it starts with the marker the built-in offline model answers to."""
+
+_ALLOWED_KEYS = re.compile(r"Allowed keys: ([A-Za-z0-9_, ]+)\.")
+_KEY_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def _transcribe_declarations(text: str, instructions: str) -> str:
+    """The offline model's answer to the writer: the message's declarations as JSON, read as the
+    writer's instructions describe them (``Allowed keys: ...`` decides which word after prose
+    starts one), the last of a key winning.  It copies; whether a declaration is admitted is the
+    host's job.  It lives here, with the grammar it reads by, and is taught to the model below,
+    so the clients never reach up into the facts."""
+    listed = _ALLOWED_KEYS.search(instructions)
+    keys = frozenset(_KEY_WORD.findall(listed.group(1))) if listed else frozenset({"key"})
+    schema = FactSchema(keys, max_message_chars=len(text) + 1 if len(text) >= 4096 else 4096)
+    found: dict[str, dict[str, str]] = {}
+    for seen in diagnose(text, schema=schema):  # one per '=', in order
+        if seen.outcome != "prose" and seen.key is not None:
+            found.pop(seen.key, None)
+            found[seen.key] = {"key": seen.key, "value": seen.value or "", "evidence": seen.evidence or ""}
+    return json.dumps({"facts": list(found.values())}, ensure_ascii=False)
+
+
+OfflineModel.learn_role(FACT_WRITER_MARKER, _transcribe_declarations)
 
 _T = TypeVar("_T")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL)

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from contextledger._tracing import UpstreamCallTrace, trace_upstream_call
+from contextledger.clients import read_usage
 from contextledger.exceptions import ContextLedgerError, ProxyError
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._stream import StreamAssembler, sse_event
@@ -108,7 +109,7 @@ class Relay:
         """The span of a call about to be made for the request ``body`` (the client's, or what goes
         upstream), started now: a flow that shapes the request first starts it before, and hands it
         to :meth:`call` or :meth:`stream`."""
-        return trace_upstream_call(self.upstream.provider, self.upstream.base_url, body)
+        return trace_upstream_call(self.upstream.provider, self.upstream.base_url, body, read_usage=read_usage)
 
     async def call(self, headers: dict[str, str], body: bytes, traced: UpstreamCallTrace | None = None) -> Answer:
         started = time.perf_counter()
