@@ -18,13 +18,21 @@ Where things live (every name is imported from here, ``contextledger.clients``):
   scripted replies and records every request;
 - choosing a client by name, ``_resolve.py``: :func:`resolve_client` turns a ``--model`` value
   (:data:`MODEL_SPECS` lists them) into a client;
+- a provider's own compaction, ``_compactor.py``: :class:`ProviderCompactor` (anything with an
+  async ``compact(messages)``), the :class:`ProviderCompaction` it returns (the provider's items,
+  kept as they came, and the pass's usage), and :class:`OfflineCompactor`, a chat client (the
+  offline model by default) playing a provider's compactor;
 - real endpoints, public modules of their own because each needs an optional extra:
-  ``openai.py`` (:class:`OpenAIChatClient`, the ``openai`` extra) and ``local.py``
-  (``LocalChatClient``, a small model on this machine, the ``local`` extra).
+  ``openai.py`` (:class:`OpenAIChatClient`, the ``openai`` extra), ``openai_responses.py``
+  (:class:`OpenAIResponsesClient`, the Responses API and ``/responses/compact``, the ``openai``
+  extra), ``anthropic.py`` (:class:`AnthropicChatClient`, the Messages API and its compaction edit,
+  the ``anthropic`` extra) and ``local.py`` (``LocalChatClient``, a small model on this machine,
+  the ``local`` extra).
 """
 
 from typing import TYPE_CHECKING, Any
 
+from contextledger.clients._compactor import OfflineCompactor, ProviderCompaction, ProviderCompactor
 from contextledger.clients._offline import FACT_WRITER_MARKER, OfflineModel
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.clients._resolve import MODEL_SPECS, resolve_client
@@ -32,15 +40,22 @@ from contextledger.clients._scripted import ScriptedChatClient
 from contextledger.clients._usage import read_reply_usage, read_usage
 
 if TYPE_CHECKING:
+    from contextledger.clients.anthropic import AnthropicChatClient
     from contextledger.clients.openai import OpenAIChatClient
+    from contextledger.clients.openai_responses import OpenAIResponsesClient
 
 __all__ = [
     "FACT_WRITER_MARKER",
     "MODEL_SPECS",
+    "AnthropicChatClient",
     "ChatClient",
     "ChatResponse",
+    "OfflineCompactor",
     "OfflineModel",
     "OpenAIChatClient",
+    "OpenAIResponsesClient",
+    "ProviderCompaction",
+    "ProviderCompactor",
     "ScriptedChatClient",
     "Usage",
     "read_reply_usage",
@@ -50,10 +65,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The module itself imports no SDK, but keeping it out of the package import keeps
+    # The modules themselves import no SDK, but keeping them out of the package import keeps
     # ``import contextledger.clients`` as light as the core.
     if name == "OpenAIChatClient":
         from contextledger.clients.openai import OpenAIChatClient  # noqa: PLC0415
 
         return OpenAIChatClient
+    if name == "OpenAIResponsesClient":
+        from contextledger.clients.openai_responses import OpenAIResponsesClient  # noqa: PLC0415
+
+        return OpenAIResponsesClient
+    if name == "AnthropicChatClient":
+        from contextledger.clients.anthropic import AnthropicChatClient  # noqa: PLC0415
+
+        return AnthropicChatClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
