@@ -212,6 +212,15 @@ async def messages(request: Request, received: list[dict[str, Any]], strict: Any
         return JSONResponse(error, status_code=status, headers=headers)
     if model == "fake-garbage":
         return Response(b"<html>not json</html>", media_type="application/json")
+    if model.startswith("fake-window-"):  # a context of N tokens, counted as the fake upstream counts them
+        limit = int(model.removeprefix("fake-window-"))
+        system = payload.get("system")
+        counted = sum(len(json.dumps(item, sort_keys=True)) // 4 + 1 for item in payload.get("messages") or [])
+        counted += len(json.dumps(system)) // 4 + 1 if system else 0
+        if counted > limit:
+            message = f"prompt is too long: {counted} tokens > {limit} maximum"
+            error = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+            return JSONResponse(error, status_code=400, headers=headers)
     reply = _reply(payload, len(received))
     record["reply"] = reply
     if payload.get("stream"):

@@ -13,6 +13,10 @@ it behaves, so tests need no shared switch:
 - ``fake-429`` / ``fake-503``: that status in OpenAI's error shape, with ``Retry-After``,
   ``x-ratelimit-*`` and ``x-request-id`` headers as OpenAI sends them (every answer carries a
   request id and rate-limit headers);
+- ``fake-window-N``: a model whose context holds N tokens (a message counts ``len(JSON) // 4 + 1``,
+  as in the fake cache below): a longer request is refused as the provider refuses it (400
+  ``context_length_exceeded``; chat completions state the limit and the count, the Responses API
+  neither), an Anthropic one with ``prompt is too long: M tokens > N maximum``;
 - ``fake-bulk``: an ordinary reply, but only the body's size is recorded (for tests that send
   gigabytes);
 - ``fake-drip-SECONDS``: the ordinary streamed reply, drawn out over SECONDS seconds by an empty
@@ -162,6 +166,73 @@ def _usage(model: str, payload: dict[str, Any], text: str) -> dict[str, Any]:
     }
 
 
+def window_tokens(items: Any) -> int:
+    """A request's length as the ``fake-window-N`` models count it."""
+    return sum(len(json.dumps(item, sort_keys=True)) // 4 + 1 for item in items) if isinstance(items, list) else 0
+
+
+def _breakpoints(value: Any, owner: str | None = None) -> list[str | None]:
+    """The roles of the messages holding each ``prompt_cache_breakpoint`` found in ``value``."""
+    if isinstance(value, dict):
+        role = value.get("role") if isinstance(value.get("role"), str) else owner
+        found: list[str | None] = [role] if "prompt_cache_breakpoint" in value else []
+        return found + [mark for item in value.values() for mark in _breakpoints(item, role)]
+    if isinstance(value, list):
+        return [mark for item in value for mark in _breakpoints(item, owner)]
+    return []
+
+
+def breakpoint_refusal(model: str, payload: dict[str, Any], api: str) -> JSONResponse | None:
+    """What OpenAI answers to explicit cache breakpoints it does not take, as a 400: on a model
+    before the GPT-5.6 family (models named ``gpt-5.6...`` here take them), on an assistant's
+    content, or more than four cache writes in one request (the provider's own breakpoint is one
+    unless ``prompt_cache_options`` asks for explicit mode)."""
+    marks = _breakpoints(payload.get("messages" if api == "chat" else "input"))
+    if not marks:
+        return None
+    options = payload.get("prompt_cache_options")
+    writes = len(marks) + (0 if isinstance(options, dict) and options.get("mode") == "explicit" else 1)
+    if not model.startswith("gpt-5.6"):
+        why = f"Unsupported parameter: 'prompt_cache_breakpoint' is not supported with the model {model}."
+    elif "assistant" in marks:
+        why = "Invalid value: 'prompt_cache_breakpoint' is not supported on assistant content."
+    elif writes > 4:
+        why = f"Too many cache breakpoints: a request may write at most 4 cache entries, got {writes}."
+    else:
+        return None
+    error = {"message": why, "type": "invalid_request_error", "param": "prompt_cache_breakpoint", "code": None}
+    return JSONResponse({"error": error}, status_code=400)
+
+
+def window_refusal(model: str, items: Any, api: str) -> JSONResponse | None:
+    """The ``fake-window-N`` model's refusal of a request longer than N tokens, in the API's words."""
+    if not model.startswith("fake-window-"):
+        return None
+    limit, counted = int(model.removeprefix("fake-window-")), window_tokens(items)
+    if counted <= limit:
+        return None
+    if api == "chat":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+            f"{counted} tokens. Please reduce the length of the messages."
+        )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    else:
+        message = "Your input exceeds the context window of this model. Please adjust your input and try again."
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+    return JSONResponse({"error": error}, status_code=400)
+
+
 class _Broken(Exception):
     """Raised inside a stream to drop the connection half-way."""
 
@@ -187,6 +258,10 @@ async def chat(request: Request) -> Response:
         error = {"error": {"message": reason, "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
         limited = {**headers, "retry-after": "7", "x-ratelimit-remaining-requests": "0", "retry-after-ms": "7000"}
         return JSONResponse(error, status_code=status, headers=limited)
+    if (refused := window_refusal(model, payload.get("messages"), "chat")) is not None:
+        return refused
+    if (refused := breakpoint_refusal(model, payload, "chat")) is not None:
+        return refused
     if model == "fake-slow":
         await asyncio.sleep(5)
     if model == "fake-garbage":
@@ -299,6 +374,10 @@ async def responses(request: Request) -> Response:
         return JSONResponse(error, status_code=500, headers=headers)
     if model == "fake-garbage":
         return Response(b"<html>not a response</html>", media_type="text/html", headers=headers)
+    if (refused := window_refusal(model, payload.get("input"), "responses")) is not None:
+        return refused
+    if (refused := breakpoint_refusal(model, payload, "responses")) is not None:
+        return refused
     serial = f"{len(RECEIVED)}"
     output = _responses_output(payload, serial)
     usage = {

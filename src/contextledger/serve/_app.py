@@ -134,7 +134,9 @@ class Proxy:
             self.tokenizer,
             self.strategy is not None,
         )
-        self.stateless = StatelessFlow(self.metrics, self.cost, self.strategy, self.tokenizer)
+        self.stateless = StatelessFlow(
+            self.metrics, self.cost, self.strategy, self.tokenizer, overflow_retry=config.overflow_retry
+        )
         self.chat = ChatFormat(config, self.upstream, self.relay)
         self.anthropic: MessagesFormat | None = None
         if config.anthropic_upstream is not None:

@@ -25,6 +25,7 @@ from contextledger.history import StoredTurn
 from contextledger.messages import Message, to_openai
 from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
+from contextledger.serve._openai_breakpoints import chat_with_breakpoint
 from contextledger.serve._relay import Relay, completion
 from contextledger.serve._replies import completion_events, reply_message, stored_completion
 from contextledger.serve._requests import (
@@ -129,11 +130,18 @@ class ChatFormat:
         if made is not None and made.result is not None and made.result.changed:
             sent, forwarded, rewrite = made.result.messages, made.forwarded, True
         body = read.body
+        models = self.config.cache_breakpoint_models
+        if forwarded is not None:
+            placed = chat_with_breakpoint(payload, forwarded, models)
+            forwarded, rewrite = (forwarded, rewrite) if placed is None else (placed, True)
         if rewrite and forwarded is not None:
             body = joined(payload, "messages", forwarded)
-        elif rewrite:
+        elif forwarded is None:
             messages = to_openai(sent) if sent is not incoming else payload["messages"]
-            body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
+            placed = chat_with_breakpoint(payload, messages, models)
+            messages, rewrite = (messages, rewrite) if placed is None else (placed, True)
+            if rewrite:
+                body = json.dumps({**payload, "messages": messages}, ensure_ascii=False).encode("utf-8")
         return Outgoing(payload, body, sent, {}, hide_usage)
 
     def cache_key(
@@ -174,7 +182,9 @@ class ChatFormat:
     def upstream_payload(
         self, payload: dict[str, Any], sent: list[Message], request: Request, session: str
     ) -> tuple[dict[str, Any], bool]:
-        return with_usage_requested(self.cache_key({**payload, "messages": to_openai(sent)}, request, session))
+        messages = to_openai(sent)
+        messages = chat_with_breakpoint(payload, messages, self.config.cache_breakpoint_models) or messages
+        return with_usage_requested(self.cache_key({**payload, "messages": messages}, request, session))
 
     def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         reply, message = completion(upstream)

@@ -156,6 +156,26 @@ def add_serve_command(commands: Any) -> None:
         choices=["openai", "gpt-5.6", "anthropic", "none"],
         help="the provider's prompt cache the cost estimate on /metrics assumes (default: openai)",
     )
+    serve.add_argument(
+        "--cache-breakpoint-models",
+        metavar="PREFIXES",
+        help="comma-separated model-name prefixes whose OpenAI requests get an explicit prompt_cache_breakpoint at "
+        "the end of their instructions (default: gpt-5.6; earlier models refuse the field; '' places none)",
+    )
+    serve.add_argument(
+        "--overflow-retry",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a request the upstream refuses as longer than the model's context is compacted harder (to the limit "
+        "the error states, else three quarters of what was sent) and sent once more (default: on; needs a strategy)",
+    )
+    serve.add_argument(
+        "--kept-session-bytes",
+        type=int,
+        metavar="N",
+        help="most bytes of session histories the process keeps between turns, counted as request messages are; "
+        "the least recently used go first and are read from the store again (default 64 MiB)",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)
 
@@ -188,6 +208,9 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         "facts_placement": args.facts_placement,
         "prompt_cache_key": args.prompt_cache_key,
         "price_profile": args.price_profile,
+        "cache_breakpoint_models": args.cache_breakpoint_models,
+        "overflow_retry": args.overflow_retry,
+        "kept_session_bytes": args.kept_session_bytes,
         "strategy": strategy_flags(args.strategy, args.param, args.budget, args.tokenizer),
         "retain": strategy_flags(args.retain_strategy, args.retain_param, args.retain_budget, args.tokenizer),
     }

@@ -23,6 +23,7 @@ from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.cost import price_profile
 from contextledger.exceptions import ConfigurationError
 from contextledger.facts import DEFAULT_SCHEMA, FactSchema, FactsPlacement
+from contextledger.serve._openai_breakpoints import DEFAULT_BREAKPOINT_MODELS
 
 __all__ = [
     "CLIENT_KEYS_VARIABLE",
@@ -110,13 +111,21 @@ class ServeConfig:
     client sent none.  ``ready_checks_upstream`` makes ``/readyz`` ask the
     upstream too; ``metrics_token``, when set, is the bearer token ``/metrics`` asks for.
     ``price_profile`` (``openai``, ``gpt-5.6``, ``anthropic`` or ``none``) is the provider's cache the
-    estimate on ``/metrics`` assumes.  ``anthropic_upstream``, when set, is the base URL of an
+    estimate on ``/metrics`` assumes.  ``cache_breakpoint_models``: the model-name prefixes
+    (``gpt-5.6`` by default) whose chat completions and Responses requests get an explicit
+    ``prompt_cache_breakpoint`` at the end of their instructions (see ``serve._openai_breakpoints``);
+    earlier models refuse the field, so no other model gets one, and an empty list places none.
+    ``anthropic_upstream``, when set, is the base URL of an
     Anthropic-compatible API (as Anthropic's clients take it, without ``/v1``) that ``POST
     /v1/messages`` goes to.  ``client_keys`` is the file of the keys clients must present when
     the upstream key is the server's (``_client_keys.py``); ``client_rpm`` and
     ``client_concurrency`` bound each key's requests a minute and at once.  A server's upstream key
     on an address other than loopback needs client keys, or ``trust_tenant_header`` behind a
     gateway that authenticates: anyone reaching the port would spend it otherwise.
+    ``overflow_retry``: a request the upstream refuses as longer than the model's context is
+    compacted harder and sent once more (``_overflow.py``).  ``kept_session_bytes`` bounds what
+    the process keeps of its sessions between turns (``_kept.py``), counted as the message reader
+    counts a body's messages.
     """
 
     upstream: str
@@ -142,10 +151,13 @@ class ServeConfig:
     prompt_cache_key: str = "off"
     metrics_token: str | None = field(default=None, repr=False)
     price_profile: str = "openai"
+    cache_breakpoint_models: tuple[str, ...] = DEFAULT_BREAKPOINT_MODELS
     anthropic_upstream: str | None = None
     client_keys: str | None = None
     client_rpm: int | None = None
     client_concurrency: int | None = None
+    overflow_retry: bool = True
+    kept_session_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -168,7 +180,7 @@ class ServeConfig:
                 "store must be sqlite:PATH, a redis:// URL (redis+cluster:// for a Redis Cluster) or a "
                 f"postgresql:// URL, got {self.store!r}"
             )
-        for name in ("max_body_bytes", "port", "max_connections"):
+        for name in ("max_body_bytes", "port", "max_connections", "kept_session_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "port" else 1):
                 raise ConfigurationError(f"{name} must be a positive whole number, got {value!r}")
@@ -189,10 +201,24 @@ class ServeConfig:
         if self.prompt_cache_key not in ("off", "session", "prefix"):
             raise ConfigurationError(f"prompt_cache_key must be off, session or prefix, got {self.prompt_cache_key!r}")
         price_profile(self.price_profile)
+        self._check_breakpoint_models()
         self._check_clients()
         self.strategy.build()  # a bad strategy stops here, before anything listens
         self.retain.build()
         self.fact_schema()  # and so does a schema file that cannot be read
+
+    def _check_breakpoint_models(self) -> None:
+        """The model-name prefixes OpenAI cache breakpoints are placed for, as a tuple (a config file
+        gives a list, the flag a comma-separated string)."""
+        given: Any = self.cache_breakpoint_models
+        if isinstance(given, str):
+            given = [name.strip() for name in given.split(",") if name.strip()]
+        if not isinstance(given, (list, tuple)) or not all(isinstance(name, str) and name.strip() for name in given):
+            raise ConfigurationError(
+                "cache_breakpoint_models must be a list of model-name prefixes such as [\"gpt-5.6\"] (empty: "
+                f"place no OpenAI cache breakpoint), got {self.cache_breakpoint_models!r}"
+            )
+        object.__setattr__(self, "cache_breakpoint_models", tuple(name.strip() for name in given))
 
     def _check_clients(self) -> None:
         """Who may spend the upstream key, checked before anything listens (see the class docstring)."""

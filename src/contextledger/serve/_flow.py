@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 from starlette.requests import Request
@@ -30,6 +31,7 @@ from contextledger.messages import Message, problems_for
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._kept import KeptSessions
 from contextledger.serve._metrics import Metrics
+from contextledger.serve._overflow import compacted_harder, overflow_budget, retried_said, too_long
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import (
     bad_request,
@@ -40,7 +42,7 @@ from contextledger.serve._requests import (
     user_text,
 )
 from contextledger.serve._sessions import Sessions, session_key
-from contextledger.serve._stateless import compaction_said
+from contextledger.serve._stateless import COMPACTION_HEADER, compaction_said
 from contextledger.serve._tenants import SESSION_HEADER, earlier_session_id, request_tenant, session_id_of
 from contextledger.serve._turns import RESENT_HEADER, SessionTurn, SessionTurns, facts_headers, resent_length
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -173,7 +175,7 @@ class SessionFlow:
                         "session mode the proxy keeps the history, so send only the new messages",
                         "nothing_new",
                     )
-            said = {RESENT_HEADER: str(resent)} if resent else {}
+            resent_said = {RESENT_HEADER: str(resent)} if resent else {}
             refuse_invalid(new_turn, before=open_block(kept.messages))
             traced = form.relay.traced(payload)
             try:
@@ -189,9 +191,10 @@ class SessionFlow:
                 ticket: Ticket | None = None
                 outcome: list[FactsTurn] = []
                 sent: list[Message] = [*instructions, *view]
+                facts_block: Message | None = None
                 if store is not None:
-                    block = await self.sessions.run_facts(store.to_prompt_block)
-                    sent = place_facts_block(sent, Message.system(block), self.config.facts_placement)
+                    facts_block = Message.system(await self.sessions.run_facts(store.to_prompt_block))
+                    sent = place_facts_block(sent, facts_block, self.config.facts_placement)
                     text = user_text(new_turn)
                     if text is not None:
                         begun = await self.sessions.run_facts(lambda: self._begin(store, text))
@@ -200,15 +203,10 @@ class SessionFlow:
                         ticket = None if begun is None else begun.ticket
                 self.metrics.count(self.metrics.tokens_before, "session", amount=before)
                 self.metrics.count(self.metrics.tokens_after, "session", amount=after)
-                payload, hide_usage = form.upstream_payload(payload, sent, request, key)
-                # The stored history kept the API's rules until this turn: a request that breaks one
-                # now is the turn's doing (an empty text block, a call id the history holds), refused
-                # before the upstream is paid for it and before anything is stored.
-                problems = problems_for(form.rules, payload)
-                if problems:
-                    raise rules_refusal(form.rules, problems)
-                body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+                given = payload
+                payload, hide_usage, body = _outgoing(form, given, sent, request, key)
                 headers = form.upstream.headers(request.headers)
+                compaction = compaction_said(after < before)
             except BaseException as error:
                 traced.failed(error, type(error).__name__)
                 raise
@@ -223,10 +221,22 @@ class SessionFlow:
                 said = facts_headers(outcome[-1] if outcome else None)
                 return "".join(f": {name}: {value}\n" for name, value in said.items()).encode() + b"\n" if said else b""
 
-            if streaming:
-                stack = None  # the stream releases the lock when it ends
+            async def harder(failure: ProxyError) -> bool:
+                """Whether the request, refused as too long, was compacted harder to be sent once more."""
+                nonlocal payload, hide_usage, body, sent, traced, compaction
+                if not self.config.overflow_retry:
+                    return False
+                retry = await self._overflowed(form, failure, instructions, view, facts_block)
+                if retry is None:
+                    return False
+                sent, compaction = retry
+                payload, hide_usage, body = _outgoing(form, given, sent, request, key)
+                traced = form.relay.traced(payload)
+                return True
+
+            async def stream() -> Response:
                 usage = functools.partial(self.cost.answered, self.cost.expect("session", payload, sent, session=key))
-                streamed = await form.relay.stream(
+                return await form.relay.stream(
                     headers,
                     body,
                     finish=finish,
@@ -236,9 +246,23 @@ class SessionFlow:
                     hide_usage=hide_usage,
                     traced=traced,
                 )
-                streamed.headers.update({**compaction_said(after < before), **said})
+
+            if streaming:
+                try:
+                    streamed = await stream()
+                except ProxyError as failure:
+                    if not await harder(failure):
+                        raise
+                    streamed = await stream()  # once: a second refusal goes back as it came
+                stack = None  # the stream releases the lock when it ends
+                streamed.headers.update({**compaction, **resent_said})
                 return streamed
-            upstream = await form.relay.call(headers, body, traced)
+            try:
+                upstream = await form.relay.call(headers, body, traced)
+            except ProxyError as failure:
+                if not await harder(failure):
+                    raise
+                upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
             # Billed whether or not the turn is then stored; counted once the answer is sent.
             counted = self.cost.after_answer("session", payload, sent, reply.get("usage"), key)
@@ -260,14 +284,45 @@ class SessionFlow:
                 headers={
                     **passed_back(upstream.headers),
                     **facts_headers(outcome[-1] if outcome else None),
-                    **compaction_said(after < before),
-                    **said,
+                    **compaction,
+                    **resent_said,
                 },
                 background=counted,
             )
         finally:
             if stack is not None:
                 await stack.aclose()
+
+    async def _overflowed(
+        self,
+        form: TurnFormat,
+        failure: ProxyError,
+        instructions: list[Message],
+        view: Sequence[Message],
+        block: Message | None,
+    ) -> tuple[list[Message], dict[str, str]] | None:
+        """What to send again for a turn the upstream refused as too long (the request view
+        compacted harder, the instructions and the facts block as they were) and the compaction
+        header saying so; ``None`` when the refusal is another, or nothing can be cut."""
+        refused, strategy = too_long(failure), self.kept.strategy
+        if refused is None or strategy is None:
+            return None
+        messages = list(view)
+        sent = [*instructions, *messages] if block is None else [*instructions, *messages, block]
+        total = sum(self.tokenizer.count_messages(sent))
+        budget = overflow_budget(refused, total)
+        fixed = total - sum(self.tokenizer.count_messages(messages))
+        result = await compacted_harder(messages, strategy, self.tokenizer, budget - fixed)
+        if result is None:
+            return None
+        harder: list[Message] = result.messages
+        if form.opens_with_user:
+            opened = opened_by_user(harder, messages, tokenizer=self.tokenizer)
+            harder = harder if opened is None else opened
+        again: list[Message] = [*instructions, *harder]
+        if block is not None:
+            again = place_facts_block(again, block, self.config.facts_placement)
+        return again, {COMPACTION_HEADER: retried_said(refused, budget)}
 
     def _begin(self, store: FactMemory, text: str) -> FactsTurn | None:
         """The facts turn's ticket (the one facts host's begin); a message over the bound counts as
@@ -276,3 +331,19 @@ class SessionFlow:
         if begun is not None and begun.rejection is not None:
             self.metrics.count(self.metrics.facts, "rejected")
         return begun
+
+
+def _outgoing(
+    form: TurnFormat, given: dict[str, Any], sent: list[Message], request: Request, key: str
+) -> tuple[dict[str, Any], bool, bytes]:
+    """The upstream payload for ``sent``, whether usage in its stream is the proxy's to keep, and its bytes.
+
+    The stored history kept the API's rules until this turn: a request that breaks one now is the
+    turn's doing (an empty text block, a call id the history holds), refused before the upstream is
+    paid for it and before anything is stored.
+    """
+    payload, hide_usage = form.upstream_payload(given, sent, request, key)
+    problems = problems_for(form.rules, payload)
+    if problems:
+        raise rules_refusal(form.rules, problems)
+    return payload, hide_usage, json.dumps(payload, ensure_ascii=False).encode("utf-8")

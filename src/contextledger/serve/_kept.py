@@ -67,6 +67,11 @@ class KeptSessions:
         self._retain_tokenizer = resolve_tokenizer(retain, None) if retain is not None else None
         self._sessions: OrderedDict[str, _Kept] = OrderedDict()
 
+    @property
+    def strategy(self) -> CompactionStrategy | None:
+        """The request view's strategy (``None``: everything is sent)."""
+        return self._strategy
+
     def _entry(self, key: str) -> _Kept:
         entry = self._sessions.get(key)
         if entry is None:

@@ -146,6 +146,9 @@ class Relay:
     ) -> Response:
         """Pass the upstream's events through as they arrive; ``finish`` runs before ``[DONE]`` is sent.
 
+        ``release`` runs when the returned stream ends, however it ends; when the upstream could not
+        be reached or refused the request (raised here), it has not run and is the caller's to run.
+
         ``usage`` is given the upstream's ``usage`` once a stream has ended properly (it was billed,
         whether or not a turn is then stored); ``hide_usage`` keeps the usage chunk from a client
         that did not ask for it (the proxy asked on its behalf).
@@ -161,9 +164,9 @@ class Relay:
                 traced.failed(failure, str(upstream.status_code))
                 raise failure
         except BaseException as error:
+            # Not released: the caller still holds what ``release`` frees (a session's lock) and may
+            # send the request again, compacted harder, while it does.
             traced.failed(error, _error_type(error))  # nothing if already ended
-            if release is not None:
-                await release()
             raise
 
         async def events() -> Any:

@@ -54,6 +54,7 @@ from contextledger.messages import (
 from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics
+from contextledger.serve._openai_breakpoints import responses_with_breakpoint
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
 from contextledger.serve._requests import MessageReader, json_object, kept_places
@@ -295,10 +296,15 @@ class ResponsesFormat:
         elif said.get(COMPACTION_HEADER) == "skipped; text input":
             messages = [Message.user(payload["input"])]
         sent = self.cache_key(payload, read.values, request, None)
+        models = self.config.cache_breakpoint_models
         if read.raw is None:
+            given = sent.get("input")
+            placed = responses_with_breakpoint(sent, given, models) if isinstance(given, list) else None
+            sent = sent if placed is None else {**sent, "input": placed}
             body = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         else:
-            body = joined(sent, "input", read.raw.items if kept is None else kept)
+            items = read.raw.items if kept is None else kept
+            body = joined(sent, "input", responses_with_breakpoint(sent, items, models) or items)
         return Outgoing(sent, body, messages, said)
 
     def cache_key(
@@ -345,6 +351,7 @@ class ResponsesFormat:
         written = to_responses(sent)
         if isinstance(given, list):
             written = kept_as_given(written, given)  # the turn's own items go as the client sent them
+        written = responses_with_breakpoint(payload, written, self.config.cache_breakpoint_models) or written
         return self.cache_key({**payload, "input": written}, None, request, session), False
 
     def answer(self, upstream: Answer) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -39,10 +39,13 @@ from typing import Any, Literal, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
+from contextledger._tracing import UpstreamCallTrace
 from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
+from contextledger.exceptions import ProxyError
 from contextledger.messages import Message, item_rules, problems_for
 from contextledger.serve._bodies import BodyMemo, Compacted, item_values
 from contextledger.serve._metrics import Metrics
+from contextledger.serve._overflow import compacted_harder, overflow_budget, retried_said, too_long
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import RawInput, rules_refusal
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -131,12 +134,19 @@ class StatelessFlow:
     """Runs stateless requests for every endpoint (see the module docstring)."""
 
     def __init__(
-        self, metrics: Metrics, cost: CostMeter, strategy: CompactionStrategy | None, tokenizer: Tokenizer
+        self,
+        metrics: Metrics,
+        cost: CostMeter,
+        strategy: CompactionStrategy | None,
+        tokenizer: Tokenizer,
+        *,
+        overflow_retry: bool = True,
     ) -> None:
         self.metrics = metrics
         self.cost = cost
         self.strategy = strategy
         self.tokenizer = tokenizer
+        self.overflow_retry = overflow_retry  # a "too long" refusal compacted harder and sent once more
 
     async def request(self, form: StatelessFormat, request: Request, body: bytes) -> Response:
         read = form.read_body(body)
@@ -170,6 +180,23 @@ class StatelessFlow:
         except BaseException as error:
             traced.failed(error, type(error).__name__)
             raise
+        try:
+            return await self._send(form, out, headers, said, traced)
+        except ProxyError as failure:
+            retry = await self._overflowed(form, read, made, out, failure, request)
+            if retry is None:
+                raise
+        out, said = retry  # once: a second refusal goes back as it came
+        return await self._send(form, out, headers, said, form.relay.traced(out.body))
+
+    async def _send(
+        self,
+        form: StatelessFormat,
+        out: Outgoing,
+        headers: dict[str, str],
+        said: dict[str, str],
+        traced: UpstreamCallTrace,
+    ) -> Response:
         if out.payload.get("stream") is True:
             usage = functools.partial(self.cost.answered, self.cost.expect("stateless", out.payload, out.messages))
             response = await form.relay.stream(
@@ -186,6 +213,38 @@ class StatelessFlow:
             headers={**passed_back(upstream.headers), **said},
             background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage")),
         )
+
+    async def _overflowed(
+        self,
+        form: StatelessFormat,
+        read: StatelessBody,
+        made: Compacted[Any] | None,
+        out: Outgoing,
+        failure: ProxyError,
+        request: Request,
+    ) -> tuple[Outgoing, dict[str, str]] | None:
+        """What to send again for a request the upstream refused as too long, and the headers saying
+        so; ``None`` when the refusal is another, or nothing can be cut (``_overflow.py``)."""
+        refused = too_long(failure)
+        if refused is None or not self.overflow_retry or self.strategy is None or read.messages is None:
+            return None
+        compacted = made is not None and made.result is not None and made.result.changed
+        messages = made.result.messages if made is not None and made.result is not None and compacted else read.messages
+        sent = sum(self.tokenizer.count_messages(list(out.messages)))
+        budget = overflow_budget(refused, sent)
+        # What the strategy cannot cut (a system prompt the API keeps apart) is left out of its budget.
+        fixed = sent - sum(self.tokenizer.count_messages(messages))
+        result = await compacted_harder(read.messages, self.strategy, self.tokenizer, budget - fixed)
+        if result is None or result.after["included_tokens"] >= sent - fixed:
+            return None
+        if form.opens_with_user:
+            opened = opened_by_user(result.messages, read.messages, tokenizer=self.tokenizer)
+            if opened is not None:
+                result = dataclasses.replace(result, messages=opened)
+        harder = Compacted(result, form.forwarded(read, result) if read.items is not None else None)
+        again = form.outgoing(read, harder, request)
+        self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
+        return again, {**again.said, COMPACTION_HEADER: retried_said(refused, budget)}
 
     def _refuse_broken_rules(self, form: StatelessFormat, read: StatelessBody) -> None:
         """A 400 naming the first of the API's structural rules the body breaks, before the
