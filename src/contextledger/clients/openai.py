@@ -69,6 +69,11 @@ class OpenAIChatClient:
     provider_name: ClassVar[str] = "openai"
     """The GenAI semantic conventions' provider for traces: the OpenAI API, whoever serves it."""
 
+    rides_prefix_cache: ClassVar[bool] = True
+    """It sends a call's tools and options (``tool_choice``, ``prompt_cache_key``) as given, so a
+    :class:`~contextledger.compaction.SummarizationStrategy` may send it the conversation's own
+    request up to its cut and read that start from the provider's cache (its default form here)."""
+
     def __init__(
         self,
         model: str | None = None,
