@@ -55,7 +55,9 @@ from contextledger.messages import (
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer, OpenAITokenizer, Tokenizer, get_tokenizer
 
-__version__ = "0.1.0"
+# The one place the version is written (pyproject.toml reads it); semantic versioning, bumped when a
+# wave of work lands, each release described in CHANGELOG.md.
+__version__ = "0.5.0"
 
 __all__ = [
     "ApprovalRequestContent",
