@@ -73,6 +73,7 @@ from tests.conversations import (
     tool_result_specs,
     truncation_specs,
 )
+from tests.sizes import sized
 
 if TYPE_CHECKING:
     from tests.conversations import SpecFactory
@@ -1006,28 +1007,30 @@ def test_entry_points_agree(data: st.DataObject, messages: list[Message]) -> Non
     assert [comparable(m, inputs) for m in via_sync] == reference
 
 
-# The stress run is cut in halves of independent random cases, so ``./dev test`` can run one on
-# each core; run in one process, both halves add up to the whole.
-STRESS_HALVES = ("half_1", "half_2")
+# The stress run: 100,000 cases at the full size, a slice of 2,000 at the small one
+# (tests/sizes.py), cut in parts of independent random cases that the run's workers share out;
+# the parts add up to the whole.
+STRESS_CASES = sized(full=100_000, small=2_000)
+STRESS_PARTS = tuple(f"part_{number}" for number in range(1, sized(full=10, small=2) + 1))
 
 
 @pytest.mark.stress
-@pytest.mark.parametrize("half", STRESS_HALVES)
+@pytest.mark.parametrize("part", STRESS_PARTS)
 @settings(
-    max_examples=100_000 // len(STRESS_HALVES),
+    max_examples=STRESS_CASES // len(STRESS_PARTS),
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
 @given(case=cases(dirty=None, traffic=None))
 def test_stress_every_property(
-    half: str, case: tuple[list[Message], StrategySpec], stress_shapes: Counter[str]
+    part: str, case: tuple[list[Message], StrategySpec], stress_shapes: Counter[str]
 ) -> None:
-    """100,000 cases in all over every strategy, nesting, tokenizer and conversation shape; how
-    many had each real-traffic shape is printed at the end."""
+    """100,000 cases in all at the full size over every strategy, nesting, tokenizer and
+    conversation shape; how many had each real-traffic shape is printed at the end."""
     messages, _ = case
     stress_shapes["conversations"] += 1
-    stress_shapes[half] += 1
+    stress_shapes[part] += 1
     stress_shapes.update(shapes_of(messages))
     check_compaction(*case)
 
@@ -1038,8 +1041,8 @@ def stress_shapes(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
     counts: Counter[str] = Counter()
     yield counts
     if counts:
-        halves = ", ".join(half for half in STRESS_HALVES if counts[half])
-        lines = [f"stress run: {counts['conversations']:,} conversations ({halves})"]
+        parts = ", ".join(part for part in STRESS_PARTS if counts[part])
+        lines = [f"stress run: {counts['conversations']:,} conversations ({parts})"]
         lines += [f"  {shape}: {counts[shape]:,}" for shape in SHAPES]
         # Output is captured while fixtures tear down; the counts are for the log, so step outside it.
         capture = request.config.pluginmanager.get_plugin("capturemanager")

@@ -40,6 +40,7 @@ from contextledger.messages import (
     to_responses,
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer
+from tests.sizes import sized
 
 API = Literal["chat", "responses", "anthropic"]
 TOKENS = CharacterEstimatorTokenizer()
@@ -230,8 +231,10 @@ def check_valid_out(api: API, steps: list[dict[str, Any]], name: str) -> None:
 @pytest.mark.stress
 @pytest.mark.parametrize("half", ["half_1", "half_2"])
 @pytest.mark.parametrize("api", ["chat", "responses", "anthropic"])
-@settings(max_examples=1_750, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=sized(full=1_750, small=60), deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 @given(steps=scripts(), name=st.sampled_from(sorted(STRATEGIES)))
 def test_stress_valid_in_valid_out(half: str, api: API, steps: list[dict[str, Any]], name: str) -> None:
-    """10,500 conversations in all (1,750 per API in each half of the stress run)."""
+    """10,500 conversations in all at the full size (1,750 per API in each half of the stress run)."""
     check_valid_out(api, steps, name)
