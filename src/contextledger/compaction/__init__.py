@@ -34,8 +34,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
 - where a compacted conversation may start, ``_openings.py``: :func:`opened_by_user` moves a cut
   that would leave the assistant first (which Anthropic's API refuses) to a user message, or opens
-  with a notice marked :data:`SET_ASIDE_PROPERTY` (:data:`SMALL_OPENING_TOKENS`: a turn's opening
-  message this small is brought back instead);
+  with a notice, :func:`set_aside_notice`, marked :data:`SET_ASIDE_PROPERTY` (:data:`SMALL_OPENING_TOKENS`:
+  a turn's opening message this small is brought back instead);
 - a strategy written as text (a name, ``KEY=VALUE`` parameters, a token budget), as the command
   line and the proxy take it: ``_spec.py`` (:func:`strategy_from_spec`, over the names in
   :data:`SPEC_STRATEGIES`);
@@ -59,7 +59,12 @@ from contextledger.compaction._composition import (
     TokenBudgetComposedStrategy,
 )
 from contextledger.compaction._index import MessageIndex
-from contextledger.compaction._openings import SET_ASIDE_PROPERTY, SMALL_OPENING_TOKENS, opened_by_user
+from contextledger.compaction._openings import (
+    SET_ASIDE_PROPERTY,
+    SMALL_OPENING_TOKENS,
+    opened_by_user,
+    set_aside_notice,
+)
 from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
 from contextledger.compaction._summary_cache import (
@@ -75,6 +80,7 @@ from contextledger.compaction._tool_results import (
     SelectiveToolCallCompactionStrategy,
     ToolResultCompactionStrategy,
     format_tool_results,
+    with_reference,
 )
 from contextledger.compaction._triggers import (
     Trigger,
@@ -132,10 +138,12 @@ __all__ = [
     "never",
     "opened_by_user",
     "resolve_tokenizer",
+    "set_aside_notice",
     "strategy_from_spec",
     "summarizer_identity",
     "summary_key",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",
+    "with_reference",
 ]

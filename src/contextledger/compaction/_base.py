@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from contextledger.compaction._arguments import count
 from contextledger.compaction._arguments import trigger as check_trigger
+from contextledger.compaction._boundary import held_by_provider
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._table import GroupKind, gc_paused
 from contextledger.compaction._triggers import Not, Threshold, Trigger, always, never
@@ -234,16 +235,24 @@ class CompactionStrategy(ABC):
     calls_model: ClassVar[bool] = False
     """Whether the strategy awaits a model; the others run without yielding to the event loop."""
 
-    async def compact(self, index: MessageIndex) -> bool:
-        """Apply the strategy to ``index``; True if anything changed."""
+    async def compact(self, index: MessageIndex, *, force: bool = False) -> bool:
+        """Apply the strategy to ``index``; True if anything changed.
+
+        ``force`` runs it as though its trigger had fired (what a model's ``compact_context``
+        asks for): the target, the floors and the prefix-stable grid still decide how far it goes.
+        A composed strategy's children still ask their own triggers."""
         if index.included_non_system_groups <= 1:
             return False
-        if not self.trigger(index):
+        if not force and not self.trigger(index):
             return False
-        if self.calls_model:
-            return await self._run(index)
-        with gc_paused():
-            return await self._run(index)
+        # A provider's compaction item is a boundary: held, and what it covers goes first.
+        with held_by_provider(index) as dropped:
+            if dropped and self.target_met(index):
+                return True
+            if self.calls_model:
+                return await self._run(index) or dropped
+            with gc_paused():
+                return await self._run(index) or dropped
 
     @abstractmethod
     async def _run(self, index: MessageIndex) -> bool: ...
@@ -262,6 +271,9 @@ class CompactionStrategy(ABC):
         """
         # A unit with a member that must stay (by default: any included group that is not a
         # candidate, such as a protected newest result) is kept whole; the others go whole.
+        pinned = index.pinned_ids
+        if pinned:
+            candidates = [group for group in candidates if group not in pinned]
         candidates = index.whole_units(candidates, keep)
         threshold = threshold_of(self.target, self.trigger)
         doomed: list[int] = []

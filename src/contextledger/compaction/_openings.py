@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["SET_ASIDE_PROPERTY", "SMALL_OPENING_TOKENS", "opened_by_user"]
+__all__ = ["SET_ASIDE_PROPERTY", "SMALL_OPENING_TOKENS", "opened_by_user", "set_aside_notice"]
 
 SET_ASIDE_PROPERTY = "_set_aside"
 """``additional_properties`` key of the notice that opens a conversation whose start was set
@@ -77,8 +77,14 @@ def opened_by_user(
         return [*leading, *kept_systems, *projection[later:]]
     # 3. A notice of what was set aside.
     aside = sum(1 for message in conversation[:where] if message.role != "system")
-    notice = Message.user(
-        f"[{aside} earlier message{'s' if aside != 1 else ''} set aside]",
-        additional_properties={SET_ASIDE_PROPERTY: aside},
-    )
-    return [*leading, notice, *rest]
+    return [*leading, set_aside_notice(aside), *rest]
+
+
+def set_aside_notice(count: int, *, ref: str | None = None) -> Message:
+    """The user notice that stands where ``count`` messages were set aside, marked
+    :data:`SET_ASIDE_PROPERTY`: ``[3 earlier messages set aside]``; with ``ref`` (a host that offers
+    the model ``recall_context``), ``[3 earlier messages set aside; ref="..."]``."""
+    text = f"[{count} earlier message{'s' if count != 1 else ''} set aside]"
+    if ref is not None:
+        text = f'{text[:-1]}; ref="{ref}"]'
+    return Message.user(text, additional_properties={SET_ASIDE_PROPERTY: count})

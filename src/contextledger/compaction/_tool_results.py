@@ -35,7 +35,12 @@ from contextledger.messages import (
     assistant_text_message,
 )
 
-__all__ = ["SelectiveToolCallCompactionStrategy", "ToolResultCompactionStrategy", "format_tool_results"]
+__all__ = [
+    "SelectiveToolCallCompactionStrategy",
+    "ToolResultCompactionStrategy",
+    "format_tool_results",
+    "with_reference",
+]
 
 
 def _preview(text: str, limit: int) -> str:
@@ -108,6 +113,16 @@ def _any_tool_results(messages: Sequence[Message], max_result_chars: int, max_ch
     if len(text) > max_chars:
         text = text[: max(max_chars - 2, 0)].rstrip() + "…]"
     return text
+
+
+def with_reference(text: str, ref: str) -> str:
+    """A collapsed line (or a notice) carrying the reference ``recall_context`` takes, as
+    ``ref="..."`` inside its closing bracket: ``[Tool results: get_weather: sunny; ref="1f2e3d4c5b6a"]``.
+
+    Only a host that offers the model ``recall_context`` writes it; the reference comes from the
+    group's content, so the line reads the same on every request."""
+    mark = f'ref="{ref}"'
+    return f"{text[:-1]}; {mark}]" if text.endswith("]") else f"{text} [{mark}]"
 
 
 _TOOLS = "tool_results"
@@ -213,10 +228,12 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         protected = self._protected(index, tools)
         columns = index.columns
         orphans, waiting, units = columns.orphan, columns.unanswered, columns.unit
+        pinned = index.pinned_ids  # a provider's compaction item that opens calls is never collapsed
         candidates = [
             g
             for g in tools
             if g not in protected
+            and g not in pinned
             and g not in orphans
             and g not in waiting
             and g not in units  # a call whose results sit apart is left whole, never collapsed
