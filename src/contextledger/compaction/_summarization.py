@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from contextledger.clients import ChatClient, Usage
 from contextledger.compaction._arguments import UNSET, Unset, one_of, summarization_style
@@ -30,7 +31,13 @@ from contextledger.messages import (
 )
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["DEFAULT_SUMMARIZATION_PROMPT", "FAILURES_BEFORE_ERROR", "SUMMARY_PREFIX", "SummarizationStrategy"]
+__all__ = [
+    "DEFAULT_SUMMARIZATION_PROMPT",
+    "FAILURES_BEFORE_ERROR",
+    "RIDING_INSTRUCTION",
+    "SUMMARY_PREFIX",
+    "SummarizationStrategy",
+]
 
 logger = logging.getLogger("contextledger.compaction")
 
@@ -45,6 +52,14 @@ DEFAULT_SUMMARIZATION_PROMPT = (
 )
 
 SUMMARY_PREFIX = "[Summary] "
+
+RIDING_INSTRUCTION = (
+    "Stop the conversation here. Do not call any tool and do not answer the last message: write a "
+    "summary of everything above instead, following these instructions. "
+)
+"""What the cache-riding form sends after the conversation, before the strategy's prompt."""
+
+SummaryForm = Literal["transcript", "conversation"]
 
 
 def _transcript(groups: Iterable[Sequence[Message]]) -> str:
@@ -123,6 +138,9 @@ class SummarizationStrategy(CompactionStrategy):
         cache: SummaryCache | None = None,
         summarizer_id: str | None = None,
         prefix_stable: bool = True,
+        form: SummaryForm | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prompt_cache_key: str | None = None,
     ) -> None:
         client = one_of("SummarizationStrategy", ("client", client), ("chat_client", chat_client))
         if client is None or not callable(getattr(client, "get_response", None)):
@@ -156,6 +174,60 @@ class SummarizationStrategy(CompactionStrategy):
         if summarizer_id is not None and (not isinstance(summarizer_id, str) or not summarizer_id):
             raise ConfigurationError(f"summarizer_id must be non-empty text, got {summarizer_id!r}")
         self.summarizer_id = summarizer_id if summarizer_id is not None else summarizer_identity(client)
+        if form is None:
+            form = "conversation" if getattr(client, "rides_prefix_cache", False) is True else "transcript"
+        if form not in ("transcript", "conversation"):
+            raise ConfigurationError(f"SummarizationStrategy form must be 'transcript' or 'conversation', got {form!r}")
+        self.form: SummaryForm = form
+        if tools is not None and (isinstance(tools, (str, bytes)) or not all(isinstance(t, Mapping) for t in tools)):
+            raise ConfigurationError(f"tools must be the conversation's tool definitions (dicts), got {tools!r}")
+        self.tools = None if tools is None else [dict(tool) for tool in tools]
+        if prompt_cache_key is not None and (not isinstance(prompt_cache_key, str) or not prompt_cache_key):
+            raise ConfigurationError(f"prompt_cache_key must be non-empty text, got {prompt_cache_key!r}")
+        self.prompt_cache_key = prompt_cache_key
+
+    def riding_request(self, index: MessageIndex, groups: Sequence[int]) -> list[Message]:
+        """The cache-riding form's request: the conversation as it is sent up to the cut (its
+        system messages, then the included groups being summarised, in order, earlier summaries
+        among them), then one user message asking for the summary.  Its start is the start of the
+        requests the conversation already sent, which the provider has cached."""
+        kind_of = index.columns.kind
+        system = [m for g in index.live_ids() if kind_of[g] is SYSTEM for m in index.messages_of(g)]
+        run = [m for g in groups for m in index.messages_of(g)]
+        return [*system, *run, Message.user(RIDING_INSTRUCTION + self.prompt)]
+
+    async def _ask(self, index: MessageIndex, groups: list[int], request: list[Message]) -> Any:
+        """The summariser's reply.  In the riding form the conversation's tools stay declared (so
+        its start is byte for byte what was cached) and are not to be called: a reply that calls
+        one is asked once more, then the transcript form is sent instead."""
+        if self.form == "conversation":
+            riding = self.riding_request(index, groups)
+            options: dict[str, Any] = {}
+            if self.tools:
+                options["tool_choice"] = "none"
+            if self.prompt_cache_key is not None:
+                options["prompt_cache_key"] = self.prompt_cache_key
+            for _ in range(2):
+                response = await self.client.get_response(riding, tools=self.tools, **options)
+                if not any(isinstance(c, FunctionCallContent) for m in response.messages for c in m.contents):
+                    return response
+            logger.warning("the summariser called a tool twice in the cache-riding form; sending the transcript")
+        return await self.client.get_response(request)
+
+    def _key_messages(self, index: MessageIndex, groups: list[int]) -> list[Message]:
+        """What the summary depends on: the run summarised and, in the riding form, the system
+        messages it is sent after (the tools and the form go into the key's prompt)."""
+        run = [message for group in groups for message in index.messages_of(group)]
+        if self.form == "transcript":
+            return run
+        kind_of = index.columns.kind
+        return [*(m for g in index.live_ids() if kind_of[g] is SYSTEM for m in index.messages_of(g)), *run]
+
+    def _key_prompt(self) -> str:
+        if self.form == "transcript":
+            return self.prompt
+        tools = json.dumps(self.tools, sort_keys=True, default=repr) if self.tools else ""
+        return f"{self.prompt}\0form=conversation\0tools={tools}"
 
     def _request(self, groups: Iterable[MessageGroup]) -> list[Message]:
         return self._request_for(group.messages for group in groups)
@@ -268,11 +340,7 @@ class SummarizationStrategy(CompactionStrategy):
                 index.events.append(CompactionEvent(self.name, "failed", detail=why))
                 logger.warning("summarization skipped: every group exceeds max_input_tokens on its own")
             return False
-        key = summary_key(
-            [message for group in groups for message in index.messages_of(group)],
-            prompt=self.prompt,
-            summarizer=self.summarizer_id,
-        )
+        key = summary_key(self._key_messages(index, groups), prompt=self._key_prompt(), summarizer=self.summarizer_id)
         try:
             text = await self._cached(key)
         except asyncio.CancelledError:
@@ -281,7 +349,7 @@ class SummarizationStrategy(CompactionStrategy):
         reused = text is not None
         if text is None:
             try:
-                response = await self.client.get_response(request)
+                response = await self._ask(index, groups, request)
             except asyncio.CancelledError:
                 self._restore(index, groups)
                 raise
