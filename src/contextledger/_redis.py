@@ -40,7 +40,7 @@ from contextledger._extras import require_extra
 from contextledger._keys import slot_key, storage_key
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
 
-__all__ = ["CLUSTER_SCHEMES", "RedisConnection", "RedisFailures", "open_redis", "redact"]
+__all__ = ["CLUSTER_SCHEMES", "RedisConnection", "RedisFailures", "open_redis", "redact", "replicas_available"]
 
 
 def redact(url: str) -> str:
@@ -191,6 +191,43 @@ def _ready_cluster() -> Any:
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 """URL schemes naming a node of a Redis Cluster (``rediss`` with TLS)."""
+
+
+def replicas_available(target: str, *, timeout: float = 3.0) -> int:
+    """The fewest replicas connected to a master of the Redis ``target`` names, now: on a Redis
+    Cluster, counted per master serving slots in ``CLUSTER NODES`` (failed nodes left out); on one
+    server, its ``connected_slaves``.
+
+    A write confirmed with ``WAIT N`` needs N replicas of the master that took it, so a store asked
+    for more than this could confirm no turn at all.  A :class:`ConfigurationError` for a URL that
+    is not Redis's; the client's own error when the server does not answer within ``timeout``.
+    """
+    redis = require_extra("redis", extra="redis", feature="reading a Redis store's replicas")
+    plain = target.replace("+cluster", "", 1)
+    try:
+        client = redis.Redis.from_url(plain, socket_timeout=timeout, socket_connect_timeout=timeout)
+    except ValueError as error:
+        raise ConfigurationError(f"url {redact(target)!r} is not a Redis URL ({error})") from None
+    try:
+        if not target.startswith(CLUSTER_SCHEMES):
+            return int(client.info("replication").get("connected_slaves", 0))
+        nodes = client.execute_command("CLUSTER NODES")
+    finally:
+        client.close()
+    serving: dict[str, int] = {}
+    replicas: list[str] = []
+    for node in nodes.values():
+        flags = set(str(node.get("flags", "")).split(","))
+        if flags & {"fail", "fail?", "handshake", "noaddr"}:
+            continue
+        if "master" in flags and node.get("slots"):
+            serving[str(node["node_id"])] = 0
+        elif "slave" in flags and node.get("connected", True):
+            replicas.append(str(node.get("master_id")))
+    for master in replicas:
+        if master in serving:
+            serving[master] += 1
+    return min(serving.values(), default=0)
 
 
 def _cluster_client(

@@ -22,6 +22,7 @@ from contextledger.serve._config import (
     load_config_file,
     merge,
     strategy_flags,
+    with_store_replicas,
 )
 
 __all__ = ["add_serve_command", "config_from_args"]
@@ -228,8 +229,9 @@ def _serve(args: argparse.Namespace) -> int:
     from contextledger.serve._connections import guarded_protocol  # noqa: PLC0415
 
     _check_address(config.host, config.port)
+    config, replicas = with_store_replicas(config)
     app = create_app(config)
-    print(config.describe(), file=sys.stderr)
+    print(config.describe() + (f"\n{replicas}" if replicas else ""), file=sys.stderr)
     # Not uvicorn.run, which swallows the Ctrl-C that stops the server: the command line reports
     # it (status 130) as it does for every command.
     protocol = guarded_protocol(config.read_timeout, config.max_connections)

@@ -13,12 +13,12 @@ import ipaddress
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from contextledger._redis import CLUSTER_SCHEMES
+from contextledger._redis import CLUSTER_SCHEMES, replicas_available
 from contextledger.compaction import CompactionStrategy, strategy_from_spec
 from contextledger.cost import price_profile
 from contextledger.exceptions import ConfigurationError
@@ -34,6 +34,7 @@ __all__ = [
     "StrategySpec",
     "environment_settings",
     "load_config_file",
+    "with_store_replicas",
 ]
 
 UPSTREAM_KEY_VARIABLE = "CONTEXTLEDGER_UPSTREAM_KEY"
@@ -215,7 +216,7 @@ class ServeConfig:
             given = [name.strip() for name in given.split(",") if name.strip()]
         if not isinstance(given, (list, tuple)) or not all(isinstance(name, str) and name.strip() for name in given):
             raise ConfigurationError(
-                "cache_breakpoint_models must be a list of model-name prefixes such as [\"gpt-5.6\"] (empty: "
+                'cache_breakpoint_models must be a list of model-name prefixes such as ["gpt-5.6"] (empty: '
                 f"place no OpenAI cache breakpoint), got {self.cache_breakpoint_models!r}"
             )
         object.__setattr__(self, "cache_breakpoint_models", tuple(name.strip() for name in given))
@@ -301,6 +302,53 @@ class ServeConfig:
             metrics_token=found.get("metrics_token", self.metrics_token),
             client_keys=found.get("client_keys", self.client_keys),
         )
+
+
+def with_store_replicas(
+    config: ServeConfig, read: Callable[[str], int] = replicas_available
+) -> tuple[ServeConfig, str | None]:
+    """``config`` with the replicas a Redis store's turns wait for settled against the replicas the
+    store has (``read`` asks it), and the start-up banner's line saying what a confirmed turn means.
+
+    ``WAIT N`` on a master with fewer than N replicas never succeeds, so every session turn would
+    be stored and yet answered 503.  Unset, a Redis Cluster's turns wait for one replica where
+    every master has one, and for none where one has none (said in the banner); asked for more
+    than the store has, the proxy refuses to start, naming the flag.  A store that cannot be asked
+    at start keeps what was configured, and the banner says so.
+    """
+    store = config.store
+    if not store.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
+        return config, None
+    cluster = store.startswith(CLUSTER_SCHEMES)
+    asked = config.redis_replicas
+    if asked is None and not cluster:
+        return config, None  # a single server's turns wait for no replica unless asked to
+    kind = "Redis Cluster" if cluster else "Redis server"
+    try:
+        available = read(store)
+    except ConfigurationError:
+        raise
+    except Exception as error:
+        wait = 1 if asked is None else asked
+        return replace(config, redis_replicas=wait), (
+            f"  a turn is confirmed once {wait} replica(s) have it; the {kind}'s replicas could not be read at "
+            f"start ({type(error).__name__}), so if it has fewer, restart with --redis-replicas 0"
+        )
+    if asked is not None and asked > available:
+        meaning = "the master alone confirms a turn" if not available else "as many as it has"
+        raise ConfigurationError(
+            f"--redis-replicas {asked}: the {kind} has {available} replica(s) for some master, so no turn could be "
+            f"confirmed; give --redis-replicas {available} ({meaning}), or add replicas"
+        )
+    wait = min(1, available) if asked is None else asked
+    config = replace(config, redis_replicas=wait)
+    if wait == 0:
+        why = "no replicas" if not available else f"{available} replica(s) per master, none asked for"
+        return config, (
+            f"  a turn is confirmed by its master alone: the {kind} has {why} (a failover may lose a turn a client "
+            "saw succeed); --redis-replicas N waits for N"
+        )
+    return config, f"  a turn is confirmed once {wait} replica(s) have it (WAIT; the {kind} has {available} per master)"
 
 
 def environment_settings(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
