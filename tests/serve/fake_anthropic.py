@@ -145,6 +145,8 @@ async def _events(reply: dict[str, Any], model: str) -> AsyncIterator[bytes]:
     start = {**head, "content": [], "stop_reason": None, "usage": {**reply["usage"], "output_tokens": 1}}
     yield _event("message_start", {"type": "message_start", "message": start})
     yield _event("ping", {"type": "ping"})
+    if model == "fake-unparsable":  # an event whose JSON is cut short
+        yield b'event: content_block_delta\ndata: {"type": "content_block_delta", "delta": {"text": "cut\n\n'
     for index, block in enumerate(reply["content"]):
         kind = block["type"]
         if kind == "thinking":

@@ -17,6 +17,8 @@ it behaves, so tests need no shared switch:
   as in the fake cache below): a longer request is refused as the provider refuses it (400
   ``context_length_exceeded``; chat completions state the limit and the count, the Responses API
   neither), an Anthropic one with ``prompt is too long: M tokens > N maximum``;
+- ``fake-unparsable``: a stream with an event whose JSON is cut short half-way (chat completions,
+  Responses and Messages), then the rest as usual;
 - ``fake-bulk``: an ordinary reply, but only the body's size is recorded (for tests that send
   gigabytes);
 - ``fake-drip-SECONDS``: the ordinary streamed reply, drawn out over SECONDS seconds by an empty
@@ -291,6 +293,8 @@ async def chat(request: Request) -> Response:
                 yield _chunk(model, {"content": text[:middle]})
                 if model == "fake-broken":
                     raise _Broken("the fake upstream drops the connection")
+                if model == "fake-unparsable":
+                    yield b'data: {"choices": [{"index": 0, "delta": {"content": "cut\n\n'  # JSON cut short
                 if model.startswith("fake-drip-"):
                     until = time.monotonic() + float(model.removeprefix("fake-drip-"))
                     while time.monotonic() < until:
@@ -416,6 +420,9 @@ async def responses(request: Request) -> Response:
             number += 1
             if model == "fake-broken" and index == 0:
                 raise _Broken("the fake upstream drops the connection")
+            if model == "fake-unparsable" and index == 0:
+                yield b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "delta\n\n'
+                number += 1
             if model == "fake-failed" and index == 0:
                 failed = {**response, "status": "failed", "error": {"code": "server_error", "message": "it failed"}}
                 yield event("response.failed", number, response=failed)

@@ -45,13 +45,17 @@ class MessagesAssembler:
         events, self._buffer = split_events(self._buffer, data)
         passed: list[bytes] = []
         for event in events:
-            if self._read(event):
+            verdict = self._read(event)
+            if verdict:
                 passed.append(event)
-            else:
+            elif verdict is not None:
                 self._held = event
         return passed
 
-    def _read(self, event: bytes) -> bool:
+    def _read(self, event: bytes) -> bool | None:
+        """Take in one event: ``True`` to pass it on, ``False`` to hold it back (``message_stop``),
+        ``None`` to drop it (it cannot be read: the client's SDK would fail on it before the error
+        event the broken stream ends with)."""
         payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
@@ -59,15 +63,15 @@ class MessagesAssembler:
             body = json.loads(payload)
         except ValueError:
             self.unreadable = True
-            return True
+            return None
         if not isinstance(body, dict):
             self.unreadable = True
-            return True
+            return None
         try:
             return self._take(body)
         except (TypeError, ValueError, AttributeError, KeyError):
             self.unreadable = True  # an event of the right name with the wrong shape
-            return True
+            return None
 
     def _take(self, body: dict[str, Any]) -> bool:
         kind = body.get("type")

@@ -155,13 +155,16 @@ class ResponsesAssembler:
         events, self._buffer = split_events(self._buffer, data)
         passed: list[bytes] = []
         for event in events:
-            if self._read(event):
+            verdict = self._read(event)
+            if verdict:
                 passed.append(event)
-            else:
+            elif verdict is not None:
                 self._held = event
         return passed
 
-    def _read(self, event: bytes) -> bool:
+    def _read(self, event: bytes) -> bool | None:
+        """``True`` to pass the event on, ``False`` to hold it back (the closing one), ``None`` to
+        drop it (unreadable: the stream ends in an error event the client can read instead)."""
         payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
@@ -169,7 +172,7 @@ class ResponsesAssembler:
             body = json.loads(payload)
         except ValueError:
             self.unreadable = True
-            return True
+            return None
         kind = body.get("type") if isinstance(body, dict) else None
         if kind in _FAILING:
             self.error = body
@@ -177,13 +180,14 @@ class ResponsesAssembler:
             response = body.get("response")
             if not isinstance(response, dict) or not isinstance(response.get("output"), list):
                 self.unreadable = True
-                return True
+                return None
             self._response = response
             usage = response.get("usage")
             self.usage = usage if isinstance(usage, dict) else None
             return False
         elif not isinstance(kind, str):
             self.unreadable = True
+            return None
         return True
 
     @property

@@ -4,7 +4,8 @@ The proxy forwards each event as soon as it is complete, and reads it on the way
 assistant message the session stores (text deltas joined, tool-call deltas joined per index).
 A stream counts as finished only when the upstream said so (``data: [DONE]``, or a choice with a
 ``finish_reason`` before a clean end); anything else is a broken stream, and a broken stream
-stores nothing.
+stores nothing.  An event that cannot be read is not passed on: a client's SDK would fail on it
+before it reached the error event that says what happened.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ class StreamAssembler:
         return [event for event in events if self._read(event)]
 
     def _read(self, event: bytes) -> bool:
-        """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself, and
-        for a usage chunk the client did not ask for."""
+        """Take in one event; ``False`` for the ``[DONE]`` marker, which the caller sends itself, for
+        a usage chunk the client did not ask for, and for an event that is not a JSON object (the
+        stream is then broken, and ends in an error event the client can read)."""
         payload = event_data(event)
         if not payload:
             return True  # a comment or keep-alive
@@ -85,10 +87,10 @@ class StreamAssembler:
             chunk = json.loads(payload)
         except ValueError:
             self.unreadable = True
-            return True
+            return False  # not the client's to parse: the stream ends in an error event instead
         if not isinstance(chunk, dict):
             self.unreadable = True
-            return True
+            return False
         if "error" in chunk:
             self.error = chunk
             return True
