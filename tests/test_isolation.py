@@ -1,7 +1,9 @@
 """A test that crashes its process fails alone, and a run that dies leaves no server behind.
 
 Each check runs a throwaway test file in a pytest of its own, loaded with ``tests.isolation`` as
-the suite loads it, so the crash or the death is real and the outer run survives to look.
+the suite loads it, so the crash or the death is real and the outer run survives to look.  The
+suite runs spread over pytest-xdist's workers (``./dev test``), so the crash and the death are
+checked in a worker too.
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ def test_the_run_goes_on():
 """
 
 
-def run_throwaway(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+WORKERS = [pytest.param((), id="one-process"), pytest.param(("-n", "2"), id="xdist-workers")]
+"""How the throwaway run runs: in one process, or spread over two xdist workers as the suite is."""
+
+
+def run_throwaway(tmp_path: Path, source: str, options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     sample = tmp_path / "test_throwaway.py"
     sample.write_text(source, encoding="utf-8")
     environment = {key: value for key, value in os.environ.items() if key != "CI"}
     environment["PYTHONPATH"] = str(ROOT)
-    command = [sys.executable, "-m", "pytest", "-p", "tests.isolation", "-p", "no:cacheprovider", "-q"]
+    command = [sys.executable, "-m", "pytest", "-p", "tests.isolation", "-p", "no:cacheprovider", "-q", *options]
     command += ["-o", "markers=local_model: x", "--rootdir", str(tmp_path), str(sample)]
     return subprocess.run(
         command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120, check=False
@@ -61,8 +67,11 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_test_that_crashes_its_process_fails_alone_and_the_run_reaches_its_summary(tmp_path: Path) -> None:
-    result = run_throwaway(tmp_path, CRASHING)
+@pytest.mark.parametrize("options", WORKERS)
+def test_a_test_that_crashes_its_process_fails_alone_and_the_run_reaches_its_summary(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    result = run_throwaway(tmp_path, CRASHING, options)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 failed, 1 passed" in result.stdout
     assert "crashed with signal 6 (SIGABRT)" in result.stdout  # what killed it, named in the failure
@@ -83,8 +92,10 @@ def test_starts_a_server_then_the_whole_run_dies():
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the reaper finds processes through /proc (Linux)")
-def test_a_run_that_dies_stops_the_processes_it_started(tmp_path: Path) -> None:
-    result = run_throwaway(tmp_path, DYING_WITH_A_CHILD)
+@pytest.mark.parametrize("options", WORKERS)
+def test_a_run_that_dies_stops_the_processes_it_started(tmp_path: Path, options: tuple[str, ...]) -> None:
+    # Under xdist the process that dies is the worker: its own reaper stops what it started.
+    result = run_throwaway(tmp_path, DYING_WITH_A_CHILD, options)
     assert result.returncode != 0
     assert gone_within(int((tmp_path / "child.pid").read_text())), "the child of a dead run is still running"
     assert "stopping 1 process(es) the test run left running: python" in result.stderr
