@@ -166,6 +166,22 @@ class Agent:
         for provider in [*providers, *self._client_providers]:
             if isinstance(provider, ContextProvider):
                 provider.bind(self)
+        # Tools the providers offer the model (a compaction provider's recall_context, say): run
+        # like the agent's own; a provider among the agent's that offers any has the request
+        # made again before every call, so it sees (and may compact) what the run generated.
+        self._provider_tools: dict[str, FunctionTool] = {}
+        for provider in [*providers, *self._client_providers]:
+            if isinstance(provider, ContextProvider):
+                for offered in provider.model_tools():
+                    if offered.name in self.tools or offered.name in self._provider_tools:
+                        raise ConfigurationError(
+                            f"{provider!r} offers the model a tool named {offered.name!r}, and the agent already "
+                            "has one by that name; rename the agent's tool"
+                        )
+                    self._provider_tools[offered.name] = offered
+        self._reshape_each_call = any(
+            isinstance(p, ContextProvider) and p.model_tools() for p in self.context_providers
+        )
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)}, providers={len(self.context_providers)})"
@@ -263,19 +279,19 @@ class Agent:
             else []
         )
         view: Sequence[Message] | None = None
-        tool_specs = tuple(t.to_openai() for t in self.tools.values())
+        tool_specs = tuple(t.to_openai() for t in [*self.tools.values(), *self._provider_tools.values()])
         calls: list[ModelCall] = []
         for _ in range(self.max_tool_rounds):
             # The call's span opens before its request is shaped, so the providers' work on the
             # first request (a compaction) is traced as a child of the call it shaped.
             with traced_model_request(self.client) as traced:
-                if view is None:
+                if view is None or self._reshape_each_call:
                     # Read in place, never copied: a provider pays for what it reads of a long history.
-                    view = context._request()
+                    view = context._request(generated=self._reshape_each_call)
                     for provider in self.context_providers:
                         if isinstance(provider, ContextProvider):
                             view = await provider.prepare_request(view, context)
-                request = [*head, *view, *context.generated]
+                request = [*head, *view] if self._reshape_each_call else [*head, *view, *context.generated]
                 if tool_specs:
                     reply = await traced.answer(self.client.get_response(request, tools=tool_specs))
                 else:
@@ -301,10 +317,10 @@ class Agent:
         )
 
     async def _call_tool(self, call: FunctionCallContent) -> str:
-        function = self.tools.get(call.name)
+        function = self.tools.get(call.name) or self._provider_tools.get(call.name)
         try:
             if function is None:
-                known = ", ".join(self.tools) or "none"
+                known = ", ".join([*self.tools, *self._provider_tools]) or "none"
                 raise ToolError(f"there is no tool named {call.name!r}; the tools are: {known}")
             return await function.invoke(call.arguments)
         except Exception as error:

@@ -10,7 +10,9 @@ Two different promises, and the drift lab exists to compare them:
   dropped is gone for good.
 
 The request view kept per session lives in ``_view.py``; the retained history's reducer, and
-the stateless :class:`ReducedHistoryProvider`, in ``_retained.py``.
+the stateless :class:`ReducedHistoryProvider`, in ``_retained.py``.  With ``agent_tools=True`` the
+model gets its own controls (``recall_context``, ``compact_context``): references and recall live
+in ``_recall.py``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,22 @@ from contextledger.agents._context import (
     ContextProvider,
     RequestMessages,
     RunContext,
+    current_run,
 )
 from contextledger.agents._history import kept_history, session_history
+from contextledger.agents._recall import (
+    COMPACT_DESCRIPTION,
+    COMPACT_TOOL,
+    RECALL_DESCRIPTION,
+    RECALL_TOOL,
+    References,
+    annotated_projection,
+    locate,
+    render_recalled,
+)
 from contextledger.agents._retained import HistoryReducer, check_strategy
 from contextledger.agents._session import Session
+from contextledger.agents._tools import FunctionTool, tool
 from contextledger.agents._view import RequestView, fingerprint, same_count
 from contextledger.compaction import CompactionStrategy, MessageIndex, resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
@@ -46,6 +60,8 @@ _FREEZE_AT = 32
 # Whether a view built again (the history changed under it) leaves out the excluded turns it
 # starts with at once; off only to check that doing so changes no request.
 _FREEZE_ON_REBUILD = True
+# The most characters recall_context returns of one reference unless the provider says otherwise.
+RECALL_LIMIT = 16_000
 
 
 class CompactionProvider(ContextProvider):
@@ -60,6 +76,16 @@ class CompactionProvider(ContextProvider):
     write as the turn when that history is the agent's only one and a
     :class:`~contextledger.history.TurnRewriter` (the built-in ones are), else
     right after the turn is stored.
+
+    ``agent_tools=True`` hands the model two tools, offered in every call of
+    the run (and the request view is then made before every call, as on the
+    client): ``recall_context(ref)`` returns what a collapsed line or a
+    notice of messages set aside stands for, as the history stores it now
+    (at most ``recall_limit`` characters, cut with a marker that says so),
+    and ``compact_context(note?)`` applies ``before_strategy`` at the call
+    boundary as though its trigger had fired, answering with the tokens
+    before and after.  Collapsed lines and notices then carry ``ref="..."``;
+    without it nothing the strategies write changes.
     """
 
     def __init__(
@@ -70,6 +96,8 @@ class CompactionProvider(ContextProvider):
         history_source_id: str = "in_memory",
         tokenizer: Tokenizer | None = None,
         source_id: str = "compaction",
+        agent_tools: bool = False,
+        recall_limit: int = RECALL_LIMIT,
     ) -> None:
         self.before_strategy = check_strategy(before_strategy, "before_strategy")
         self.after_strategy = check_strategy(after_strategy, "after_strategy")
@@ -85,6 +113,27 @@ class CompactionProvider(ContextProvider):
         self._after_tokenizer = resolve_tokenizer(self.after_strategy, tokenizer) if self.after_strategy else None
         self._loose_view: RequestView | None = None  # for calls made outside any agent run
         self._state_key = f"compaction:{source_id}"
+        if not isinstance(agent_tools, bool):
+            raise ConfigurationError(f"agent_tools must be True or False, got {agent_tools!r}")
+        if agent_tools and self.before_strategy is None:
+            raise ConfigurationError(
+                "agent_tools=True needs a before_strategy: the tools recall what the request view set aside "
+                "and compact that view"
+            )
+        if isinstance(recall_limit, bool) or not isinstance(recall_limit, int) or recall_limit < 200:
+            raise ConfigurationError(f"recall_limit must be an int of at least 200 characters, got {recall_limit!r}")
+        self.agent_tools = agent_tools
+        self.recall_limit = recall_limit
+        self._refs_key = f"compaction:{source_id}:refs"
+        self._loose_refs: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        self._tools: tuple[FunctionTool, ...] = (
+            (
+                tool(self.recall_context, name=RECALL_TOOL, description=RECALL_DESCRIPTION),
+                tool(self.compact_context, name=COMPACT_TOOL, description=COMPACT_DESCRIPTION),
+            )
+            if agent_tools
+            else ()
+        )
 
     def __repr__(self) -> str:
         return (
@@ -118,9 +167,69 @@ class CompactionProvider(ContextProvider):
                 base = head + len(added)
         view = self._view(messages, head, base, context)
         await traced_index_compaction(self.before_strategy, view.index)
-        projection = view.index.projection()
+        if self.agent_tools:
+            projection = annotated_projection(view, messages, base, self._references(context))
+        else:
+            projection = view.index.projection()
         view.freeze_dropped_prefix(self._before_tokenizer, _FREEZE_AT)
         return [*messages[:head], *projection]
+
+    # The model's own controls (agent_tools=True) ------------------------------------------------
+
+    def model_tools(self) -> tuple[FunctionTool, ...]:
+        return self._tools
+
+    def _references(self, context: RunContext | None) -> References:
+        if context is None:
+            return References(*self._loose_refs)
+        state = context.session.state.setdefault(self._refs_key, {})
+        return References(state, context.session.cache(self))
+
+    async def recall_context(self, ref: str) -> str:
+        """What ``ref`` stands for, as the stored history holds it now (see the class docstring)."""
+        context = current_run.get()
+        wanted = ref.strip().strip('"')
+        if context is None:
+            return "Error: recall_context answers inside an agent run only; nothing was recalled."
+        issued = self._references(context).find(wanted)
+        if issued is None:
+            return (
+                f'Error: ref="{wanted}" names nothing this conversation set aside: no collapsed line or notice '
+                "carried it. Use a ref exactly as it is written there."
+            )
+        found = locate(context.conversation, wanted, issued)
+        if found is None:
+            return (
+                f'Error: ref="{wanted}" named {issued.count} message(s) that are no longer in the stored history: '
+                "a retained-history reduction removed them, so they cannot be recalled."
+            )
+        return render_recalled(wanted, found, self.recall_limit)
+
+    async def compact_context(self, note: str | None = None) -> str:
+        """Apply ``before_strategy`` now, at the boundary before the run's next call, as though its
+        trigger had fired; the request of the call that asked is already sent and stays as it was."""
+        context = current_run.get()
+        assert self.before_strategy is not None
+        view: RequestView | None = context.session.cache(self).get("view") if context is not None else None
+        if context is None or view is None:
+            return "Error: compact_context answers inside an agent run, after its first call; nothing was compacted."
+        # Bring the view up to what the next call sends (this reply's call included), then force.
+        conversation = context.conversation
+        view.index.update([*view.context, *conversation[view.frozen_count :]])
+        before = view.index.included_tokens
+        await self.before_strategy.compact(view.index, force=True)
+        after = view.index.included_tokens
+        estimate = " (estimated)" if self._before_tokenizer is not None and self._before_tokenizer.is_estimate else ""
+        said = f" Note: {note.strip()}." if isinstance(note, str) and note.strip() else ""
+        if after >= before:
+            return (
+                f"Nothing to compact: {self.before_strategy.name} found nothing it may set aside; the conversation "
+                f"stays at {before} tokens{estimate}.{said}"
+            )
+        return (
+            f"Compacted with {self.before_strategy.name}: the conversation sent goes from {before} to {after} "
+            f"tokens{estimate} from the next call on; what was set aside carries a ref for recall_context.{said}"
+        )
 
     def _view(self, messages: Sequence[Message], head: int, base: int, context: RunContext | None) -> RequestView:
         """The session's view, brought up to ``messages``; positions are offsets, so that no

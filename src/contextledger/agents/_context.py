@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, overload
 from contextledger._tracing import traced_model_request
 from contextledger.agents._response import AgentResponse
 from contextledger.agents._session import Session
+from contextledger.agents._tools import FunctionTool
 from contextledger.clients import ChatClient, ChatResponse
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.history import HistoryProvider, HistoryVersion
@@ -287,15 +288,18 @@ class RunContext:
         on)."""
         return self._rewritten.get(source_id)
 
-    def _request(self) -> RequestMessages:
+    def _request(self, *, generated: bool = False) -> RequestMessages:
         """The providers' messages, the history and the input, as the first model call sends them
-        (before any provider rewrites it), read in place (see :class:`RequestMessages`)."""
+        (before any provider rewrites it), read in place (see :class:`RequestMessages`); with
+        ``generated``, what the run produced so far too (a later call's request)."""
         context = self.context_messages
         inputs = self.input_messages
+        made = self.generated if generated else []
         return RequestMessages(
             (context, len(context)),
             (self._history_messages, self._history_count),
             (inputs, len(inputs)),
+            (made, len(made)),
         )
 
 
@@ -326,6 +330,14 @@ class ContextProvider:
         Return a new sequence (a list) to change the request; never change ``messages``.
         """
         return messages
+
+    def model_tools(self) -> Sequence[FunctionTool]:
+        """Tools this provider offers the model in every call of a run (none by default).
+
+        An agent with such a provider makes its request view before every call of the tool loop
+        (the provider's ``prepare_request`` then sees the run's generated messages too), and runs
+        these tools when the model calls them, as it runs its own."""
+        return ()
 
     async def before_store(self, context: RunContext) -> None:
         """After the model's last reply, before the turn is stored: the place to ask for a

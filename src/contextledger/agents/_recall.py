@@ -1,0 +1,231 @@
+"""The model's own controls over compaction: references to what was set aside, and getting it back.
+
+A request view never deletes: a collapsed tool result or an excluded exchange stays in the stored
+history, and only the request leaves it out.  With ``agent_tools=True`` a
+:class:`~contextledger.agents.CompactionProvider` lets the model reach it: every collapsed line and
+every notice of messages set aside carries a reference, ``ref="..."``, and the model may call
+``recall_context(ref)`` to read that group as stored, or ``compact_context(note?)`` to have the
+request compacted now.
+
+A reference is derived from the content of what it names (a digest of its messages), so the line
+that carries it reads the same on every request and the cached prefix survives.  The session keeps
+where each reference it handed out points (positions in the stored conversation and the shape of
+the messages there, never their text: a ``forget`` must leave no copy behind), so recall reads the
+stored history as it is now: rewritten by a forget, it returns the rewritten text; reduced by a
+retained-history reduction that removed the messages, it says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
+from contextledger.agents._view import RequestView, fingerprint
+from contextledger.compaction import GroupKind, MessageGroup, set_aside_notice, with_reference
+from contextledger.messages import FunctionCallContent, FunctionResultContent, Message, TextContent
+
+__all__ = [
+    "COMPACT_DESCRIPTION",
+    "COMPACT_TOOL",
+    "RECALL_DESCRIPTION",
+    "RECALL_TOOL",
+    "References",
+    "annotated_projection",
+    "locate",
+    "reference",
+    "render_recalled",
+]
+
+RECALL_TOOL = "recall_context"
+COMPACT_TOOL = "compact_context"
+RECALL_DESCRIPTION = (
+    'Read back, as stored, what this conversation set aside: pass the ref="..." written in a collapsed line '
+    "or in a notice of messages set aside."
+)
+COMPACT_DESCRIPTION = (
+    "Compact this conversation now: from your next call on, older parts are collapsed or set aside (each "
+    "with a ref you can recall). Answers with the tokens before and after."
+)
+_TOOL_RESULTS = "tool_results"  # the origin a tool-result collapse gives the lines it writes
+
+
+def reference(messages: Sequence[Message]) -> str:
+    """The reference of a group (or a run of groups): a digest of its messages, the same for the
+    same content on every request."""
+    digest = hashlib.sha256("\n".join(map(fingerprint, messages)).encode("ascii"))
+    return digest.hexdigest()[:12]
+
+
+def shape(messages: Sequence[Message]) -> str:
+    """What a ``forget`` leaves as it was: the roles and the call ids (a scrubbed message keeps both)."""
+    parts: list[str] = []
+    for message in messages:
+        ids = [c.call_id for c in message.contents if isinstance(c, (FunctionCallContent, FunctionResultContent))]
+        parts.append(f"{message.role}:{','.join(ids)}")
+    return hashlib.sha256("|".join(parts).encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """Where a reference handed out to the model points: ``count`` messages from ``start`` of the
+    stored conversation, with their :func:`shape`."""
+
+    start: int
+    count: int
+    shape: str
+
+    def to_json(self) -> list[Any]:
+        return [self.start, self.count, self.shape]
+
+    @classmethod
+    def from_json(cls, value: object) -> Issued | None:
+        if (
+            isinstance(value, list)
+            and len(value) == 3
+            and isinstance(value[0], int)
+            and isinstance(value[1], int)
+            and isinstance(value[2], str)
+        ):
+            return cls(value[0], value[1], value[2])
+        return None
+
+
+class References:
+    """The references a session's request view has handed out, kept in the session's state (as
+    JSON) so a restored session recalls what its model was shown; digests are cached per message
+    object, so a long history is not hashed again on every call."""
+
+    def __init__(self, state: dict[str, Any], cache: dict[str, Any]) -> None:
+        self._issued: dict[str, Any] = state
+        self._digests: dict[tuple[int, int, int], tuple[Message, Message, str]] = cache.setdefault("digests", {})
+
+    def issue(self, messages: Sequence[Message], start: int) -> str:
+        """The reference of ``messages`` (the stored conversation's, from ``start``), noted as issued."""
+        key = (id(messages[0]), id(messages[-1]), len(messages))
+        known = self._digests.get(key)
+        if known is not None and known[0] is messages[0] and known[1] is messages[-1]:
+            ref = known[2]
+        else:
+            ref = reference(messages)
+            self._digests[key] = (messages[0], messages[-1], ref)
+        issued = Issued(start, len(messages), shape(messages)).to_json()
+        if self._issued.get(ref) != issued:
+            self._issued[ref] = issued
+        return ref
+
+    def find(self, ref: str) -> Issued | None:
+        return Issued.from_json(self._issued.get(ref))
+
+
+def locate(conversation: Sequence[Message], ref: str, issued: Issued) -> list[Message] | None:
+    """The messages ``ref`` names in the stored conversation as it is now, or None if they are gone.
+
+    Where they were, unchanged or rewritten by a forget (same roles and call ids, a forget marker
+    in place of what changed); else anywhere, unchanged (a reduction moved them); else nowhere."""
+    start, count = issued.start, issued.count
+    there = list(conversation[start : start + count])
+    if len(there) == count:
+        if reference(there) == ref:
+            return there
+        if shape(there) == issued.shape and any(
+            FORGOTTEN_MARKER in text or REMOVED_MARKER in text for message in there for text in message.payload_texts()
+        ):
+            return there
+    prints = [fingerprint(message) for message in conversation]
+    for at in range(len(conversation) - count + 1):
+        joined = "\n".join(prints[at : at + count])
+        if hashlib.sha256(joined.encode("ascii")).hexdigest()[:12] == ref:
+            return list(conversation[at : at + count])
+    return None
+
+
+def render_recalled(ref: str, messages: Sequence[Message], limit: int) -> str:
+    """The recalled messages as text the model reads, within ``limit`` characters (said so, and
+    cut with a marker, beyond it)."""
+    names = {c.call_id: c.name for m in messages for c in m.contents if isinstance(c, FunctionCallContent)}
+    lines: list[str] = []
+    for message in messages:
+        for content in message.contents:
+            if isinstance(content, FunctionCallContent):
+                lines.append(f"{message.role} called {content.name}({content.arguments}) [call {content.call_id}]")
+            elif isinstance(content, FunctionResultContent):
+                name = names.get(content.call_id, "a tool")
+                lines.append(f"tool result of {name} [call {content.call_id}]:\n{content.result}")
+        if message.text:
+            lines.append(f"{message.role}: {message.text}")
+    body = "\n".join(lines)
+    count = len(messages)
+    head = f'[recalled ref="{ref}": {count} message{"s" if count != 1 else ""} as stored]'
+    if len(body) <= limit:
+        return f"{head}\n{body}"
+    left = len(body) - limit
+    return (
+        f"{head[:-1]}, cut at {limit} of {len(body)} characters]\n{body[:limit]}\n"
+        f"[... cut here: {left} more characters; recall_context returns at most {limit}]"
+    )
+
+
+def _positions(view: RequestView) -> Iterator[tuple[MessageGroup, int | None]]:
+    """Each group of the view's index with its position in the stored conversation (None for a
+    group a strategy wrote, and negative for the providers' context messages)."""
+    position = -len(view.context)  # in the index, whose conversation part starts after the frozen prefix
+    frozen = view.frozen_count
+    for group in view.index.groups:
+        if group.kind is GroupKind.SUMMARY and group.replaces:
+            yield group, None
+            continue
+        yield group, position if position < 0 else position + frozen
+        position += group.message_count
+
+
+def annotated_projection(
+    view: RequestView, messages: Sequence[Message], base: int, references: References
+) -> list[Message]:
+    """The view's projection with references: each collapsed tool result's line carries the
+    reference of its group, and a notice carrying the reference of a run of messages set aside
+    stands where the run was (the frozen prefix included).  Everything else is as projected.
+    ``messages[base:]`` is the stored conversation the view was brought up to."""
+    groups = list(_positions(view))
+    start_of: dict[int, int] = {id(group): at for group, at in groups if at is not None}
+    stands_in = {id(original) for group, at in groups if at is None and group.included for original in group.replaces}
+    out: list[Message] = []
+    run_start: int | None = 0 if view.frozen_count else None
+    run_end = view.frozen_count
+
+    def close() -> None:
+        nonlocal run_start
+        if run_start is not None and run_end > run_start:
+            run = messages[base + run_start : base + run_end]  # a slice copies only the run
+            ref = references.issue(run, run_start)
+            out.append(set_aside_notice(sum(1 for m in run if m.role != "system"), ref=ref))
+        run_start = None
+
+    for group, at in groups:
+        if at is None:  # a line a strategy wrote
+            if group.excluded:
+                continue
+            close()
+            message = group.messages[0]
+            originals = group.replaces
+            if group.origin == _TOOL_RESULTS and len(originals) == 1 and id(originals[0]) in start_of:
+                begin = start_of[id(originals[0])]
+                if begin >= 0:
+                    ref = references.issue(originals[0].messages, begin)
+                    message = dataclasses.replace(message, contents=(TextContent(with_reference(message.text, ref)),))
+            out.append(message)
+            continue
+        if group.included:
+            close()
+            out.extend(group.messages)
+            continue
+        if id(group) in stands_in or at < 0:
+            continue  # a live line stands for it, or a provider's context message: nothing to recall
+        if run_start is None:
+            run_start = at
+        run_end = at + group.message_count
+    close()
+    return out
