@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from tests.serve.conftest import FakeUpstream, StartProxy
 from tests.serve.near_valid import FUZZ_KEY, Client, near_valid_bodies, strict_refusal
+from tests.sizes import sized
 
 KEY = FUZZ_KEY
-BODIES = 2_000
+BODIES = sized(full=2_000, small=300)
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 

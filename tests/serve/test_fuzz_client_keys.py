@@ -21,10 +21,11 @@ from typing import Any
 from tests.serve.conftest import FakeUpstream, StartProxy
 from tests.serve.near_valid import Client, near_valid_bodies, strict_refusal
 from tests.serve.test_fuzz_messages import mutated
+from tests.sizes import sized
 
 SERVER_KEY = "sk-server-fuzz-key-41"
 ALPHA, BETA, GAMMA = "sk-alpha-fuzz-1", "sk-beta-fuzz-2", "sk-gamma-fuzz-3"
-REQUESTS = 3_000
+REQUESTS = sized(full=3_000, small=400)
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 # Each way of presenting (or not) a key, and whether it names a known client.

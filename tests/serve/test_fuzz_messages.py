@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from tests.history.support import RedisServer
 from tests.serve.conftest import FakeUpstream, StartProxy
+from tests.sizes import sized
 
 from contextledger.messages import anthropic_problems
 
 KEY = "sk-ant-fuzz-tenant-3"
-BODIES = 400
+BODIES = sized(full=400, small=100)
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.serve.conftest import FakeUpstream, StartProxy
+from tests.sizes import sized
 
 from contextledger.messages import responses_problems
 
 KEY = "sk-responses-fuzz-5"
-BODIES = 1_500
+BODIES = sized(full=1_500, small=250)
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 ODD_VALUES: list[Any] = [None, "", 0, -1, True, [], {}, "x" * 300, "\u202e\U0001f600", {"type": "unknown"}, [None]]
 

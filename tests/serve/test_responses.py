@@ -22,6 +22,7 @@ from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, StartProxy
 from tests.serve.near_valid import FUZZ_KEY, Client, dump
 from tests.serve.near_valid import _mutate as mutate
+from tests.sizes import sized
 
 from contextledger.messages import from_responses, validate
 
@@ -160,7 +161,7 @@ def test_bad_input_and_upstream_errors_answer_in_the_apis_shape(
 
 # Hostile input -------------------------------------------------------------------------------
 
-FUZZ_BODIES = 1_500
+FUZZ_BODIES = sized(full=1_500, small=250)
 
 
 def responses_input(rng: random.Random) -> list[dict[str, Any]]:
