@@ -29,7 +29,8 @@ is, and a missing one raises :class:`~contextledger.exceptions.MissingExtraError
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import select
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,8 +155,42 @@ def open_pool(
         timeout=connect_timeout,
         kwargs={"autocommit": True, "connect_timeout": max(1, round(connect_timeout))},
         name=feature,
+        check=_checked_async(flavour) if asynchronous else _checked(flavour),
     )
     return PostgresPool(pool, f"Postgres at {redact(target)}", True, target, psycopg, pools)
+
+
+def _spoke_unasked(connection: Any) -> bool:
+    """Whether an idle connection has something to read: the server spoke unasked, which on a
+    connection between statements means it is going away (a restarted server's farewell, or its
+    socket closed).  A look at the socket, no round trip."""
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _checked(flavour: Any) -> Callable[[Any], None]:
+    """The pool's check of a connection handed out: a round trip only for one the server spoke on
+    while it sat in the pool; one that fails it is thrown away and another one handed out, so a
+    restarted server costs no request its dead connections."""
+
+    def check(connection: Any) -> None:
+        if connection.closed or _spoke_unasked(connection):
+            flavour.check_connection(connection)
+
+    return check
+
+
+def _checked_async(flavour: Any) -> Callable[[Any], Awaitable[None]]:
+    """:func:`_checked` for an asyncio pool."""
+
+    async def check(connection: Any) -> None:
+        if connection.closed or _spoke_unasked(connection):
+            await flavour.check_connection(connection)
+
+    return check
 
 
 def ensure_schema(postgres: PostgresPool, namespace: str) -> None:

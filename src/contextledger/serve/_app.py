@@ -50,7 +50,7 @@ from contextledger.serve._client_gate import ClientGate, Doorkeeper  # noqa: E40
 from contextledger.serve._client_keys import ClientKeys  # noqa: E402
 from contextledger.serve._client_limits import ClientLimits  # noqa: E402
 from contextledger.serve._config import ServeConfig  # noqa: E402
-from contextledger.serve._errors import UnexpectedErrors, http_error  # noqa: E402
+from contextledger.serve._errors import UnexpectedErrors, http_error, store_failure  # noqa: E402
 from contextledger.serve._flow import SessionFlow, unknown_session  # noqa: E402
 from contextledger.serve._health import Readiness, metrics_refusal  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
@@ -88,9 +88,7 @@ _log = logging.getLogger("uvicorn.error")
 def _error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
     """The answer to a refused request; a failing session store (history or facts) is a 503."""
     if not isinstance(error, ProxyError):
-        error = ProxyError(
-            f"the session store failed: {error}", status=503, error_type="server_error", code="store_unavailable"
-        )
+        error = store_failure(error, "the session store failed")
     return JSONResponse(
         error_body(str(error), error.error_type, error.code), status_code=error.status, headers=error.headers
     )

@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from contextledger.exceptions import ProxyError
 from contextledger.serve._upstream import anthropic_error, error_body
 
-__all__ = ["UnexpectedErrors", "anthropic_path", "http_error"]
+__all__ = ["UnexpectedErrors", "anthropic_path", "http_error", "store_failure"]
 
 _log = logging.getLogger("uvicorn.error")  # the server's own error log, where tracebacks always went
 
@@ -60,6 +61,20 @@ class UnexpectedErrors:
             else:
                 body = error_body(said, "server_error")
             await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
+def store_failure(error: BaseException, said: str, *, error_type: str = "server_error") -> ProxyError:
+    """The 503 for a session store that failed, ``said`` in the client's terms.
+
+    The store's own message names the database's address and the session's key inside the store
+    (its tenant's hash): the operator's to read, in the proxy's log, not a client's."""
+    _log.warning("%s: %s", said, error)
+    return ProxyError(
+        f"{said}: the session store is unavailable or failed (the proxy's log says why); retry shortly",
+        status=503,
+        error_type=error_type,
+        code="store_unavailable",
+    )
 
 
 def anthropic_path(path: str) -> bool:

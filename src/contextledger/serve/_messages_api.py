@@ -46,6 +46,7 @@ from contextledger.messages import (
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
 from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
+from contextledger.serve._errors import store_failure
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._relay import Relay, Wire
 from contextledger.serve._replies import REPLY_PROPERTY
@@ -66,9 +67,7 @@ __all__ = ["MESSAGES_WIRE", "MessagesFormat", "anthropic_error_response", "parse
 def anthropic_error_response(error: ProxyError | HistoryError | FactsError) -> JSONResponse:
     """The answer to a refused request, in Anthropic's shape; a failing store is a 503."""
     if not isinstance(error, ProxyError):
-        error = ProxyError(
-            f"the session store failed: {error}", status=503, error_type="api_error", code="store_unavailable"
-        )
+        error = store_failure(error, "the session store failed", error_type="api_error")
     body = anthropic_error(str(error), error.status, error.error_type, error.code)
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 

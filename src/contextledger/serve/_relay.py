@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from contextledger._tracing import UpstreamCallTrace, trace_upstream_call
 from contextledger.clients import read_usage
 from contextledger.exceptions import ContextLedgerError, ProxyError
+from contextledger.serve._errors import store_failure
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._stream import StreamAssembler, sse_event
 from contextledger.serve._upstream import (
@@ -198,12 +199,7 @@ class Relay:
                 except ProxyError as error:
                     failure = error
                 except ContextLedgerError as error:
-                    failure = ProxyError(
-                        f"the turn could not be stored: {error}",
-                        status=503,
-                        error_type="server_error",
-                        code="store_unavailable",
-                    )
+                    failure = store_failure(error, "the turn could not be stored")
             if failure is not None:
                 outcome = "broken"
                 if finish is not None:

@@ -32,6 +32,7 @@ from contextledger.exceptions import (  # noqa: E402
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
 from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
+from contextledger.serve._errors import store_failure  # noqa: E402
 from contextledger.serve._kept import KeptSessions  # noqa: E402
 from contextledger.serve._metrics import Metrics  # noqa: E402
 from contextledger.serve._sessions import Sessions  # noqa: E402
@@ -158,12 +159,7 @@ class SessionTurns:
             ) from None
         except (HistoryError, FactsError) as error:  # the facts' store, before anything was written
             self.metrics.count(self.metrics.turns, "failed")
-            raise ProxyError(
-                f"the turn could not be stored and nothing was stored ({error})",
-                status=503,
-                error_type="server_error",
-                code="store_unavailable",
-            ) from None
+            raise store_failure(error, "the turn could not be stored and nothing was stored") from None
         if not outcome.stored:
             return False
         self.metrics.count(self.metrics.turns, "stored")
