@@ -79,6 +79,8 @@ class Grouper:
         self._provisional: list[int] = []  # trailing reasoning-only groups that may still join a call
         self._waiting: dict[str, int] = {}  # call id -> the group whose call still waits for it
         self._linked: list[int] = []  # earlier groups the last append linked a new result to
+        # (messages read, position of the newest with a provider compaction item): see _boundary
+        self.compaction_scan: tuple[int, int | None] = (0, None)
 
     def append(self, messages: Iterable[Message]) -> None:
         """Group and count ``messages`` as if they followed what is already indexed.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from itertools import compress, repeat
 from operator import add, ne
 from typing import Any, cast
@@ -29,6 +30,7 @@ from contextledger.compaction._marking import Marking
 from contextledger.compaction._metrics import Metrics
 from contextledger.compaction._table import (
     _TOOL_CALL,
+    _USER,
     CompactionEvent,
     GroupColumns,
     MessageGroup,
@@ -244,6 +246,63 @@ class MessageIndex:
             )
         )
         return True
+
+    @property
+    def pinned_ids(self) -> frozenset[int] | set[int]:
+        """Groups no change may take while a strategy runs: a provider's compaction item and the
+        user message before it (see ``_boundary``); a strategy leaves them out of its candidates
+        so that its arithmetic counts them as sent.  Empty outside a strategy's run."""
+        return self._marking.pinned
+
+    @contextmanager
+    def holding(self, groups: Iterable[int]) -> Iterator[None]:
+        """Pin ``groups`` (with their whole units) for the time of the ``with`` block: no exclusion
+        or replacement takes them (see :attr:`pinned_ids`); the pins before are restored after."""
+        marking, table = self._marking, self._table
+        ids = marking.checked_ids(groups, "holding")
+        previous = marking.pinned
+        marking.pinned = previous | set(table.with_units(ids) if table.unit else ids)
+        try:
+            yield
+        finally:
+            marking.pinned = previous
+
+    def provider_compaction_ids(self) -> list[int]:
+        """The group holding the newest indexed message with a provider compaction item (see
+        :attr:`Message.is_provider_compaction`) and, when it has one, the user group that opened
+        its turn; empty when no message holds one.  Excluded groups are found too.
+
+        The messages are read once per index: a later call reads only those appended since."""
+        grouper, table = self._grouper, self._table
+        source = grouper.source
+        scanned, found = grouper.compaction_scan
+        for position in range(len(source) - 1, min(scanned, len(source)) - 1, -1):
+            message = source[position]
+            if message.role == "assistant" and message.is_provider_compaction:
+                found = position
+                break
+        grouper.compaction_scan = (len(source), found)
+        if found is None:
+            return []
+        target = source[found]
+        pool, first, size, kind, turn = table.pool, table.first, table.size, table.kind, table.turn
+        order = self._marking.order()
+        for at in range(len(order) - 1, -1, -1):
+            group = order[at]
+            start = first[group]
+            if any(pool[p] is target for p in range(start, start + size[group])):
+                break
+        else:
+            return []
+        own = turn[group]
+        if not own:
+            return [group]
+        for earlier in reversed(order[:at]):  # back through its turn to the user message opening it
+            if kind[earlier] is _USER and turn[earlier] == own:
+                return [group, earlier]
+            if turn[earlier] is not None and turn[earlier] != own:
+                break
+        return [group]
 
     # Changing groups, by id (the marking part does it) ------------------------------------------
 

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import is_
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from contextledger.compaction._metrics import Metrics
 from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup, _Table, gather
@@ -29,6 +29,8 @@ from contextledger.messages import Message, assistant_text_message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = ["Marking"]
+
+_V = TypeVar("_V")
 
 
 class Marking:
@@ -52,6 +54,9 @@ class Marking:
         # they were inserted: two flat lists, so inserting thousands of summaries costs two extends.
         self._anchors: list[int] = []
         self._inserted: list[int] = []
+        # Groups no change may take while a strategy runs (a provider's compaction item and the
+        # user message before it, whole units: see _boundary); empty but for that time.
+        self.pinned: frozenset[int] | set[int] = frozenset()
 
     # Reading the order -------------------------------------------------------------------------
 
@@ -145,10 +150,18 @@ class Marking:
             run = self._table.run(ids)
             if ids and run is None and min(ids) < 0:
                 raise IndexError(min(ids))
+            if self.pinned and not self.pinned.isdisjoint(ids):
+                ids, run = self._unpinned(ids), None
             included, run = self._included(ids, run)
         except (TypeError, IndexError):
             raise self._bad_id(ids, "exclude_ids") from None
         return self._mark(included, reason, run)
+
+    def _unpinned(self, ids: list[int]) -> list[int]:
+        """``ids`` without the held groups (a strategy's arithmetic that counted on one simply
+        stops short of its target; the held group is sent)."""
+        pinned = self.pinned
+        return [group for group in ids if group not in pinned]
 
     def _exclude(self, groups: list[int], reason: str) -> list[int]:
         included, run = self._included(groups, self._table.run(groups))
@@ -268,8 +281,18 @@ class Marking:
         """Replace each original (included, not a system group, not in a unit with others) by a
         one-message summary group of its turn that takes its place; returns the new ids.  The
         messages are counted with the index's tokenizer in one batch."""
+        if self.pinned:
+            originals, messages = self._unpinned_pairs(originals, messages)
         ids, run = self._replaceable(originals, len(messages), reason)
         return self._replace(ids, run, messages, reason, origin=origin)
+
+    def _unpinned_pairs(self, originals: Iterable[int], values: Sequence[_V]) -> tuple[list[int], Sequence[_V]]:
+        """Originals and their replacements, the held groups' pairs left out (kept as they are)."""
+        ids = originals if isinstance(originals, list) else list(originals)
+        if len(ids) != len(values) or self.pinned.isdisjoint(ids):
+            return ids, values  # a count mismatch is for _replaceable to refuse
+        keep = [group not in self.pinned for group in ids]
+        return list(compress(ids, keep)), list(compress(values, keep))
 
     def collapse_ids(
         self,
@@ -285,6 +308,8 @@ class Marking:
         With the character estimate each text is counted from its length and its message is
         written only when first read: in a pipeline most collapsed groups are excluded again
         right away, and thousands of messages never built is most of a collapse's cost."""
+        if self.pinned:
+            originals, texts = self._unpinned_pairs(originals, texts)
         ids, run = self._replaceable(originals, len(texts), reason)
         tokenizer = self._tokenizer
         if type(tokenizer) is not CharacterEstimatorTokenizer:
@@ -373,6 +398,8 @@ class Marking:
 
     def replace_many(self, pairs: Sequence[tuple[MessageGroup, MessageGroup]], reason: str) -> None:
         """Exclude each original and put its replacement (see :meth:`make_summary_groups`) in its place."""
+        if self.pinned:
+            pairs = [pair for pair in pairs if self.id_of(pair[0]) not in self.pinned]
         originals = [self.id_of(original) for original, _ in pairs]
         if any(self._table.reason[original] is not None for original in originals):  # a refusal changes nothing
             raise CompactionError("replace_many: only included groups can be replaced")

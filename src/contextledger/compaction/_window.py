@@ -103,6 +103,9 @@ class SlidingWindowStrategy(CompactionStrategy):
         # whose turn is 0 or None (the group table's invariant), so one pass in C finds the rest.
         live, turn_of = index.live_ids(), index.columns.turn
         eligible = list(compress(live, map(turn_of.__getitem__, live)))
+        pinned = index.pinned_ids
+        if pinned:  # a provider's compaction item is sent, and counted among the groups kept
+            eligible = [group for group in eligible if group not in pinned]
         doomed = eligible[:-keep] if keep else eligible
         # With a stable step the oldest groups go that many at a time, on a grid from the oldest.
         block = self.block()
