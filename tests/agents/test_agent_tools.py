@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from contextledger.agents import Agent, CompactionProvider, Session
+from contextledger._forgotten import REMOVED_MARKER
+from contextledger.agents import Agent, CompactionProvider, FactsProvider, Session
 from contextledger.compaction import (
     SlidingWindowStrategy,
     ToolResultCompactionStrategy,
@@ -20,6 +21,7 @@ from contextledger.compaction import (
     turns_exceed,
 )
 from contextledger.exceptions import ConfigurationError
+from contextledger.facts import FactStore, RuleWriter, forget_facts, history_target
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import Message
 from tests.loopback import json_endpoint
@@ -107,9 +109,16 @@ class ScriptedModel:
             refs = REF.findall(" ".join(str(m.get("content")) for m in body["messages"]))
             ref = refs[0] if refs else "none"
             return 200, _reply(calls=[(call_id, "recall_context", {"ref": text.split()[1] if " " in text else ref})])
+        if text.startswith("query "):
+            return 200, _reply(calls=[(call_id, "query_database", {"name": text.split()[1]})])
         if text.startswith("compact"):
             return 200, _reply(calls=[(call_id, "compact_context", {"note": "long results"})])
         return 200, _reply("ok")
+
+
+def query_database(name: str) -> str:
+    """Describe a database."""
+    return f"{name}: 12 tables, 3 replicas, owner team-ops; {name} answers in 4 ms"
 
 
 def _tool_names(body: dict[str, Any]) -> set[str]:
@@ -248,3 +257,65 @@ def test_without_agent_tools_nothing_changes_and_bad_settings_are_refused() -> N
         Agent(
             OfflineModel(), tools=[recall_context], context_providers=[CompactionProvider(collapse, agent_tools=True)]
         )
+
+
+def test_after_forget_recall_returns_the_rewritten_text_never_the_forgotten_value() -> None:
+    model = ScriptedModel()
+    history = InMemoryHistoryProvider()
+    store = FactStore()
+
+    async def scenario(url: str) -> tuple[str, str]:
+        collapse = ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1)
+        agent = Agent(
+            OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
+            tools=[query_database, lookup_stock],
+            history=history,
+            context_providers=[FactsProvider(store, RuleWriter()), CompactionProvider(collapse, agent_tools=True)],
+        )
+        session = Session("s")
+        await agent.run("database=PostgreSQL", session=session)
+        await agent.run("query PostgreSQL", session=session)
+        await agent.run("stock apples", session=session)  # the query's group is collapsed now
+        line = next(
+            m["content"] for m in model.requests[-1]["messages"] if "[Tool results: query_database" in str(m["content"])
+        )
+        ref = REF.findall(line)[0]
+        before = (await agent.run(f"recall {ref}", session=session)).messages[1].function_results[0].result
+        assert query_database("PostgreSQL") in before
+        await forget_facts(store, "database", histories=[history_target(history, "s")])
+        after = (await agent.run(f"recall {ref}", session=session)).messages[1].function_results[0].result
+        return line, after
+
+    with json_endpoint(model) as url:
+        line, after = asyncio.run(scenario(url))
+    assert "PostgreSQL" in line  # the collapsed line itself named the value before the forget
+    assert not after.startswith("Error:")
+    assert REMOVED_MARKER in after
+    assert "PostgreSQL" not in after
+    assert "PostgreSQL" not in json.dumps(model.requests[-1]["messages"])  # nor anything else sent since
+
+
+def test_a_recalled_group_longer_than_the_bound_is_cut_with_a_marker_that_says_so() -> None:
+    model = ScriptedModel()
+
+    async def scenario(url: str) -> str:
+        collapse = ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1)
+        agent = Agent(
+            OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
+            tools=[lookup_stock],
+            context_providers=[CompactionProvider(collapse, agent_tools=True, recall_limit=500)],
+        )
+        session = Session("s")
+        for item in ("apples", "pears"):
+            await agent.run(f"stock {item}", session=session)
+        return (await agent.run("recall", session=session)).messages[1].function_results[0].result
+
+    with json_endpoint(model) as url:
+        recalled = asyncio.run(scenario(url))
+    head, *body = recalled.splitlines()
+    assert "cut at 500 of" in head
+    assert body[-1].startswith("[... cut here:")
+    assert "recall_context returns at most 500" in body[-1]
+    kept = "\n".join(body[:-1])
+    assert len(kept) == 500
+    assert kept.startswith("assistant called lookup_stock")
