@@ -1,4 +1,4 @@
-"""The README's Node example for ``/v1/responses``, run by Node with the official ``openai`` npm
+"""The docs' Node example for ``/v1/responses`` (docs/guides/proxy.md), run by Node with the official ``openai`` npm
 package against a real proxy in front of the recording fake upstream.
 
 The package is installed from the npm registry into a temporary folder once per test session;
@@ -42,9 +42,9 @@ def node_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def readme_js() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guides" / "proxy.md").read_text(encoding="utf-8")
     blocks: list[str] = re.findall(r"```js\n(.*?)```", text, flags=re.DOTALL)
-    assert len(blocks) == 1, "the README has one Node example"
+    assert len(blocks) == 1, "the proxy guide has one Node example"
     return blocks[0]
 
 
