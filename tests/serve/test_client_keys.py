@@ -440,12 +440,12 @@ def test_a_streamed_answer_holds_its_slot_until_its_last_chunk_and_a_failure_fre
     assert tenants[1] == bearer_tenant("sk-client-2")
 
 
-def test_the_readmes_keys_file_reads_as_it_says() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Client keys") :]
+def test_the_docs_keys_file_reads_as_it_says() -> None:
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "proxy.md"
+    section = guide.read_text(encoding="utf-8")[guide.read_text(encoding="utf-8").index("## Client keys") :]
     start = section.index("```text\n") + len("```text\n")
     example = section[start : section.index("```", start)]
-    entries = sorted(parse_client_keys(example, "README.md").values(), key=lambda entry: entry.line)
+    entries = sorted(parse_client_keys(example, "proxy.md").values(), key=lambda entry: entry.line)
     assert [entry.tenant for entry in entries] == [
         named_tenant("support desk"),
         bearer_tenant("password"),  # the digest shown is of "password"
