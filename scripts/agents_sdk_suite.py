@@ -19,7 +19,7 @@ pytest-mock, inline-snapshot, cryptography, httpx) and contextledger installed (
 built our session (*reached* it), and of those how many passed and failed.  With ``--compare`` the
 same files run first with the SDK's own sessions, and a reached test that fails there too is
 counted apart: it fails for a reason of the environment, not of our session.  Every other failure
-is listed by name; the README names each kind and its reason.
+is listed by name; docs/guides/adapters.md names each kind and its reason.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A client cannot fill the proxy's memory: 1 GiB of distinct request content leaves its resident
-size within a stated bound (the README's serve section states it)."""
+size within a stated bound (the proxy guide, docs/guides/proxy.md, states it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a session turn costs in round trips to its store: counted by a relay between a real
-``contextledger serve`` and a real Postgres or Redis, and held to the figures the README gives.
+``contextledger serve`` and a real Postgres or Redis, and held to the figures docs/guides/stores.md gives.
 
 A turn with facts on is, on Postgres: take the session's lock, check the session exists, read the
 history's version (the kept copy is current, so no message is read), read the facts for the block,

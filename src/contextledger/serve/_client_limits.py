@@ -1,7 +1,7 @@
 """How much each client key may ask: requests a minute and requests at once.
 
 The smallest set that keeps one client from starving the others, or spending the upstream's
-budget alone.  Budgets in money, SSO and a UI are a gateway's job (README).  Each key has a token
+budget alone.  Budgets in money, SSO and a UI are a gateway's job (docs/guides/proxy.md).  Each key has a token
 bucket holding ``per_minute`` requests and refilling at ``per_minute`` a minute (a burst of the
 whole minute's worth, then a steady pace), and a count of its requests under way.  A request past
 either is refused with the whole seconds after which one more would be admitted.

@@ -87,7 +87,7 @@ DEFAULT_STRATEGY = StrategySpec("truncation", ("max_n=32000", "compact_to=16000"
 """What the proxy compacts with unless told otherwise (``--strategy none`` turns it off): at
 32,000 tokens the oldest groups go, 16,000 tokens at a time, so a request holds at most 32,000
 and the start of what is sent stays the same between cuts (the provider's prompt cache keeps
-paying; a cut that moved on every request would cost more than sending everything, README)."""
+paying; a cut that moved on every request would cost more than sending everything, design.md#prefix-stability)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ system blocks (``start``).
 Cache breakpoints (``cache_control``): unless the client placed any, the proxy marks the end of the
 system prompt (or of the tools, without one), which a compaction cut leaves cached, and the last
 block of the request, so the next request of the conversation reads everything up to it (the
-README gives the measurement behind the choice).  A client's own breakpoints are never moved, and
+proxy guide, docs/guides/proxy.md, gives the measurement).  A client's own breakpoints are never moved, and
 none is added beside them.
 """
 

@@ -175,7 +175,7 @@ class Upstream:
     """A pooled ``aiohttp`` client for one upstream base URL.
 
     ``aiohttp`` rather than ``httpx``: its parser is compiled, and a call with a 200-message body
-    costs the proxy a third of the CPU time (measured in the README's latency section), which is
+    costs the proxy a third of the CPU time (measured on docs/benchmarks.md, the proxy), which is
     most of what the proxy adds to a request.  The session is made on first use, in the event loop
     that serves requests, and made again if that loop is not the one it was made in.
     """
