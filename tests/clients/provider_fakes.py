@@ -142,7 +142,7 @@ def _responses(provider: Provider, body: dict[str, Any]) -> dict[str, Any]:
     provider.read.append(read)
     output: list[dict[str, Any]] = []
     if threshold is not None and _tokens(read) > threshold:
-        output.append(_compaction_item(read))
+        output.append(_compaction_item(provider, read))
     last: dict[str, Any] = next((item for item in reversed(items) if item.get("role") == "user"), {})
     text = "echo: " + _text_of(last.get("content"))
     output.append(
@@ -170,9 +170,9 @@ def _responses(provider: Provider, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _compaction_item(covered: list[dict[str, Any]]) -> dict[str, Any]:
+def _compaction_item(provider: Provider, covered: list[dict[str, Any]]) -> dict[str, Any]:
     digest = base64.b64encode(json.dumps(covered, sort_keys=True).encode()).decode()[:48]
-    return {"type": "compaction", "id": f"cmp_{len(covered)}", "encrypted_content": f"gAAA{digest}"}
+    return {"type": "compaction", "id": f"cmp_{len(provider.received)}", "encrypted_content": f"gAAA{digest}"}
 
 
 def _compact(provider: Provider, body: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _compact(provider: Provider, body: dict[str, Any]) -> dict[str, Any]:
     provider.read.append(read)
     # Like OpenAI's endpoint: the user messages are kept as they were sent, the rest is the item.
     kept = [item for item in items if item.get("role") == "user" and item.get("type", "message") == "message"]
-    output = [*kept] if provider.no_item else [*kept, _compaction_item(read)]
+    output = [*kept] if provider.no_item else [*kept, _compaction_item(provider, read)]
     return {
         "id": f"resp_cmp_{len(provider.received)}",
         "object": "response.compaction",

@@ -117,7 +117,7 @@ class AnthropicChatClient:
     """
 
     provider_name: ClassVar[str] = "anthropic"
-    opening_stays: ClassVar[bool] = True
+    opening_stays: bool = True
     """The Messages API wants a user message first, and its guide does not say a compaction block
     may open a conversation (see :class:`ProviderCompactor`)."""
 

@@ -83,7 +83,7 @@ class OpenAIResponsesClient:
     """
 
     provider_name: ClassVar[str] = "openai"
-    opening_stays: ClassVar[bool] = False
+    opening_stays: bool = False
     """The Responses API lets a compaction item open the input (see :class:`ProviderCompactor`)."""
 
     def __init__(

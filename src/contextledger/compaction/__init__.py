@@ -26,6 +26,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   with the summaries it keeps so that they do not change, ``_summary_cache.py`` (the
   :class:`SummaryCache` protocol, :class:`InMemorySummaryCache`, :class:`SQLiteSummaryCache`,
   :class:`RedisSummaryCache`, and the key: :func:`summary_key`, :func:`summarizer_identity`),
+  ``_provider.py`` (:class:`ProviderCompactionStrategy`: the provider's own compaction item in
+  place of older groups, from a :class:`~contextledger.clients.ProviderCompactor`),
   ``_composition.py`` (:class:`PipelineStrategy`, :class:`TokenBudgetComposedStrategy`,
   :class:`ContextWindowCompactionStrategy`); both argument styles and the alias pairs are resolved
   in ``_arguments.py``;
@@ -65,6 +67,7 @@ from contextledger.compaction._openings import (
     opened_by_user,
     set_aside_notice,
 )
+from contextledger.compaction._provider import ProviderCompactionStrategy
 from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
 from contextledger.compaction._summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
 from contextledger.compaction._summary_cache import (
@@ -115,6 +118,7 @@ __all__ = [
     "MessageGroup",
     "MessageIndex",
     "PipelineStrategy",
+    "ProviderCompactionStrategy",
     "RedisSummaryCache",
     "SQLiteSummaryCache",
     "SelectiveToolCallCompactionStrategy",
