@@ -2,8 +2,8 @@
 
 Replays conversations request by request, as an agent sends them (the request that asks for a tool
 call, then the one carrying its result), through every built-in compaction policy, and prices each
-request with :class:`contextledger.cost.PrefixCacheSimulator` under the ``openai`` and ``anthropic``
-profiles.  Each policy runs two ways:
+request with :class:`contextledger.cost.PrefixCacheSimulator` under the ``openai`` (models before
+GPT-5.6), ``gpt-5.6`` and ``anthropic`` profiles.  Each policy runs two ways:
 
 - stateless: the whole history compacted afresh for every request, as ``contextledger serve`` does
   without a session and as a LangChain runnable does;
@@ -13,13 +13,23 @@ profiles.  Each policy runs two ways:
 Reported per policy: tokens sent and cost as a share of sending the full history, and the share of
 input read from the cache.  Costs are estimates of the providers' rules (see the cost module); the
 Anthropic client marks a cache breakpoint after its tools and system prompt and one at the end of
-each request.  Everything is deterministic, so one run is the figure.  The bounds of design.md#prefix-stability are
-checked at the end: no policy above the full history's cost, and truncation at trigger = 2 x target
-at most 0.6 of its cost and 0.5 of its tokens on the tool session.  The summarising policy's model
-is the built-in offline one, counted: applied statelessly it must be called once per step of its
-cut (a summary of a given run is written once, design.md#stable-summaries), and the calls and steps are printed.
+each request; a GPT-5.6 request carries the proxy's ``prompt_cache_breakpoint`` at the end of its
+tools and instructions, and the provider's own at its end.  Everything is deterministic, so one run
+is the figure.  The bounds of design.md#prefix-stability are checked at the end: no default or
+prefix-stable policy above the full history's cost under any profile (the exact opt-outs are
+printed apart), and truncation at trigger = 2 x target at most 0.6 of its cost and 0.5 of its tokens
+on the tool session.  The summarising policy's model is the built-in offline one, counted: applied
+statelessly it must be called once per step of its cut (a summary of a given run is written once,
+design.md#stable-summaries), and the calls and steps are printed.
 
-    python benchmarks/cache.py                  # the three workloads, both profiles
+Two tables choose where the proxy's breakpoints go, by cost: Anthropic's ``cache_control`` and
+OpenAI's ``prompt_cache_breakpoint`` (the proxy's placement must be the cheapest priced).  The last
+table prices the summariser's own requests in the conversation's cache: today's form (its prompt,
+then a transcript: a prefix nobody cached) beside the form that rides the cache (the conversation
+up to the cut, then one instruction); the riding form must read at least 0.85 of its input from the
+cache in sessions (``openai`` profile).  ``tests/test_cache_benchmark.py`` holds the same bounds.
+
+    python benchmarks/cache.py                  # the two workloads, every profile
     python benchmarks/cache.py --turns 400      # a longer tool session
 """
 
@@ -53,12 +63,12 @@ from contextledger.compaction import (
     tokens_below,
     tokens_exceed,
 )
-from contextledger.cost import BlockMemo, CostTotals, PrefixCacheSimulator, request_blocks
+from contextledger.cost import BlockMemo, CallCost, CostTotals, PrefixCacheSimulator, request_blocks
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.serve import DEFAULT_STRATEGY
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 
-PROFILES = ("openai", "anthropic")
+PROFILES = ("openai", "gpt-5.6", "anthropic")
 TOKENIZER = CharacterEstimatorTokenizer()
 
 
@@ -127,6 +137,16 @@ POLICIES: dict[str, Policy] = {
         tokenizer=TOKENIZER,
         max_input_tokens=None,
     ),
+    # The same, its summariser sent the conversation's own start up to the cut, then one instruction
+    # (the tools are the workload's: replay() hands them over).
+    "summarisation 20k->10k, riding the cache": lambda: SummarizationStrategy(
+        ScriptedChatClient([OfflineModel(tokenizer=TOKENIZER)]),
+        trigger=tokens_exceed(20_000),
+        target=tokens_below(10_000),
+        tokenizer=TOKENIZER,
+        max_input_tokens=None,
+        form="conversation",
+    ),
     "context window 40k": lambda: ContextWindowCompactionStrategy(40_000, 4_000, tokenizer=TOKENIZER),
     # What `contextledger serve` compacts with when given no strategy, counted with this benchmark's tokenizer.
     "serve's default (truncation 32k->16k)": lambda: strategy_from_spec(
@@ -150,12 +170,14 @@ EXACT: dict[str, Policy] = {
 
 @dataclass
 class Replay:
-    """What one policy cost, and for a summarising one, its model calls and the steps of its cut
-    (the requests whose summary stands for other messages than the previous request's)."""
+    """What one policy cost, and for a summarising one, its model calls, the steps of its cut
+    (the requests whose summary stands for other messages than the previous request's) and what
+    its own requests cost, priced in the same cache as the conversation's (``summariser``)."""
 
     totals: dict[str, CostTotals]
     summariser_calls: int | None = None
     cut_steps: int = 0
+    summariser: dict[str, CostTotals] | None = None
 
 
 def summarised_run(groups: Sequence[Any]) -> tuple[int, ...]:
@@ -176,6 +198,23 @@ def proxy_marks(static: int, count: int) -> list[int]:
     return sorted({mark for mark in (static, count) if mark})
 
 
+def openai_marks(static: int, count: int) -> list[int]:
+    """What ``contextledger serve`` marks with ``prompt_cache_breakpoint`` on a request to a model
+    that takes them: the end of the tools and instructions (the provider adds its own breakpoint at
+    the end of the request)."""
+    return [static] if static else []
+
+
+OPENAI_PLACEMENTS: dict[str, Placement] = {
+    "the proxy's: end of tools and instructions": openai_marks,
+    "none (the provider's own breakpoint only)": lambda static, count: [],
+    "end of tools and instructions, and the user or tool message before the newest": lambda static, count: sorted(
+        {mark for mark in (static, count - 2) if mark > 0}
+    ),
+    "the user or tool message before the newest": lambda static, count: [count - 2] if count > 2 else [],
+}
+
+
 PLACEMENTS: dict[str, Placement] = {
     "the proxy's: end of tools and system, end of request": proxy_marks,
     "end of request only": lambda static, count: [count],
@@ -187,10 +226,37 @@ PLACEMENTS: dict[str, Placement] = {
 }
 
 
-def replay(workload: Workload, make: Policy, retained: bool, marks_of: Placement = proxy_marks) -> Replay:
+def replay(
+    workload: Workload,
+    make: Policy,
+    retained: bool,
+    marks_of: Placement = proxy_marks,
+    openai_marks_of: Placement = openai_marks,
+) -> Replay:
     caches = {profile: PrefixCacheSimulator(profile) for profile in PROFILES}
     memo: BlockMemo = {}
     strategy = make()
+    summariser = strategy.client if isinstance(strategy, SummarizationStrategy) else None
+    if isinstance(strategy, SummarizationStrategy) and strategy.form == "conversation":
+        strategy.tools = list(workload.tools) or None  # the conversation's own tools, as it declares them
+    priced: dict[str, list[CallCost]] = {profile: [] for profile in PROFILES}
+
+    def price_summariser() -> None:
+        """The summariser's requests since the last look, priced in the conversation's cache: the
+        breakpoints it asks its client for (``cache_breakpoints``, the riding form's last markable
+        message) where the profile takes breakpoints, besides its end."""
+        if not isinstance(summariser, ScriptedChatClient):
+            return
+        done = len(priced[PROFILES[0]])
+        asked = zip(summariser.requests[done:], summariser.tools[done:], summariser.options[done:], strict=True)
+        for request, tools, options in asked:
+            blocks = request_blocks(request, tokenizer=TOKENIZER, tools=tools or None, memo=memo)
+            offset = 1 if tools else 0
+            named = [offset + position + 1 for position in options.get("cache_breakpoints", ())]
+            marks = {"anthropic": sorted({*named, len(blocks)}), "gpt-5.6": named}
+            for profile, cache in caches.items():
+                priced[profile].append(cache.send(blocks, output_tokens=200, breakpoints=marks.get(profile)))
+
     runs: list[tuple[int, ...]] = []
     kept: list[Message] = list(workload.system)
     reducer = (
@@ -205,15 +271,18 @@ def replay(workload: Workload, make: Policy, retained: bool, marks_of: Placement
             result = asyncio.run(compact_with_report(request, strategy=strategy))
             sent = result.messages
             runs.append(summarised_run(result.index.groups))
+            price_summariser()  # its calls came before the request they compacted
         blocks = request_blocks(sent, tokenizer=TOKENIZER, tools=workload.tools, memo=memo)
         produced = TOKENIZER.count_message(output)
         # An Anthropic client marks the end of its tools and system prompt and the end of the
         # request (what the provider's documentation advises, and what the proxy marks for a
         # client that marks nothing); OpenAI caches every prefix itself.
+        # The proxy marks the end of the instructions of a GPT-5.6 request (prompt_cache_breakpoint);
+        # the provider adds its own breakpoint at the end.
         static = (1 if workload.tools else 0) + len(workload.system)
-        marks = marks_of(static, len(blocks))
+        marks = {"anthropic": marks_of(static, len(blocks)), "gpt-5.6": openai_marks_of(static, len(blocks))}
         for profile, cache in caches.items():
-            cache.send(blocks, output_tokens=produced, breakpoints=marks if profile == "anthropic" else None)
+            cache.send(blocks, output_tokens=produced, breakpoints=marks.get(profile))
 
     for user, call, result, answer in workload.turns:
         send([*kept, user], call)  # the model asks for the tool
@@ -223,11 +292,111 @@ def replay(workload: Workload, make: Policy, retained: bool, marks_of: Placement
             # The retained history as a session keeps it: reduced after the turn, never left
             # starting in the middle of one.
             kept = asyncio.run(reducer.reduce(kept))
+            price_summariser()
     calls = None
-    if isinstance(strategy, SummarizationStrategy) and isinstance(strategy.client, ScriptedChatClient):
-        calls = strategy.client.calls
+    if isinstance(summariser, ScriptedChatClient):
+        calls = summariser.calls
     steps = sum(1 for n, run in enumerate(runs) if run and (n == 0 or run != runs[n - 1]))
-    return Replay({profile: cache.totals() for profile, cache in caches.items()}, calls, steps)
+    # The conversation's own requests (the summariser's are apart, in ``summariser``).
+    own = {
+        p: CostTotals.of(c for c in cache.calls if not any(c is x for x in priced[p])) for p, cache in caches.items()
+    }
+    summarised = {p: CostTotals.of(calls_made) for p, calls_made in priced.items()} if summariser else None
+    return Replay(own, calls, steps, summarised)
+
+
+def policy_rows(workload: Workload) -> tuple[list[str], list[str], list[str]]:
+    """Every policy's row of the cost table, the summariser lines, and what is over the bounds:
+    no default or prefix-stable policy above the full history's cost under any profile (the exact
+    opt-outs are shown, not bound), truncation at trigger = 2 x target at most 0.6 of its cost and
+    0.5 of its tokens on the tool session, and a stateless summariser called once per step."""
+    rows: list[str] = []
+    summaries: list[str] = []
+    failures: list[str] = []
+    baseline = replay(workload, POLICIES["full history"], retained=False).totals
+    for name, make in {**POLICIES, **EXACT}.items():
+        for retained in (False, True) if name != "full history" else (False,):
+            outcome = replay(workload, make, retained)
+            totals = outcome.totals
+            sent = totals["openai"].sent / baseline["openai"].sent
+            costs = {p: totals[p].cost / baseline[p].cost for p in PROFILES}
+            mode = "retained" if retained else "stateless"
+            if outcome.summariser_calls is not None:
+                requests = 2 * len(workload.turns)
+                steps = f", {outcome.cut_steps} steps of its cut" if not retained else ""
+                calls = outcome.summariser_calls
+                summaries.append(f"{name} ({mode}): {calls} summariser calls{steps}, {requests} requests")
+                if not retained and outcome.summariser_calls != outcome.cut_steps:
+                    failures.append(
+                        f"{workload.name}: {name} (stateless) called its summariser {outcome.summariser_calls} "
+                        f"times for {outcome.cut_steps} steps of its cut (a summary must be written once per step)"
+                    )
+            rows.append(
+                f"| {name} | {mode} | {sent:.2f} | "
+                + " | ".join(f"{costs[p]:.2f}" for p in PROFILES)
+                + " | "
+                + " | ".join(f"{totals[p].hit_rate:.0%}" for p in PROFILES)
+                + " |"
+            )
+            for profile, ratio in costs.items():
+                if ratio > 1.0 and name in POLICIES:
+                    failures.append(f"{workload.name}: {name} ({mode}) costs {ratio:.2f}x the full history ({profile})")
+            if name == "truncation 20k->10k" and not workload.tools:
+                for profile, ratio in costs.items():
+                    if ratio > 0.6 or sent > 0.5:
+                        failures.append(
+                            f"{workload.name}: truncation at trigger = 2 x target ({mode}, {profile}) costs "
+                            f"{ratio:.2f} and sends {sent:.2f} of the full history (bounds: 0.6 and 0.5)"
+                        )
+    return rows, summaries, failures
+
+
+def placement_rows(
+    workload: Workload, profile: str, placements: dict[str, Placement]
+) -> tuple[list[str], list[str], dict[str, list[float]]]:
+    """Each placement's cost (a share of the full history with the proxy's placement, the first
+    of ``placements``) under ``profile``, stateless, for the full history and serve's default; and
+    where a placement costs less than the proxy's (a failure: the proxy's must be the cheapest)."""
+    policies = ("full history", "serve's default (truncation 32k->16k)")
+
+    def cost(name: str, marks_of: Placement) -> float:
+        if profile == "anthropic":
+            return replay(workload, POLICIES[name], False, marks_of=marks_of).totals[profile].cost
+        return replay(workload, POLICIES[name], False, openai_marks_of=marks_of).totals[profile].cost
+
+    base = cost("full history", next(iter(placements.values())))
+    placed = {
+        placement: [cost(name, marks_of) / base for name in policies] for placement, marks_of in placements.items()
+    }
+    rows = [f"| {workload.name}: placement | " + " | ".join(policies) + " |", "|---|" + "---:|" * len(policies)]
+    rows += [f"| {placement} | " + " | ".join(f"{c:.2f}" for c in row) + " |" for placement, row in placed.items()]
+    chosen = next(iter(placed.values()))
+    failures = [
+        f"{workload.name}: {profile} breakpoints at {placement!r} cost {c:.2f} with {name}, less than the proxy's "
+        f"placement ({ours:.2f})"
+        for placement, row in placed.items()
+        for name, c, ours in zip(policies, row, chosen, strict=True)
+        if c < ours - 1e-9
+    ]
+    return rows, failures, placed
+
+
+SUMMARISERS = {
+    "today's form (its prompt, then a transcript)": "summarisation 20k->10k",
+    "riding the cache (the conversation to the cut, one instruction)": "summarisation 20k->10k, riding the cache",
+}
+
+
+def summariser_shares(workload: Workload) -> dict[tuple[str, str], dict[str, CostTotals]]:
+    """The summariser's own requests, priced in the conversation's cache (warm: every summary is
+    asked for after the conversation's requests before it), by form and mode."""
+    shares: dict[tuple[str, str], dict[str, CostTotals]] = {}
+    for form, policy in SUMMARISERS.items():
+        for retained in (False, True):
+            outcome = replay(workload, POLICIES[policy], retained)
+            assert outcome.summariser is not None
+            shares[form, "retained" if retained else "stateless"] = outcome.summariser
+    return shares
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,69 +404,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200, help="turns of the tool session (default 200)")
     args = parser.parse_args(argv)
     failures: list[str] = []
-    for workload in (tool_session(args.turns), big_prompt(args.turns // 2)):
+    workloads_run = (tool_session(args.turns), big_prompt(args.turns // 2))
+    for workload in workloads_run:
         print(f"\n## {workload.name}\n")
-        print("| policy | mode | sent | cost, openai | cost, anthropic | cached, openai | cached, anthropic |")
-        print("|---|---|---:|---:|---:|---:|---:|")
-        baseline = replay(workload, POLICIES["full history"], retained=False).totals
-        summaries: list[str] = []
-        for name, make in {**POLICIES, **EXACT}.items():
-            for retained in (False, True) if name != "full history" else (False,):
-                outcome = replay(workload, make, retained)
-                totals = outcome.totals
-                sent = totals["openai"].sent / baseline["openai"].sent
-                costs = {p: totals[p].cost / baseline[p].cost for p in PROFILES}
-                mode = "retained" if retained else "stateless"
-                if outcome.summariser_calls is not None:
-                    requests = 2 * len(workload.turns)
-                    steps = f", {outcome.cut_steps} steps of its cut" if not retained else ""
-                    calls = outcome.summariser_calls
-                    summaries.append(f"{name} ({mode}): {calls} summariser calls{steps}, {requests} requests")
-                    if not retained and outcome.summariser_calls != outcome.cut_steps:
-                        failures.append(
-                            f"{workload.name}: {name} (stateless) called its summariser {outcome.summariser_calls} "
-                            f"times for {outcome.cut_steps} steps of its cut (a summary must be written once per step)"
-                        )
-                print(
-                    f"| {name} | {mode} | {sent:.2f} | {costs['openai']:.2f} | {costs['anthropic']:.2f} | "
-                    f"{totals['openai'].hit_rate:.0%} | {totals['anthropic'].hit_rate:.0%} |"
-                )
-                for profile, ratio in costs.items():
-                    if ratio > 1.0 and name in POLICIES:
-                        failures.append(
-                            f"{workload.name}: {name} ({mode}) costs {ratio:.2f}x the full history ({profile})"
-                        )
-                if name == "truncation 20k->10k" and not workload.tools:
-                    for profile, ratio in costs.items():
-                        if ratio > 0.6 or sent > 0.5:
-                            failures.append(
-                                f"{workload.name}: truncation at trigger = 2 x target ({mode}, {profile}) costs "
-                                f"{ratio:.2f} and sends {sent:.2f} of the full history (bounds: 0.6 and 0.5)"
-                            )
+        print(
+            "| policy | mode | sent | "
+            + " | ".join(f"cost, {p}" for p in PROFILES)
+            + " | "
+            + " | ".join(f"cached, {p}" for p in PROFILES)
+            + " |"
+        )
+        print("|---|---|---:|" + "---:|" * (2 * len(PROFILES)))
+        rows, summaries, over = policy_rows(workload)
+        print("\n".join(rows))
         for line in summaries:
             print(f"\n{line}")
+        failures += over
     print("\n## Where the Messages API's cache breakpoints go (anthropic profile, stateless)\n")
     print("Cost as a share of the full history with the proxy's breakpoints.\n")
-    policies = ("full history", "serve's default (truncation 32k->16k)")
-    for workload in (tool_session(args.turns), big_prompt(args.turns // 2)):
-        print(f"| {workload.name}: placement | " + " | ".join(policies) + " |")
-        print("|---|" + "---:|" * len(policies))
-        base = replay(workload, POLICIES["full history"], retained=False).totals["anthropic"].cost
-        placed: dict[str, list[float]] = {}
-        for placement, marks_of in PLACEMENTS.items():
-            placed[placement] = [
-                replay(workload, POLICIES[name], False, marks_of).totals["anthropic"].cost / base for name in policies
-            ]
-            print(f"| {placement} | " + " | ".join(f"{cost:.2f}" for cost in placed[placement]) + " |")
-        print()
-        chosen = placed[next(iter(PLACEMENTS))]
-        for placement, row in placed.items():
-            for name, cost, ours in zip(policies, row, chosen, strict=True):
-                if cost < ours - 1e-9:
-                    failures.append(
-                        f"{workload.name}: breakpoints at {placement!r} cost {cost:.2f} with {name}, "
-                        f"less than the proxy's placement ({ours:.2f})"
-                    )
+    for workload in workloads_run:
+        rows, over, _ = placement_rows(workload, "anthropic", PLACEMENTS)
+        print("\n".join(rows) + "\n")
+        failures += over
+    print("\n## Where OpenAI's prompt_cache_breakpoint marks go (gpt-5.6 profile, stateless)\n")
+    print("Cost as a share of the full history with the proxy's mark; the provider adds its own at the end.\n")
+    for workload in workloads_run:
+        rows, over, _ = placement_rows(workload, "gpt-5.6", OPENAI_PLACEMENTS)
+        print("\n".join(rows) + "\n")
+        failures += over
+    print("\n## The summariser's input read from the cache (summarisation 20k->10k)\n")
+    print("Its requests priced in the conversation's own cache, after the conversation's requests (warm).\n")
+    print("| workload | form | mode | calls | input | " + " | ".join(f"cached, {p}" for p in PROFILES) + " |")
+    print("|---|---|---|---:|---:|" + "---:|" * len(PROFILES))
+    for workload in workloads_run:
+        for (form, mode), totals in summariser_shares(workload).items():
+            first = totals[PROFILES[0]]
+            print(
+                f"| {workload.name} | {form} | {mode} | {first.calls} | {first.sent} | "
+                + " | ".join(f"{totals[p].hit_rate:.2f}" for p in PROFILES)
+                + " |"
+            )
+            riding = form.startswith("riding")
+            if riding and mode == "retained" and totals["openai"].hit_rate < 0.85:
+                failures.append(f"{workload.name}: the riding summariser read {totals['openai'].hit_rate:.2f} (< 0.85)")
+            if not riding and any(totals[p].hit_rate > 0 for p in PROFILES):
+                failures.append(f"{workload.name}: today's summariser read from a cache no request wrote")
     print("\nCosts are shares of sending the full history, with the cache counted (estimates, design.md#cost).")
     print("The exact policies (prefix_stable=False) are opt-outs, outside the bound.")
     if failures:

@@ -72,7 +72,12 @@ def test_the_riding_form_sends_the_conversation_up_to_the_cut_then_one_instructi
     assert request[-1].role == "user"
     assert request[-1].text == RIDING_INSTRUCTION + made.prompt
     assert client.tools == [TOOLS]
-    assert client.options == [{"tool_choice": "none", "prompt_cache_key": "cl-conversation"}]
+    # The last message that takes a cache breakpoint (not an assistant's) is named.
+    last = max(n for n, m in enumerate(request[:-1]) if m.role in ("system", "user", "tool"))
+    assert all(m.role == "assistant" for m in request[last + 1 : -1])
+    assert client.options == [
+        {"tool_choice": "none", "prompt_cache_key": "cl-conversation", "cache_breakpoints": [last]}
+    ]
 
 
 def test_a_summary_is_written_once_per_run_and_its_key_names_the_form() -> None:
@@ -189,6 +194,35 @@ def test_through_the_openai_client_the_request_starts_as_the_conversation_did(
     replaced = history[: history.index(sent[sent.index(summary) + 1])]
     from contextledger.messages import to_openai  # noqa: PLC0415
 
-    assert body["messages"][:-1] == to_openai(replaced)  # the conversation's start, as it is written on the wire
+    def unmarked(message: dict[str, Any]) -> dict[str, Any]:
+        content = message.get("content")
+        if isinstance(content, list) and len(content) == 1 and "prompt_cache_breakpoint" in content[0]:
+            return {**message, "content": content[0]["text"]}  # the mark is metadata, not text
+        return message
+
+    # The conversation's start, as it is written on the wire (one message carrying a breakpoint).
+    assert [unmarked(m) for m in body["messages"][:-1]] == to_openai(replaced)
     assert body["messages"][-1] == {"role": "user", "content": RIDING_INSTRUCTION + made.prompt}
     assert summary.text == "[Summary] items 0 to 3"
+    assert "cache_breakpoints" not in body  # an option of the client, never a field
+
+
+@openai_extra.skip
+@pytest.mark.parametrize("model", ["gpt-5.6", "gpt-4.1"])
+def test_the_client_marks_the_end_of_the_conversation_only_for_models_that_take_breakpoints(
+    server: tuple[str, list[dict[str, Any]]], model: str
+) -> None:
+    url, received = server
+    client = OpenAIChatClient(model=model, base_url=url, api_key="sk-local")
+    compact(strategy(client, tools=TOOLS), conversation(12))
+    (body,) = received
+    marked = [n for n, m in enumerate(body["messages"]) if "prompt_cache_breakpoint" in json.dumps(m)]
+    if model == "gpt-5.6":
+        (where,) = marked
+        assert body["messages"][where]["role"] in ("user", "tool")  # the last one before the instruction taking one
+        assert all(m["role"] == "assistant" for m in body["messages"][where + 1 : -1])
+        assert body["messages"][where]["content"][0]["prompt_cache_breakpoint"] == {"mode": "explicit"}
+    else:
+        assert marked == []
+    with pytest.raises(ConfigurationError, match="model-name prefixes"):
+        OpenAIChatClient(model=model, base_url=url, api_key="sk-local", cache_breakpoint_models="gpt-5.6")

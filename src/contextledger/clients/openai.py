@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from contextledger._extras import require_extra
+from contextledger._openai_cache import DEFAULT_BREAKPOINT_MODELS, MARKABLE_ROLES, model_takes_breakpoints, with_mark
 from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse
 from contextledger.clients._usage import read_usage
@@ -70,7 +71,8 @@ class OpenAIChatClient:
     """The GenAI semantic conventions' provider for traces: the OpenAI API, whoever serves it."""
 
     rides_prefix_cache: ClassVar[bool] = True
-    """It sends a call's tools and options (``tool_choice``, ``prompt_cache_key``) as given, so a
+    """It sends a call's tools and options (``tool_choice``, ``prompt_cache_key``) as given, and
+    writes the ``cache_breakpoints`` option as OpenAI's explicit breakpoints, so a
     :class:`~contextledger.compaction.SummarizationStrategy` may send it the conversation's own
     request up to its cut and read that start from the provider's cache (its default form here)."""
 
@@ -84,6 +86,7 @@ class OpenAIChatClient:
         max_retries: int = 2,
         backoff: float = 0.5,
         client: AsyncOpenAI | None = None,
+        cache_breakpoint_models: Sequence[str] = DEFAULT_BREAKPOINT_MODELS,
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL") or None
         if not model:
@@ -96,6 +99,14 @@ class OpenAIChatClient:
             raise ConfigurationError(f"OpenAIChatClient max_retries must be an int >= 0, got {max_retries!r}")
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
             raise ConfigurationError(f"OpenAIChatClient backoff must be a number >= 0, got {backoff!r}")
+        if isinstance(cache_breakpoint_models, str) or not all(
+            isinstance(prefix, str) and prefix for prefix in cache_breakpoint_models
+        ):
+            raise ConfigurationError(
+                "OpenAIChatClient cache_breakpoint_models must be a list of model-name prefixes such as "
+                f"['gpt-5.6'], got {cache_breakpoint_models!r}"
+            )
+        self.cache_breakpoint_models = tuple(cache_breakpoint_models)
         openai = require_extra("openai", extra="openai", feature="OpenAIChatClient")
 
         self.model: str = model
@@ -138,9 +149,16 @@ class OpenAIChatClient:
 
         Extra ``options`` (``temperature``, ``max_tokens``, server-specific
         keys) are merged into the request body as given, so parameters only a
-        compatible server understands reach it too.
+        compatible server understands reach it too.  ``cache_breakpoints`` (positions in
+        ``messages``) is not sent as a field: for a model named by ``cache_breakpoint_models`` it
+        marks those messages with OpenAI's ``prompt_cache_breakpoint`` (system, user and tool
+        messages take one; others are passed over), for any other model it is dropped, since
+        earlier models refuse the field.
         """
+        breakpoints = options.pop("cache_breakpoints", None)
         payload = to_openai(messages)
+        if breakpoints and model_takes_breakpoints(self.model, self.cache_breakpoint_models):
+            payload = self._marked(messages, payload, breakpoints)
         attempt = 0
         while True:
             try:
@@ -150,6 +168,26 @@ class OpenAIChatClient:
                     raise retryable.final from retryable.__cause__
                 await asyncio.sleep(self.backoff * (2**attempt))
                 attempt += 1
+
+    @staticmethod
+    def _marked(messages: Sequence[Message], payload: list[dict[str, Any]], positions: Any) -> list[dict[str, Any]]:
+        """``payload`` with a breakpoint on the wire message that ends each message at ``positions``."""
+        if isinstance(positions, (str, bytes)) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(messages) for p in positions
+        ):
+            raise ConfigurationError(
+                f"cache_breakpoints must be positions of the messages sent (0 to {len(messages) - 1}), "
+                f"got {positions!r}"
+            )
+        marked = list(payload)
+        for position in sorted(set(positions)):
+            if messages[position].role not in MARKABLE_ROLES:
+                continue
+            end = len(to_openai(messages[: position + 1])) - 1
+            written = with_mark(marked[end], ("text",))
+            if written is not None:
+                marked[end] = written
+        return marked
 
     async def _attempt(
         self,

@@ -199,10 +199,16 @@ class SummarizationStrategy(CompactionStrategy):
     async def _ask(self, index: MessageIndex, groups: list[int], request: list[Message]) -> Any:
         """The summariser's reply.  In the riding form the conversation's tools stay declared (so
         its start is byte for byte what was cached) and are not to be called: a reply that calls
-        one is asked once more, then the transcript form is sent instead."""
+        one is asked once more, then the transcript form is sent instead.  The last message of the
+        conversation that takes a cache breakpoint is named in the ``cache_breakpoints`` option
+        (a client that can, such as OpenAIChatClient on a model that takes them, marks it), so the
+        next step's summary, whose run starts with this one's, reads it from the cache too."""
         if self.form == "conversation":
             riding = self.riding_request(index, groups)
             options: dict[str, Any] = {}
+            markable = [n for n, m in enumerate(riding[:-1]) if m.role in ("system", "user", "tool")]
+            if markable:
+                options["cache_breakpoints"] = [markable[-1]]
             if self.tools:
                 options["tool_choice"] = "none"
             if self.prompt_cache_key is not None:

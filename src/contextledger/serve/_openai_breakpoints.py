@@ -31,6 +31,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from contextledger._openai_cache import BREAKPOINT_FIELD, DEFAULT_BREAKPOINT_MODELS, model_takes_breakpoints, with_mark
+
 __all__ = [
     "BREAKPOINT_FIELD",
     "DEFAULT_BREAKPOINT_MODELS",
@@ -39,9 +41,6 @@ __all__ = [
     "takes_breakpoints",
 ]
 
-BREAKPOINT_FIELD = "prompt_cache_breakpoint"
-EXPLICIT = {"mode": "explicit"}
-DEFAULT_BREAKPOINT_MODELS = ("gpt-5.6",)
 _INSTRUCTION_ROLES = ("system", "developer")
 _MARKER = BREAKPOINT_FIELD.encode("ascii")
 
@@ -49,8 +48,7 @@ _MARKER = BREAKPOINT_FIELD.encode("ascii")
 def takes_breakpoints(payload: dict[str, Any], prefixes: Sequence[str]) -> bool:
     """Whether the proxy may mark ``payload``: its model is one the prefixes name, the client chose
     no explicit cache mode, and nothing in the top-level fields marks a block already."""
-    model = payload.get("model")
-    if not isinstance(model, str) or not model.lower().startswith(tuple(p.lower() for p in prefixes if p)):
+    if not model_takes_breakpoints(payload.get("model"), prefixes):
         return False
     options = payload.get("prompt_cache_options")
     return not (isinstance(options, dict) and options.get("mode") == "explicit")
@@ -71,24 +69,6 @@ def _value(item: Any) -> Any:
     return json.loads(item) if isinstance(item, bytes) else item
 
 
-def _with_mark(message: dict[str, Any], text_types: tuple[str, ...], field: str = "content") -> dict[str, Any] | None:
-    """``message`` with a breakpoint on the last non-empty text part of its ``field`` (a string is
-    made one text part of the first of ``text_types``), or None when it has no such part."""
-    content = message.get(field)
-    if isinstance(content, str):
-        if not content:
-            return None
-        return {**message, field: [{"type": text_types[0], "text": content, BREAKPOINT_FIELD: dict(EXPLICIT)}]}
-    if not isinstance(content, list):
-        return None
-    for position in range(len(content) - 1, -1, -1):
-        part = content[position]
-        if isinstance(part, dict) and part.get("type") in text_types and part.get("text"):
-            marked = [*content[:position], {**part, BREAKPOINT_FIELD: dict(EXPLICIT)}, *content[position + 1 :]]
-            return {**message, field: marked}
-    return None
-
-
 def _mark_instructions(messages: list[Any], text_types: tuple[str, ...]) -> list[Any] | None:
     """``messages`` (bytes or values, each kept as it came unless marked) with the last leading
     system or developer message marked, written back in the form it came in; None if none takes it."""
@@ -103,7 +83,7 @@ def _mark_instructions(messages: list[Any], text_types: tuple[str, ...]) -> list
     if last is None:
         return None
     position, item, value = last
-    marked = _with_mark(value, text_types)
+    marked = with_mark(value, text_types)
     if marked is None:
         return None
     written: Any = json.dumps(marked, ensure_ascii=False).encode("utf-8") if isinstance(item, bytes) else marked
