@@ -19,6 +19,7 @@ from typing import Literal
 from contextledger.clients import ProviderCompaction, ProviderCompactor
 from contextledger.compaction._arguments import UNSET, summarization_style
 from contextledger.compaction._base import SYSTEM, CompactionStrategy
+from contextledger.compaction._boundary import PROVIDER_COMPACTION_REASON
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._summarization import SummarizationStrategy
 from contextledger.compaction._summary_cache import InMemorySummaryCache, SummaryCache, summarizer_identity, summary_key
@@ -34,6 +35,8 @@ logger = logging.getLogger("contextledger.compaction")
 
 PROVIDER_COMPACTION_ORIGIN = "provider_compaction"
 """The ``origin`` of the groups this strategy inserts (what the provider returned)."""
+
+_COMPACTED = "compacted by the provider"
 
 # What names the provider's own prompt in a cache key when no instructions replace it.
 _PROVIDER_PROMPT = "(the provider's own compaction prompt)"
@@ -151,6 +154,26 @@ class ProviderCompactionStrategy(SummarizationStrategy):
                 opening = covered[0]
         return covered, opening
 
+    async def compact(self, index: MessageIndex, *, force: bool = False) -> bool:
+        """Apply the strategy (see :meth:`CompactionStrategy.compact`); when it made a new item, the
+        earlier item it covers goes at once, not at the strategy's next run.
+
+        While the strategy runs, the earlier item (with the user message opening its turn) is held
+        as every strategy holds it, so the new window goes after it; once the run is over nothing
+        holds it any more, and it is excluded as covered (its turn's user message too, unless the
+        compactor's API wants the conversation's opening user message kept)."""
+        held = index.provider_compaction_ids()
+        reason_of = index.columns.reason
+        held = [group for group in held if reason_of[group] is None]
+        seen = len(index.events)
+        changed = await super().compact(index, force=force)
+        made = any(e.strategy == self.name and e.action == _COMPACTED for e in index.events[seen:])
+        if made and held:
+            stale = held[:1] if getattr(self.compactor, "opening_stays", False) else held
+            gone = index.exclude_ids(stale, PROVIDER_COMPACTION_REASON)
+            index.record(self.name, "excluded", gone, "covered by the provider's new compaction item")
+        return changed
+
     async def _run(self, index: MessageIndex) -> bool:
         live = index.live_ids()
         chosen, _ = self._select(index)
@@ -211,7 +234,7 @@ class ProviderCompactionStrategy(SummarizationStrategy):
         index.events.append(
             CompactionEvent(
                 self.name,
-                "compacted by the provider",
+                _COMPACTED,
                 GroupKind.SUMMARY.value,
                 None,
                 sum(map(index.columns.size.__getitem__, replaced)),
