@@ -27,7 +27,16 @@ with try_import("openai") as openai_extra:
 
 SCRIPT = Path(sys.executable).with_name("contextledger")
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "contextledger.cli"]
-POLICIES = ["full-history", "last-3-turns", "summary", "bounded-facts", "request-view", "reduced-history", "combined"]
+POLICIES = [
+    "full-history",
+    "last-3-turns",
+    "summary",
+    "bounded-facts",
+    "request-view",
+    "reduced-history",
+    "provider-compaction",
+    "combined",
+]
 
 
 @pytest.fixture(scope="module")

@@ -34,14 +34,15 @@ def report() -> Any:
     return run([timeline()])
 
 
-def test_the_seven_policies_are_registered_in_order() -> None:
-    assert policy_names()[:7] == (
+def test_the_shipped_policies_are_registered_in_order() -> None:
+    assert policy_names()[:8] == (
         "full-history",
         "last-3-turns",
         "summary",
         "bounded-facts",
         "request-view",
         "reduced-history",
+        "provider-compaction",
         "combined",
     )
 
@@ -249,7 +250,16 @@ def test_a_refused_extraction_is_noted_and_the_facts_stay() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["full-history", "last-3-turns", "summary", "bounded-facts", "request-view", "reduced-history"]
+    "name",
+    [
+        "full-history",
+        "last-3-turns",
+        "summary",
+        "bounded-facts",
+        "request-view",
+        "reduced-history",
+        "provider-compaction",
+    ],
 )
 def test_asking_a_probe_question_leaves_no_trace(name: str) -> None:
     async def scenario(ask: bool) -> tuple[list[list[Message]], list[Message], str]:

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-_POLICIES = (
-    "full-history, last-3-turns, summary, bounded-facts, request-view, reduced-history, combined"  # the shipped ones
+_POLICIES = (  # the shipped ones
+    "full-history, last-3-turns, summary, bounded-facts, request-view, reduced-history, provider-compaction, combined"
 )
 
 

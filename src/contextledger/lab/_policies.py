@@ -28,8 +28,8 @@ from contextledger.agents import (
     Session,
     use_context_providers,
 )
-from contextledger.clients import ChatClient
-from contextledger.compaction import SlidingWindowStrategy, turns_exceed
+from contextledger.clients import ChatClient, OfflineCompactor
+from contextledger.compaction import MessageIndex, ProviderCompactionStrategy, SlidingWindowStrategy, turns_exceed
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
 from contextledger.facts import Fact, FactStore, ModelWriter, RuleWriter
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
@@ -413,6 +413,25 @@ class ReducedHistoryPolicy(AgentPolicy):
         return self.agent_with(history=ReducedHistoryProvider(self.stored, sliding_window()))
 
 
+def _window_turns_left(index: MessageIndex) -> bool:
+    """The provider-compaction policy's target: no more turns than the window keeps."""
+    return index.included_turns <= WINDOW_TURNS
+
+
+class ProviderCompactionPolicy(AgentPolicy):
+    """The provider compacts the stored history, as a provider's own compaction does: once it holds
+    more than ``WINDOW_TURNS + summary_every - 1`` turns, the oldest go into one compaction item
+    (the earlier item with them) until ``WINDOW_TURNS`` are left, and the item replaces them in
+    the store.  Offline the offline model plays the provider's compactor (an extra call of kind
+    ``compactor``, so its cost shows); the model then reads the item's summary in their place."""
+
+    def build(self) -> Agent:
+        compactor = OfflineCompactor(self.setup.extra_client("compactor"), opening_stays=False)
+        every = WINDOW_TURNS + self.setup.summary_every - 1
+        strategy = ProviderCompactionStrategy(compactor, turns_exceed(every), target=_window_turns_left)
+        return self.agent_with(history=ReducedHistoryProvider(self.stored, strategy))
+
+
 register_policy("full-history", FullHistoryPolicy, description="every earlier message is sent again on every turn")
 register_policy(
     "last-3-turns",
@@ -444,4 +463,12 @@ register_policy(
     "reduced-history",
     ReducedHistoryPolicy,
     description="the same sliding window reduces the stored history after every append; what it drops is gone",
+)
+register_policy(
+    "provider-compaction",
+    ProviderCompactionPolicy,
+    description=(
+        "the provider's own compaction (played offline by the model) replaces older turns in the stored history "
+        "with its compaction item once more than a few turns are kept, leaving the last 3"
+    ),
 )
