@@ -1,0 +1,188 @@
+"""Through the proxy, a provider's compaction item is a boundary: in a growing conversation every
+forwarded request holds the newest one, byte for byte, under every built-in strategy and the
+default, stateless and in sessions, on the Responses and Messages APIs; ``context_management``
+and ``anthropic-beta`` reach the upstream as the client sent them; the compaction usage the
+provider bills reaches ``/metrics``.
+
+The upstream (``provider_compaction_upstream.py``) compacts as the providers do and refuses what
+they refuse: a changed or missing compaction item cannot pass it unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from tests.optional_imports import try_import
+from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
+
+with try_import("serve") as serve_extra:
+    import httpx
+
+    from contextledger.serve import ServeConfig, StrategySpec, create_app
+
+pytestmark = serve_extra.skip
+
+API = Literal["responses", "anthropic"]
+PATHS: dict[API, str] = {"responses": "/v1/responses", "anthropic": "/v1/messages"}
+HEADERS = {"authorization": "Bearer sk-client", "x-api-key": "sk-client", "content-type": "application/json"}
+BETA = "compact-2026-01-12,context-management-2025-06-27"
+MANAGEMENT: dict[API, Any] = {
+    "responses": [{"type": "compaction", "compact_threshold": 600}],
+    "anthropic": {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 600}}]},
+}
+STRATEGIES: dict[str, tuple[str | None, tuple[str, ...], int | None]] = {
+    "default": (None, (), None),
+    "window-turns": ("sliding-window", ("trigger=turns_exceed(3)",), None),
+    "window-groups": ("sliding-window", ("keep_last_groups=4",), None),
+    "truncation": ("truncation", ("max_n=500", "compact_to=250"), None),
+    "collapse": ("tool-result-collapse", ("keep_last_tool_call_groups=1",), None),
+    "selective": ("selective-tool-call", ("keep_last_tool_call_groups=0",), None),
+    "budget": (None, (), 700),
+}
+REQUESTS = 20
+BIG = 3  # the request whose size makes the provider compact
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[CompactingUpstream]:
+    with compacting_upstream() as running:
+        yield running
+
+
+def app_for(upstream: CompactingUpstream, folder: Path, strategy: str) -> Any:
+    name, params, budget = STRATEGIES[strategy]
+    extra: dict[str, Any] = {}
+    if strategy != "default":
+        extra["strategy"] = StrategySpec(name, params, budget=budget)
+    config = ServeConfig(
+        upstream.base_url,
+        anthropic_upstream=upstream.base_url.removesuffix("/v1"),
+        store=f"sqlite:{folder / 's.db'}",
+        **extra,
+    )
+    return create_app(config)
+
+
+def user_turn(api: API, number: int) -> dict[str, Any]:
+    """Short requests, but for a long one early on that makes the provider compact; what follows
+    stays under its threshold, so the item ages as the conversation grows (where strategies that
+    count from the start would drop it)."""
+    text = f"request {number}: " + "tell me more about it " * (150 if number == BIG else 3)
+    return {"role": "user", "content": text}
+
+
+def reply_items(api: API, reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a client appends to its history from a reply."""
+    if api == "responses":
+        return list(reply["output"])
+    return [{"role": "assistant", "content": reply["content"]}]
+
+
+def newest_compaction(api: API, history: list[dict[str, Any]]) -> Any:
+    """The newest compaction item (Responses) or block (Anthropic) of a client's history."""
+    found = None
+    for item in history:
+        if api == "responses" and item.get("type") == "compaction":
+            found = item
+        content = item.get("content")
+        for block in content if api == "anthropic" and isinstance(content, list) else []:
+            if block.get("type") == "compaction":
+                found = block
+    return found
+
+
+def holds(api: API, body: dict[str, Any], wanted: Any) -> bool:
+    if api == "responses":
+        return wanted in body["input"]
+    return any(wanted in message["content"] for message in body["messages"] if isinstance(message.get("content"), list))
+
+
+def body_of(api: API, items: list[dict[str, Any]]) -> dict[str, Any]:
+    field = "input" if api == "responses" else "messages"
+    body: dict[str, Any] = {"model": "fake", field: items, "context_management": MANAGEMENT[api]}
+    if api == "anthropic":
+        body["max_tokens"] = 64
+    return body
+
+
+def headers_for(api: API, session: str | None = None) -> dict[str, str]:
+    extra = {"anthropic-beta": BETA, "anthropic-version": "2023-06-01"} if api == "anthropic" else {}
+    return {**HEADERS, **extra, **({"x-contextledger-session": session} if session else {})}
+
+
+def converse(upstream: CompactingUpstream, api: API, strategy: str, *, session: bool) -> list[tuple[Any, bool]]:
+    """Run a growing conversation of :data:`REQUESTS` requests; for each forwarded request, the
+    newest compaction item the client held when sending it and whether the request held it."""
+    upstream.received.clear()
+    checks: list[tuple[Any, bool]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        app = app_for(upstream, Path(folder), strategy)
+
+        async def run() -> None:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+                if session:
+                    created = await client.post("/v1/contextledger/sessions", json={"id": "s"}, headers=HEADERS)
+                    assert created.status_code == 201, created.text
+                history: list[dict[str, Any]] = []
+                for number in range(REQUESTS):
+                    turn = user_turn(api, number)
+                    history.append(turn)
+                    wanted = newest_compaction(api, history)
+                    sent = [turn] if session else history
+                    answer = await client.post(
+                        PATHS[api],
+                        content=json.dumps(body_of(api, sent)),
+                        headers=headers_for(api, "s" if session else None),
+                    )
+                    assert answer.status_code == 200, (strategy, number, answer.text)
+                    forwarded = upstream.bodies(PATHS[api])[-1]
+                    checks.append((wanted, wanted is None or holds(api, forwarded, wanted)))
+                    history.extend(reply_items(api, answer.json()))
+            await app.state.proxy.close()
+
+        asyncio.run(run())
+    return checks
+
+
+@pytest.mark.parametrize("session", [False, True], ids=["stateless", "session"])
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("api", ["responses", "anthropic"])
+def test_every_forwarded_request_of_a_growing_conversation_holds_the_newest_item(
+    upstream: CompactingUpstream, api: API, strategy: str, session: bool
+) -> None:
+    checks = converse(upstream, api, strategy, session=session)
+    carried = [kept for wanted, kept in checks if wanted is not None]
+    assert len(checks) == REQUESTS
+    assert len(carried) >= REQUESTS // 2, "the upstream compacted too late for the test to mean anything"
+    assert all(carried), f"{carried.count(False)} of {len(carried)} requests lost the compaction item"
+    first = next(number for number, (wanted, _) in enumerate(checks) if wanted is not None)
+    assert first == BIG + 1, "the provider compacts on the long request"
+
+
+@pytest.mark.parametrize("api", ["responses", "anthropic"])
+def test_context_management_and_the_beta_header_reach_the_upstream_as_sent(
+    upstream: CompactingUpstream, api: API
+) -> None:
+    upstream.received.clear()
+    with tempfile.TemporaryDirectory() as folder:
+        app = app_for(upstream, Path(folder), "window-turns")
+
+        async def run() -> None:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+                answer = await client.post(
+                    PATHS[api], content=json.dumps(body_of(api, [user_turn(api, 0)])), headers=headers_for(api)
+                )
+                assert answer.status_code == 200, answer.text
+            await app.state.proxy.close()
+
+        asyncio.run(run())
+    (record,) = upstream.received
+    assert record["body"]["context_management"] == MANAGEMENT[api]
+    if api == "anthropic":
+        assert record["headers"]["anthropic-beta"] == BETA
