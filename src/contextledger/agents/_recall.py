@@ -42,14 +42,8 @@ __all__ = [
 
 RECALL_TOOL = "recall_context"
 COMPACT_TOOL = "compact_context"
-RECALL_DESCRIPTION = (
-    'Read back, as stored, what this conversation set aside: pass the ref="..." written in a collapsed line '
-    "or in a notice of messages set aside."
-)
-COMPACT_DESCRIPTION = (
-    "Compact this conversation now: from your next call on, older parts are collapsed or set aside (each "
-    "with a ref you can recall). Answers with the tokens before and after."
-)
+RECALL_DESCRIPTION = 'Read back, as stored, what a ref="..." in a collapsed line or a set-aside notice stands for.'
+COMPACT_DESCRIPTION = "Compact this conversation from your next call on; answers with the tokens before and after."
 _TOOL_RESULTS = "tool_results"  # the origin a tool-result collapse gives the lines it writes
 
 

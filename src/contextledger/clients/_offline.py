@@ -39,6 +39,13 @@ _DECLARATION = re.compile(r'\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^;\n"]+)')
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _TAGGED_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 _RULE_WORDS = ("never", "must", "do not", "don't", "always", "forbidden", "prohibited")
+# A reference to what a compacted request set aside, and the head of what recalling one returns
+# (the two tools an agent's CompactionProvider(agent_tools=True) offers).
+_REF = re.compile(r'ref="([0-9a-f]{6,64})"')
+_RECALLED = re.compile(r'\A\[recalled ref="([0-9a-f]{6,64})"')
+_RECALLED_ANYWHERE = re.compile(r'\[recalled ref="([0-9a-f]{6,64})"')
+_RECALL_TOOL = "recall_context"
+_MOST_RECALLS = 3  # a question is given up on after this many recalls
 # Words a tool name shares with almost any question; they never pick a tool on their own.
 _GENERIC = frozenset({"get", "lookup", "search", "find", "query", "fetch", "list", "run", "tool"})
 
@@ -55,6 +62,27 @@ def _call_id(messages: Sequence[Message], name: str, arguments: Mapping[str, str
         if candidate not in taken:
             return candidate
     return f"call_{digest}_{len(taken)}"
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str | None:
+    function = tool.get("function", tool)
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _recalled_texts(messages: Sequence[Message]) -> list[str] | None:
+    """What ``recall_context`` brought back since the last user message, oldest first, when the
+    request ends with such a result (None otherwise)."""
+    texts: list[str] = []
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        if message.role == "tool":
+            texts.extend(c.result for c in message.contents if isinstance(c, FunctionResultContent))
+    texts.reverse()
+    last = messages[-1]
+    ends_with_recall = any(isinstance(c, FunctionResultContent) and _RECALLED.match(c.result) for c in last.contents)
+    return [text for text in texts if _RECALLED.match(text)] if ends_with_recall else None
 
 
 def _words(text: str) -> set[str]:
@@ -143,6 +171,10 @@ class OfflineModel:
     ) -> Message:
         last = messages[-1]
         if last.role == "tool":
+            recalled = _recalled_texts(messages)
+            if recalled is not None:  # what a recall brought back: answer the question from it, or recall more
+                call = self._recall(messages, tools, recalled)
+                return Message.assistant(calls=[call]) if call else self._answer_after_recall(messages, recalled)
             return Message.assistant(self._report_results(messages))
         system = " ".join(m.text for m in messages if m.role == "system")
         if last.role == "user":
@@ -157,7 +189,7 @@ class OfflineModel:
             limit = min(self.summary_chars, requested)
             return Message.assistant(self._summarise(last.text, limit))
         if tools and last.role == "user":
-            call = self._choose_tool(messages, last.text, tools)
+            call = self._choose_tool(messages, last.text, tools) or self._recall(messages, tools, [])
             if call is not None:
                 return Message.assistant(calls=[call])
         return Message.assistant(self._answer(messages, last))
@@ -198,6 +230,41 @@ class OfflineModel:
             self._calls += 1
             return FunctionCallContent(_call_id(messages, name, arguments), name, json.dumps(arguments))
         return None
+
+    def _recall(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]], recalled: list[str]
+    ) -> FunctionCallContent | None:
+        """A ``recall_context`` call when a question asks what the context (and what was recalled
+        so far) does not say, and a reference not yet recalled is in view: the newest first."""
+        offered = any(_tool_name(tool) == _RECALL_TOOL for tool in tools)
+        asked = next((at for at in range(len(messages) - 1, -1, -1) if messages[at].role == "user"), None)
+        if not offered or asked is None or "?" not in messages[asked].text:
+            return None
+        # Recalled since the question, its result in view or already collapsed to a line.
+        done = {ref for message in messages[asked + 1 :] for ref in _RECALLED_ANYWHERE.findall(message.text)}
+        done |= {ref for text in recalled for ref in _RECALLED_ANYWHERE.findall(text[:80])}
+        if len(done) >= _MOST_RECALLS:
+            return None
+        context = [*(Message.user(text) for text in recalled), *messages[: asked + 1]]
+        if not self._answer(context, messages[asked]).startswith("I don't know"):
+            return None
+        # Notices of turns set aside (user messages) first, newest first: the exchanges they stand
+        # for are where a declaration would be; then the collapsed lines of tool results.
+        earlier = [message for message in reversed(messages[:asked]) if message.role != "tool"]
+        for message in sorted(earlier, key=lambda message: message.role != "user"):
+            for ref in reversed(_REF.findall(message.text)):
+                if ref not in done:
+                    self._calls += 1
+                    arguments = {"ref": ref}
+                    return FunctionCallContent(
+                        _call_id(messages, _RECALL_TOOL, arguments), _RECALL_TOOL, json.dumps(arguments)
+                    )
+        return None
+
+    def _answer_after_recall(self, messages: list[Message], recalled: list[str]) -> Message:
+        asked = max(at for at in range(len(messages)) if messages[at].role == "user")
+        context = [*(Message.user(text) for text in recalled), *messages[: asked + 1]]
+        return Message.assistant(self._answer(context, messages[asked]))
 
     def _answer(self, messages: list[Message], last: Message) -> str:
         facts = _declarations(messages[:-1]) | _declarations([last])

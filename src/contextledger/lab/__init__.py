@@ -47,6 +47,7 @@ from contextledger.lab._policies import (
     PolicySetup,
     get_policy,
     policy_names,
+    register_collapse_recall,
     register_policy,
     unregister_policy,
 )
@@ -60,6 +61,8 @@ from contextledger.lab._timeline import (
     shipped_timeline_paths,
     unique_timelines,
 )
+
+register_collapse_recall()  # after the combined policy: the earlier ones keep their place in reports
 
 __all__ = [
     "AgentPolicy",

@@ -29,7 +29,15 @@ from contextledger.agents import (
     use_context_providers,
 )
 from contextledger.clients import ChatClient, OfflineCompactor
-from contextledger.compaction import MessageIndex, ProviderCompactionStrategy, SlidingWindowStrategy, turns_exceed
+from contextledger.compaction import (
+    MessageIndex,
+    PipelineStrategy,
+    ProviderCompactionStrategy,
+    SlidingWindowStrategy,
+    ToolResultCompactionStrategy,
+    always,
+    turns_exceed,
+)
 from contextledger.exceptions import ConfigurationError, LabError, SummaryGuardError
 from contextledger.facts import Fact, FactStore, ModelWriter, RuleWriter
 from contextledger.history import HistoryProvider, InMemoryHistoryProvider
@@ -331,9 +339,11 @@ class AgentPolicy:
         *,
         client: ChatClient | None = None,
         history: HistoryProvider | None = None,
-        providers: Sequence[LabProvider | FactsView] = (),
+        providers: Sequence[ContextProvider] = (),
     ) -> Agent:
-        self.providers.extend(providers)
+        # The lab's own providers are frozen while a probe is asked; any other keeps its state in
+        # the session, which a probe question runs on a copy of.
+        self.providers.extend(p for p in providers if isinstance(p, (LabProvider, FactsView)))
         return Agent(
             client if client is not None else self.setup.client,
             name="assistant",
@@ -376,8 +386,53 @@ def sliding_window() -> SlidingWindowStrategy:
     return SlidingWindowStrategy(turns_exceed(WINDOW_TURNS), minimum_preserved_turns=WINDOW_TURNS)
 
 
+RECALL_CHARS = 4_000
+"""The most a recall returns in the collapse-and-recall policy: what it brings back is sent again
+with every call until it is collapsed in turn."""
+
+
+def collapse_then_window() -> PipelineStrategy:
+    """What the collapse-and-recall policy's request view does: older tool results collapsed to one
+    line each, then the shared sliding window."""
+    # The floor is the two newest groups, not the newest tool group: a recall's result is read in
+    # its own turn and collapsed in the next, rather than sent again until another tool is called.
+    collapse = ToolResultCompactionStrategy(always(), minimum_preserved=2, stable_step=1)
+    return PipelineStrategy(collapse, sliding_window())
+
+
 class FullHistoryPolicy(AgentPolicy):
     pass
+
+
+def register_collapse_recall() -> None:
+    """Register the collapse-and-recall policy; the package calls it after the combined policy is
+    registered, so the earlier policies keep their place in reports."""
+    register_policy(
+        "collapse-recall",
+        CollapseRecallPolicy,
+        description=(
+            "the request view collapses older tool results and sets aside turns beyond the same sliding window, "
+            "each with a reference the model may recall (recall_context); recalls are model calls and counted"
+        ),
+    )
+
+
+class CollapseRecallPolicy(AgentPolicy):
+    """The request view of :func:`collapse_then_window`, with the model's own tools
+    (``agent_tools=True``): every collapsed line and notice of turns set aside carries a reference,
+    and the model calls ``recall_context`` when it needs what one stands for.  Each recall is one
+    more model call of the turn (or of the probe question), so its tokens are in the figures."""
+
+    def build(self) -> Agent:
+        compaction = CompactionProvider(collapse_then_window(), agent_tools=True, recall_limit=RECALL_CHARS)
+        return self.agent_with(providers=[compaction])
+
+    async def run_turn(self, turn: Turn) -> str:
+        response = await self.agent.run(turn.user, session=self.session)
+        recalls = sum(1 for m in response.messages for c in m.function_calls if c.name == "recall_context")
+        if recalls:
+            self.notes.append(f"the model recalled {recalls} set-aside group(s): one more model call each, counted")
+        return response.text
 
 
 class LastTurnsPolicy(AgentPolicy):
