@@ -14,6 +14,7 @@ import importlib.util
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import contextledger
+from contextledger.cli import _parser
 from tests.doc_blocks import ROOT, Block, all_blocks, python_blocks
 
 # The optional packages a block may import, and the extra that installs each.
@@ -115,9 +117,7 @@ def test_the_readme_is_a_front_page_whose_figures_come_from_the_benchmarks() -> 
     assert len(readme.splitlines()) <= 250
     build: object = _figures_module()
     expected = build.readme_figures()  # type: ignore[attr-defined]
-    assert expected in readme, (
-        "the README's figures are not docs/benchmarks/run.json's: python docs/_hooks/build.py"
-    )
+    assert expected in readme, "the README's figures are not docs/benchmarks/run.json's: python docs/_hooks/build.py"
     assert "Agent Framework" in expected
     assert "| `" in expected, "docs/benchmarks/run.json holds no run beside Agent Framework"
     # Every link into the docs leads to a page that exists.
@@ -128,3 +128,27 @@ def test_the_readme_is_a_front_page_whose_figures_come_from_the_benchmarks() -> 
 def test_the_changelog_names_the_current_version() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"## [{contextledger.__version__}]" in changelog
+
+
+def _commands(block: Block) -> list[list[str]]:
+    """The ``contextledger`` command lines of a shell block (a prompt's ``$ `` and a trailing comment left out)."""
+    found = []
+    for written in block.code.replace("\\\n", " ").splitlines():
+        line = written.removeprefix("$ ").strip()
+        if line.startswith("contextledger "):
+            found.append(shlex.split(line.split("  #")[0]))
+    return found
+
+
+COMMANDS = [
+    (block, command) for block in all_blocks() if block.language in {"console", "sh"} for command in _commands(block)
+]
+
+
+@pytest.mark.parametrize(("block", "command"), COMMANDS, ids=[f"{block.label}-{cmd[1]}" for block, cmd in COMMANDS])
+def test_each_command_line_shown_parses(block: Block, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A command a page shows is one the command line takes, flags and values as written."""
+    try:
+        _parser().parse_args(command[1:])
+    except SystemExit:
+        pytest.fail(f"{block.label}: {shlex.join(command)} does not parse: {capsys.readouterr().err}")
