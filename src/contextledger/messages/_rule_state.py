@@ -82,6 +82,7 @@ class ResponsesRules:
         "_found",
         "_item_ids",
         "_last_kind",
+        "_marks",
         "_requests",
         "_waiting",
     )
@@ -97,6 +98,7 @@ class ResponsesRules:
         self._early_responses: dict[str, int] = {}
         self._compacted = False  # a compaction item holds the items before it
         self._last_kind: object = None
+        self._marks = CacheMarks()
 
     def copy(self) -> ResponsesRules:
         other = ResponsesRules()
@@ -110,6 +112,7 @@ class ResponsesRules:
         other._early_responses = self._early_responses.copy()
         other._compacted = self._compacted
         other._last_kind = self._last_kind
+        other._marks = self._marks.copy()
         return other
 
     def feed(self, items: Sequence[Any]) -> None:
@@ -183,6 +186,9 @@ class ResponsesRules:
                 if not isinstance(role, str) or role not in _RESPONSES_ROLES:
                     detail = f"role {shown(role)} is not one of user, assistant, system, developer"
                     found.append(Problem(index, "unknown_role", detail))
+                self._marks.feed(index, role, item.get("content"), found)
+            if kind in _OUTPUTS:
+                self._marks.feed(index, "tool", item.get("output"), found)
         self._count += len(items)
         self._last_kind = kind
 
@@ -192,6 +198,7 @@ class ResponsesRules:
         if not self._count:
             return [Problem(BODY, "empty_input", "the input list is empty; send at least one item, or a string")]
         problems = self._found.copy()
+        problems += self._marks.problems(payload)
         if self._last_kind == "reasoning":
             detail = "a reasoning item is last; keep the item it reasoned for after it, or drop it"
             problems.append(Problem(self._count - 1, "reasoning_last", detail))
@@ -209,6 +216,54 @@ class ResponsesRules:
                 )
                 problems.append(Problem(index, "output_without_call", detail))
         return in_order(problems)
+
+
+MAX_CACHE_WRITES = 4
+"""OpenAI (from the GPT-5.6 family) writes at most four cache entries a request: its own breakpoint
+near the newest message (unless ``prompt_cache_options`` asks for explicit mode) and the
+``prompt_cache_breakpoint`` marks on content parts."""
+
+
+class CacheMarks:
+    """OpenAI's explicit cache breakpoints in a body: a mark on an assistant's content is refused
+    (assistant output takes none), and more marks than the request may write are refused once the
+    body's ``prompt_cache_options`` say whether the provider's own breakpoint is one of them.
+    Whether the model takes the field at all is the upstream's to say (earlier models refuse it)."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self) -> None:
+        self._at: list[int] = []  # where the marks are, as far as the fifth
+
+    def copy(self) -> CacheMarks:
+        other = CacheMarks()
+        other._at = self._at.copy()
+        return other
+
+    def feed(self, index: int, role: object, content: object, found: list[Problem]) -> None:
+        if type(content) is not list:
+            return
+        for part in content:
+            if type(part) is dict and "prompt_cache_breakpoint" in part:
+                if role == "assistant":
+                    detail = "an assistant's content takes no prompt_cache_breakpoint; mark a user, tool or system part"
+                    found.append(Problem(index, "breakpoint_on_assistant", detail))
+                elif len(self._at) <= MAX_CACHE_WRITES:
+                    self._at.append(index)
+
+    def problems(self, payload: Mapping[str, Any]) -> list[Problem]:
+        options = payload.get("prompt_cache_options")
+        explicit = isinstance(options, Mapping) and options.get("mode") == "explicit"
+        most = MAX_CACHE_WRITES if explicit else MAX_CACHE_WRITES - 1
+        if len(self._at) <= most:
+            return []
+        detail = (
+            f"more than {most} prompt_cache_breakpoint marks: a request writes at most {MAX_CACHE_WRITES} cache "
+            "entries"
+            + ("" if explicit else ", the provider's own breakpoint among them")
+            + "; keep the marks whose prefix should be cached"
+        )
+        return [Problem(self._at[most], "too_many_cache_breakpoints", detail)]
 
 
 def _output_before_call(index: int, call_id: str) -> Problem:
@@ -231,7 +286,7 @@ class ChatRules:
     message closes their run, or the body ends, which only problems know.
     """
 
-    __slots__ = ("_answered", "_call_ids", "_count", "_found", "_waiting")
+    __slots__ = ("_answered", "_call_ids", "_count", "_found", "_marks", "_waiting")
 
     def __init__(self) -> None:
         self._found: list[Problem] = []
@@ -239,6 +294,7 @@ class ChatRules:
         self._call_ids: set[str] = set()
         self._waiting: dict[str, int] = {}  # calls of the assistant message before this run of tool messages
         self._answered: set[str] = set()
+        self._marks = CacheMarks()
 
     def copy(self) -> ChatRules:
         other = ChatRules()
@@ -247,6 +303,7 @@ class ChatRules:
         other._call_ids = self._call_ids.copy()
         other._waiting = self._waiting.copy()
         other._answered = self._answered.copy()
+        other._marks = self._marks.copy()
         return other
 
     def feed(self, items: Sequence[Any]) -> None:
@@ -257,6 +314,8 @@ class ChatRules:
                 continue
             role = message.get("role")
             content = message.get("content")
+            if type(content) is list:
+                self._marks.feed(index, role, content, found)
             if content is not None and not isinstance(content, (str, list)):
                 found.append(Problem(index, "malformed_message", "content must be a string, a list of parts or null"))
             if role == "tool":
@@ -309,7 +368,7 @@ class ChatRules:
             return not_a_body(payload)
         if not self._count:
             return [Problem(BODY, "no_messages", "the body has no messages; send a list with at least one message")]
-        return in_order([*self._found, *_missing_results(self._waiting)])
+        return in_order([*self._found, *_missing_results(self._waiting), *self._marks.problems(payload)])
 
 
 def _check_call(call: object, index: int, call_ids: set[str], waiting: dict[str, int], found: list[Problem]) -> None:
