@@ -17,6 +17,7 @@ from contextledger.compaction import (
     TruncationStrategy,
     apply_compaction,
     compact_with_report,
+    opened_by_user,
     strategy_from_spec,
     turns_exceed,
 )
@@ -34,7 +35,7 @@ from contextledger.messages import (
     to_anthropic,
     to_responses,
 )
-from contextledger.tokenizers import Tokenizer
+from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 from tests.compaction.test_properties import DEFAULT, assert_index_consistent
 from tests.conversations import conversations, strategy_specs, tokenizers
 
@@ -249,3 +250,11 @@ def test_a_summariser_never_reads_or_replaces_the_item() -> None:
     assert to_responses(sent)[1] == OPENAI_ITEM
     assert client.calls >= 1
     assert all("gAAAAB" not in m.text for request in client.requests for m in request)
+
+
+def test_an_opening_never_moves_past_the_item() -> None:
+    messages = from_responses([{"role": "user", "content": "x" * 4000}, OPENAI_ITEM, *_turns(2)])
+    projection = messages[1:]  # a cut that left the item first
+    assert opened_by_user(projection, messages, tokenizer=CharacterEstimatorTokenizer()) == messages
+    client_opened = messages[1:]  # the client itself sent the item first: as it came
+    assert opened_by_user(client_opened, client_opened, tokenizer=CharacterEstimatorTokenizer()) is None

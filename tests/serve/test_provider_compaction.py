@@ -186,3 +186,31 @@ def test_context_management_and_the_beta_header_reach_the_upstream_as_sent(
     assert record["body"]["context_management"] == MANAGEMENT[api]
     if api == "anthropic":
         assert record["headers"]["anthropic-beta"] == BETA
+
+
+def test_an_output_whose_call_went_before_the_item_is_no_orphan(upstream: CompactingUpstream) -> None:
+    """A client may drop what precedes the newest compaction item (OpenAI's guide says so): an
+    output left after it whose call was before it is held by the item, not refused."""
+    item = {"id": "cmp_dropped", "type": "compaction", "encrypted_content": "gAAAA-earlier"}
+    upstream.written.append(json.dumps(item, sort_keys=True))
+    upstream.received.clear()
+    items = [
+        item,
+        {"type": "function_call_output", "call_id": "call_before", "output": "42"},
+        *(user_turn("responses", n) for n in range(4)),
+    ]
+    with tempfile.TemporaryDirectory() as folder:
+        app = app_for(upstream, Path(folder), "window-groups")
+
+        async def run() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+                answer = await client.post(
+                    "/v1/responses", content=json.dumps(body_of("responses", items)), headers=HEADERS
+                )
+            await app.state.proxy.close()
+            return answer
+
+        answer = asyncio.run(run())
+    assert answer.status_code == 200, answer.text
+    (forwarded,) = upstream.bodies("/v1/responses")
+    assert forwarded["input"][0] == item

@@ -66,6 +66,10 @@ def opened_by_user(
     if where is None:  # not the conversation's own message: compare by value
         where = next((at for at, message in enumerate(conversation) if message == head), len(conversation))
     opener = next((at for at in range(where - 1, -1, -1) if _opens(conversation, at)), None)
+    if head.is_provider_compaction:
+        # A provider's compaction item is never moved past: the user message before it comes
+        # back whatever its size, and one the conversation itself opens with is sent as it came.
+        return None if opener is None else [*leading, conversation[opener], *rest]
     if opener is not None and sum(tokenizer.count_messages([conversation[opener]])) <= max(
         SMALL_OPENING_TOKENS, kept // 4
     ):

@@ -28,9 +28,10 @@ Where things live (every name is imported from here, ``contextledger.messages``)
 - the message, ``_message.py``: :class:`Message`, ``ROLES``, the summary markers
   :data:`SUMMARY_PROPERTY` and :data:`SUMMARY_SOURCE_PROPERTY`, the providers' own compaction
   items (:data:`PROVIDER_COMPACTION_TYPE`, :func:`is_provider_compaction_content`,
-  ``Message.is_provider_compaction`` and :func:`newest_provider_compaction`, the boundary every
-  compaction strategy keeps), and two fast paths the library
-  itself uses on thousands of messages per call, ``set_token_memo`` (tokenizers) and
+  ``Message.is_provider_compaction``, :func:`newest_provider_compaction`, the boundary every
+  compaction strategy keeps, and :func:`held_by_provider_compaction`, what a pairing check
+  reads), and two fast paths the library itself uses on thousands of messages per call,
+  ``set_token_memo`` (tokenizers) and
   ``assistant_text_message`` (compaction);
 - the OpenAI codec, ``_openai.py``: :func:`message_from_openai`, :func:`from_openai`,
   :func:`message_to_openai`, :func:`to_openai`, and :func:`result_text` (the text of a tool
@@ -91,6 +92,7 @@ from contextledger.messages._message import (
     SUMMARY_PROPERTY,
     SUMMARY_SOURCE_PROPERTY,
     Message,
+    held_by_provider_compaction,
     is_provider_compaction_content,
     newest_provider_compaction,
 )
@@ -151,6 +153,7 @@ __all__ = [
     "from_anthropic",
     "from_openai",
     "from_responses",
+    "held_by_provider_compaction",
     "is_provider_compaction_content",
     "item_dict",
     "item_rules",

@@ -240,6 +240,27 @@ def newest_provider_compaction(messages: Sequence[Message]) -> int | None:
     return None
 
 
+def held_by_provider_compaction(messages: Sequence[Message]) -> list[Message]:
+    """What a provider must still be shown of ``messages`` to pair calls with their results: the
+    messages after the newest provider compaction item (all of them when there is none), less
+    the results whose calls it holds.
+
+    The item stands for everything before it, as ``previous_response_id`` does, so a result after
+    it whose call went before it is no orphan, and a call before it needs no result after it.  A
+    check of the pairing rules (:func:`~contextledger.messages.validate`) reads this list.
+    """
+    start = newest_provider_compaction(messages)
+    if start is None:
+        return list(messages)
+    after = list(messages[start + 1 :])
+    opened = {call for message in after for call in message.opened_ids}
+    return [
+        message
+        for message in after
+        if not (message.role == "tool" and message.answered_ids and opened.isdisjoint(message.answered_ids))
+    ]
+
+
 _set_token_memo = Message.__dict__["_token_memo"].__set__
 set_token_memo: Callable[[Message, tuple[object, int]], None] = _set_token_memo
 """Record a message's token count for a tokenizer (the memo is invisible to equality and output)."""

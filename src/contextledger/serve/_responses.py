@@ -44,6 +44,7 @@ from contextledger.messages import (
     Message,
     TextContent,
     from_responses,
+    held_by_provider_compaction,
     item_runs,
     joins_calls,
     kept_as_given,
@@ -270,7 +271,8 @@ class ResponsesFormat:
         return read
 
     def refuse(self, messages: list[Message]) -> None:
-        problems = validate(messages)  # refused where the upstream would refuse it
+        # Refused where the upstream would refuse it; a compaction item holds what precedes it.
+        problems = validate(held_by_provider_compaction(messages))
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _bad(f"'input' is not a valid conversation: {problems[0].detail}{more}")
