@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             print("--compare-maf needs the bench extra: pip install 'contextledger[bench]'", file=sys.stderr)
             return 2
         maf = maf_side
+        maf.CLOCK = clock  # both sides on the same clock
 
     report: dict[str, Any] = {"cold": [], "session": []}
     missed: list[str] = []
