@@ -105,8 +105,16 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     return _BENCHMARK.sub(lambda match: benchmark(match["table"]), markdown)
 
 
-def on_page_content(html: str, **_: Any) -> str:
-    return _ROLE.sub(r"<code>\1</code>", html)
+# A docstring's citation of a design decision (design.md#units) becomes a link to that section.
+_DESIGN = re.compile(r"(?<![/\w\"'])design\.md#([\w-]+)")
+
+
+def on_page_content(html: str, page: Any, **_: Any) -> str:
+    html = _ROLE.sub(r"<code>\1</code>", html)
+    if page.file.src_uri.startswith("reference/"):
+        design = "../" * page.url.count("/") + "design/"
+        html = _DESIGN.sub(lambda match: f'<a href="{design}#{match[1]}">{match[0]}</a>', html)
+    return html
 
 
 # The README's figures ----------------------------------------------------------------------------
