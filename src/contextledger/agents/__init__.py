@@ -13,8 +13,10 @@ Where things live (every name is imported from here, ``contextledger.agents``):
 - controlled facts around an agent: ``_facts.py`` (:class:`FactsProvider`, :func:`run_with_facts`),
   over the one facts turn of :mod:`contextledger.facts`;
 - compaction around an agent: ``_compaction.py`` (:class:`CompactionProvider`), its request view
-  kept per session in ``_view.py``, and the retained history in ``_retained.py``
-  (:class:`HistoryReducer`, which the proxy uses too, and :class:`ReducedHistoryProvider`);
+  kept per session in ``_view.py``, the model's own controls (``agent_tools=True``: references,
+  ``recall_context``, ``compact_context``; :class:`RecallableCompaction` for the adapters) in
+  ``_recall.py``, and the retained history in ``_retained.py`` (:class:`HistoryReducer`, which the
+  proxy uses too, and :class:`ReducedHistoryProvider`);
 - the agent and its run: ``_agent.py`` (:class:`Agent`), with the session's copy of its history
   in ``_history.py``; every turn is stored through :func:`contextledger.history.write_turn`.
 """
@@ -31,12 +33,25 @@ from contextledger.agents._context import (
     use_context_providers,
 )
 from contextledger.agents._facts import FactsProvider, run_with_facts
+from contextledger.agents._recall import (
+    COMPACT_DESCRIPTION,
+    COMPACT_TOOL,
+    RECALL_DESCRIPTION,
+    RECALL_LIMIT,
+    RECALL_TOOL,
+    RecallableCompaction,
+)
 from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
 from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
 
 __all__ = [
+    "COMPACT_DESCRIPTION",
+    "COMPACT_TOOL",
+    "RECALL_DESCRIPTION",
+    "RECALL_LIMIT",
+    "RECALL_TOOL",
     "Agent",
     "AgentResponse",
     "AgentView",
@@ -47,6 +62,7 @@ __all__ = [
     "HistoryReducer",
     "MessageSource",
     "ModelCall",
+    "RecallableCompaction",
     "ReducedHistoryProvider",
     "RequestMessages",
     "RunContext",

@@ -35,11 +35,12 @@ from contextledger.agents._recall import (
     COMPACT_DESCRIPTION,
     COMPACT_TOOL,
     RECALL_DESCRIPTION,
+    RECALL_LIMIT,
     RECALL_TOOL,
     References,
     annotated_projection,
-    locate,
-    render_recalled,
+    compacted_text,
+    recall_text,
 )
 from contextledger.agents._retained import HistoryReducer, check_strategy
 from contextledger.agents._session import Session
@@ -60,8 +61,6 @@ _FREEZE_AT = 32
 # Whether a view built again (the history changed under it) leaves out the excluded turns it
 # starts with at once; off only to check that doing so changes no request.
 _FREEZE_ON_REBUILD = True
-# The most characters recall_context returns of one reference unless the provider says otherwise.
-RECALL_LIMIT = 16_000
 
 
 class CompactionProvider(ContextProvider):
@@ -188,22 +187,9 @@ class CompactionProvider(ContextProvider):
     async def recall_context(self, ref: str) -> str:
         """What ``ref`` stands for, as the stored history holds it now (see the class docstring)."""
         context = current_run.get()
-        wanted = ref.strip().strip('"')
         if context is None:
             return "Error: recall_context answers inside an agent run only; nothing was recalled."
-        issued = self._references(context).find(wanted)
-        if issued is None:
-            return (
-                f'Error: ref="{wanted}" names nothing this conversation set aside: no collapsed line or notice '
-                "carried it. Use a ref exactly as it is written there."
-            )
-        found = locate(context.conversation, wanted, issued)
-        if found is None:
-            return (
-                f'Error: ref="{wanted}" named {issued.count} message(s) that are no longer in the stored history: '
-                "a retained-history reduction removed them, so they cannot be recalled."
-            )
-        return render_recalled(wanted, found, self.recall_limit)
+        return recall_text(ref, context.conversation, self._references(context), self.recall_limit)
 
     async def compact_context(self, note: str | None = None) -> str:
         """Apply ``before_strategy`` now, at the boundary before the run's next call, as though its
@@ -218,18 +204,7 @@ class CompactionProvider(ContextProvider):
         view.index.update([*view.context, *conversation[view.frozen_count :]])
         before = view.index.included_tokens
         await self.before_strategy.compact(view.index, force=True)
-        after = view.index.included_tokens
-        estimate = " (estimated)" if self._before_tokenizer is not None and self._before_tokenizer.is_estimate else ""
-        said = f" Note: {note.strip()}." if isinstance(note, str) and note.strip() else ""
-        if after >= before:
-            return (
-                f"Nothing to compact: {self.before_strategy.name} found nothing it may set aside; the conversation "
-                f"stays at {before} tokens{estimate}.{said}"
-            )
-        return (
-            f"Compacted with {self.before_strategy.name}: the conversation sent goes from {before} to {after} "
-            f"tokens{estimate} from the next call on; what was set aside carries a ref for recall_context.{said}"
-        )
+        return compacted_text(self.before_strategy, before, view.index, note)
 
     def _view(self, messages: Sequence[Message], head: int, base: int, context: RunContext | None) -> RequestView:
         """The session's view, brought up to ``messages``; positions are offsets, so that no

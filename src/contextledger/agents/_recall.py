@@ -25,25 +25,40 @@ from typing import Any
 
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.agents._view import RequestView, fingerprint
-from contextledger.compaction import GroupKind, MessageGroup, set_aside_notice, with_reference
+from contextledger.compaction import (
+    CompactionStrategy,
+    GroupKind,
+    MessageGroup,
+    MessageIndex,
+    resolve_tokenizer,
+    set_aside_notice,
+    with_reference,
+)
 from contextledger.messages import FunctionCallContent, FunctionResultContent, Message, TextContent
+from contextledger.tokenizers import Tokenizer
 
 __all__ = [
     "COMPACT_DESCRIPTION",
     "COMPACT_TOOL",
     "RECALL_DESCRIPTION",
+    "RECALL_LIMIT",
     "RECALL_TOOL",
+    "RecallableCompaction",
     "References",
     "annotated_projection",
-    "locate",
+    "compact_points",
+    "compacted_text",
+    "recall_text",
     "reference",
-    "render_recalled",
+    "referenced_projection",
 ]
 
 RECALL_TOOL = "recall_context"
 COMPACT_TOOL = "compact_context"
 RECALL_DESCRIPTION = 'Read back, as stored, what a ref="..." in a collapsed line or a set-aside notice stands for.'
 COMPACT_DESCRIPTION = "Compact this conversation from your next call on; answers with the tokens before and after."
+RECALL_LIMIT = 16_000
+"""The most characters ``recall_context`` returns of one reference unless told otherwise."""
 _TOOL_RESULTS = "tool_results"  # the origin a tool-result collapse gives the lines it writes
 
 
@@ -89,13 +104,21 @@ class Issued:
 
 
 class References:
-    """The references a session's request view has handed out, kept in the session's state (as
-    JSON) so a restored session recalls what its model was shown; digests are cached per message
-    object, so a long history is not hashed again on every call."""
+    """The references handed out to a model, and where each points.
 
-    def __init__(self, state: dict[str, Any], cache: dict[str, Any]) -> None:
-        self._issued: dict[str, Any] = state
-        self._digests: dict[tuple[int, int, int], tuple[Message, Message, str]] = cache.setdefault("digests", {})
+    An agent keeps them in the session's state (JSON), so a restored session recalls what its
+    model was shown; an adapter with no session of its own keeps them in memory (``most`` bounds
+    how many, the oldest forgotten first).  Digests are cached per message object in ``cache``, so
+    a long history is not hashed again on every call."""
+
+    def __init__(
+        self, state: dict[str, Any] | None = None, cache: dict[str, Any] | None = None, *, most: int = 0
+    ) -> None:
+        self._issued: dict[str, Any] = {} if state is None else state
+        self._digests: dict[tuple[int, int, int], tuple[Message, Message, str]] = (
+            {} if cache is None else cache.setdefault("digests", {})
+        )
+        self._most = most
 
     def issue(self, messages: Sequence[Message], start: int) -> str:
         """The reference of ``messages`` (the stored conversation's, from ``start``), noted as issued."""
@@ -109,6 +132,10 @@ class References:
         issued = Issued(start, len(messages), shape(messages)).to_json()
         if self._issued.get(ref) != issued:
             self._issued[ref] = issued
+            if self._most and len(self._issued) > self._most:
+                del self._issued[next(iter(self._issued))]
+        if self._most and len(self._digests) > 4 * self._most:
+            self._digests.clear()
         return ref
 
     def find(self, ref: str) -> Issued | None:
@@ -135,6 +162,42 @@ def locate(conversation: Sequence[Message], ref: str, issued: Issued) -> list[Me
         if hashlib.sha256(joined.encode("ascii")).hexdigest()[:12] == ref:
             return list(conversation[at : at + count])
     return None
+
+
+def recall_text(ref: str, conversation: Sequence[Message], references: References, limit: int) -> str:
+    """``recall_context``'s answer: what ``ref`` stands for in ``conversation`` (the stored
+    messages as they are now), or an error result that says why not."""
+    wanted = ref.strip().strip('"')
+    issued = references.find(wanted)
+    if issued is None:
+        return (
+            f'Error: ref="{wanted}" names nothing this conversation set aside: no collapsed line or notice '
+            "carried it. Use a ref exactly as it is written there."
+        )
+    found = locate(conversation, wanted, issued)
+    if found is None:
+        return (
+            f'Error: ref="{wanted}" named {issued.count} message(s) that are no longer in the stored history: '
+            "a retained-history reduction removed them, so they cannot be recalled."
+        )
+    return render_recalled(wanted, found, limit)
+
+
+def compacted_text(strategy: CompactionStrategy, before: int, index: MessageIndex, note: str | None) -> str:
+    """``compact_context``'s answer, once ``strategy`` was forced on ``index`` (``before``: the
+    tokens it held before)."""
+    after = index.included_tokens
+    estimate = " (estimated)" if index.tokenizer.is_estimate else ""
+    said = f" Note: {note.strip()}." if isinstance(note, str) and note.strip() else ""
+    if after >= before:
+        return (
+            f"Nothing to compact: {strategy.name} found nothing it may set aside; the conversation stays at "
+            f"{before} tokens{estimate}.{said}"
+        )
+    return (
+        f"Compacted with {strategy.name}: the conversation sent goes from {before} to {after} tokens{estimate} "
+        f"from the next call on; what was set aside carries a ref for recall_context.{said}"
+    )
 
 
 def render_recalled(ref: str, messages: Sequence[Message], limit: int) -> str:
@@ -223,3 +286,80 @@ def annotated_projection(
         run_end = at + group.message_count
     close()
     return out
+
+
+def referenced_projection(index: MessageIndex, references: References) -> list[Message]:
+    """:func:`annotated_projection` for an index over a whole conversation (no provider context, no
+    frozen prefix): what an adapter that compacts each request afresh sends."""
+    return annotated_projection(RequestView(index, []), index.source_messages, 0, references)
+
+
+class RecallableCompaction:
+    """A strategy applied afresh to a whole conversation on each request, with the model's own
+    controls: what adapters use, whose framework keeps the conversation and calls the model.
+
+    :meth:`request` returns what to send (references on collapsed lines and notices);
+    :meth:`recall` and :meth:`compact` answer the model's ``recall_context`` and
+    ``compact_context``.  Nothing is kept between requests but the references handed out (in
+    memory, at most ``most``): where the model asked to compact is read from the conversation
+    itself (the result of its ``compact_context`` call), and the strategy is forced again at that
+    point on every later request, so the compaction it asked for holds and later calls follow the
+    trigger as usual.
+    """
+
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        tokenizer: Tokenizer | None = None,
+        recall_limit: int = RECALL_LIMIT,
+        most: int = 4096,
+    ) -> None:
+        self.strategy = strategy
+        self.tokenizer = resolve_tokenizer(strategy, tokenizer)
+        self.recall_limit = recall_limit
+        self.references = References(most=most)
+
+    async def _index(self, messages: Sequence[Message]) -> MessageIndex:
+        """``messages`` compacted: forced where the model asked (each ``compact_context`` result
+        marks the boundary it was asked at), then as the trigger says."""
+        index = MessageIndex(tokenizer=self.tokenizer)
+        for point in compact_points(messages):
+            index.update(messages[:point])
+            await self.strategy.compact(index, force=True)
+        index.update(messages)
+        await self.strategy.compact(index)
+        return index
+
+    async def request(self, messages: Sequence[Message]) -> list[Message]:
+        """What to send for ``messages`` (the whole conversation, system messages included)."""
+        return referenced_projection(await self._index(messages), self.references)
+
+    async def recall(self, ref: str, messages: Sequence[Message]) -> str:
+        """``recall_context(ref)`` over the conversation as the framework holds it now."""
+        return recall_text(ref, messages, self.references, self.recall_limit)
+
+    async def compact(self, messages: Sequence[Message], note: str | None = None) -> str:
+        """``compact_context(note)`` asked with ``messages`` as they stand (the call that asks
+        included, its result not yet): the figures of the next request."""
+        index = await self._index(messages)
+        before = index.included_tokens
+        await self.strategy.compact(index, force=True)
+        return compacted_text(self.strategy, before, index, note)
+
+
+def compact_points(messages: Sequence[Message]) -> list[int]:
+    """Where the model asked to compact: the position of each ``compact_context`` result."""
+    asked: set[str] = set()
+    points: list[int] = []
+    for position, message in enumerate(messages):
+        for content in message.contents:
+            if isinstance(content, FunctionCallContent) and content.name == COMPACT_TOOL:
+                asked.add(content.call_id)
+            elif (
+                isinstance(content, FunctionResultContent)
+                and content.call_id in asked
+                and (not points or points[-1] != position)
+            ):
+                points.append(position)
+    return points
