@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -305,11 +306,14 @@ def replay(
     return Replay(own, calls, steps, summarised)
 
 
-def policy_rows(workload: Workload) -> tuple[list[str], list[str], list[str]]:
+def policy_rows(
+    workload: Workload, entries: list[dict[str, Any]] | None = None
+) -> tuple[list[str], list[str], list[str]]:
     """Every policy's row of the cost table, the summariser lines, and what is over the bounds:
     no default or prefix-stable policy above the full history's cost under any profile (the exact
     opt-outs are shown, not bound), truncation at trigger = 2 x target at most 0.6 of its cost and
-    0.5 of its tokens on the tool session, and a stateless summariser called once per step."""
+    0.5 of its tokens on the tool session, and a stateless summariser called once per step.
+    ``entries``, when given, receives each row as data (what ``--json`` writes)."""
     rows: list[str] = []
     summaries: list[str] = []
     failures: list[str] = []
@@ -331,6 +335,17 @@ def policy_rows(workload: Workload) -> tuple[list[str], list[str], list[str]]:
                         f"{workload.name}: {name} (stateless) called its summariser {outcome.summariser_calls} "
                         f"times for {outcome.cut_steps} steps of its cut (a summary must be written once per step)"
                     )
+            if entries is not None:
+                entries.append(
+                    {
+                        "policy": name,
+                        "mode": mode,
+                        "exact": name in EXACT,
+                        "sent": sent,
+                        "cost": costs,
+                        "cached": {p: totals[p].hit_rate for p in PROFILES},
+                    }
+                )
             rows.append(
                 f"| {name} | {mode} | {sent:.2f} | "
                 + " | ".join(f"{costs[p]:.2f}" for p in PROFILES)
@@ -402,7 +417,9 @@ def summariser_shares(workload: Workload) -> dict[tuple[str, str], dict[str, Cos
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=200, help="turns of the tool session (default 200)")
+    parser.add_argument("--json", dest="json_path", help="also write each policy's figures as JSON")
     args = parser.parse_args(argv)
+    report: dict[str, Any] = {"turns": args.turns, "profiles": list(PROFILES), "workloads": []}
     failures: list[str] = []
     workloads_run = (tool_session(args.turns), big_prompt(args.turns // 2))
     for workload in workloads_run:
@@ -415,7 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             + " |"
         )
         print("|---|---|---:|" + "---:|" * (2 * len(PROFILES)))
-        rows, summaries, over = policy_rows(workload)
+        entries: list[dict[str, Any]] = []
+        rows, summaries, over = policy_rows(workload, entries)
+        report["workloads"].append({"name": workload.name, "policies": entries})
         print("\n".join(rows))
         for line in summaries:
             print(f"\n{line}")
@@ -449,6 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failures.append(f"{workload.name}: the riding summariser read {totals['openai'].hit_rate:.2f} (< 0.85)")
             if not riding and any(totals[p].hit_rate > 0 for p in PROFILES):
                 failures.append(f"{workload.name}: today's summariser read from a cache no request wrote")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report, indent=2), encoding="utf-8")
     print("\nCosts are shares of sending the full history, with the cache counted (estimates, design.md#cost).")
     print("The exact policies (prefix_stable=False) are opt-outs, outside the bound.")
     if failures:
