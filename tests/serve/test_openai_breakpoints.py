@@ -212,3 +212,26 @@ def test_at_most_one_mark_is_added_on_a_leading_instruction_and_nothing_else_cha
     assert [m for n, m in enumerate(values) if n != where] == [m for n, m in enumerate(given_messages) if n != where]
     assert chat_with_breakpoint({"model": "gpt-5.6"}, placed, ("gpt-5.6",)) is None  # marked once: left alone
     assert responses_with_breakpoint({"model": "gpt-5.6"}, placed, ("gpt-5.6",)) is None
+
+
+@pytest.mark.parametrize("api", sorted(PATHS))
+def test_a_body_writing_more_than_four_entries_is_refused_before_the_upstream(
+    api: str, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    fake_upstream.clear()
+    key = "messages" if api == "chat" else "input"
+    text = "text" if api == "chat" else "input_text"
+    body = (chat_body if api == "chat" else responses_body)("gpt-5.6", 4)
+    for item in body[key]:
+        if item["role"] == "user":
+            item["content"] = [{"type": text, "text": item["content"], MARK: {"mode": "explicit"}}]
+    app = app_for(fake_upstream, tmp_path)
+
+    async def run() -> Any:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return await client.post(PATHS[api], json=body, headers=HEADERS)
+
+    answer = asyncio.run(run())
+    assert answer.status_code == 400, answer.text
+    assert "prompt_cache_breakpoint" in answer.json()["error"]["message"]
+    assert fake_upstream.received() == []
