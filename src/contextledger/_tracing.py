@@ -45,6 +45,9 @@ from typing import Any, ParamSpec, TypeVar
 __all__ = [
     "ESTIMATED_INPUT_TOKENS",
     "ESTIMATED_OUTPUT_TOKENS",
+    "PROVIDER_COMPACTIONS",
+    "PROVIDER_COMPACTION_INPUT_TOKENS",
+    "PROVIDER_COMPACTION_OUTPUT_TOKENS",
     "TRACER_NAME",
     "ModelCallTrace",
     "UpstreamCallTrace",
@@ -66,6 +69,17 @@ ESTIMATED_INPUT_TOKENS = "contextledger.usage.estimated.input_tokens"
 
 ESTIMATED_OUTPUT_TOKENS = "contextledger.usage.estimated.output_tokens"
 """Output tokens a client counted itself (an estimate)."""
+
+PROVIDER_COMPACTIONS = "contextledger.usage.provider_compactions"
+"""How many times the provider compacted the conversation on its servers during the call (the
+GenAI conventions name no such figure)."""
+
+PROVIDER_COMPACTION_INPUT_TOKENS = "contextledger.usage.provider_compaction.input_tokens"
+"""Input tokens the provider's own compaction read and billed apart from the call's
+``gen_ai.usage.input_tokens`` (Anthropic's ``usage.iterations`` of type ``compaction``)."""
+
+PROVIDER_COMPACTION_OUTPUT_TOKENS = "contextledger.usage.provider_compaction.output_tokens"
+"""Output tokens (the summary) the provider's own compaction wrote and billed apart."""
 
 _CONVERSATION_ID = "gen_ai.conversation.id"
 
@@ -170,11 +184,15 @@ def _usage(usage: Any) -> dict[str, Any]:
             ESTIMATED_INPUT_TOKENS: getattr(usage, "input_tokens", None),
             ESTIMATED_OUTPUT_TOKENS: getattr(usage, "output_tokens", None),
         }
+    compaction = getattr(usage, "compaction", None)
     return {
         "gen_ai.usage.input_tokens": getattr(usage, "input_tokens", None),
         "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", None),
         "gen_ai.usage.cache_read.input_tokens": getattr(usage, "cache_read_tokens", None),
         "gen_ai.usage.cache_creation.input_tokens": getattr(usage, "cache_write_tokens", None),
+        PROVIDER_COMPACTIONS: getattr(usage, "compactions", None),
+        PROVIDER_COMPACTION_INPUT_TOKENS: getattr(compaction, "input_tokens", None),
+        PROVIDER_COMPACTION_OUTPUT_TOKENS: getattr(compaction, "output_tokens", None),
     }
 
 
@@ -484,6 +502,21 @@ def _finish_reasons(reply: Mapping[str, Any]) -> list[str] | None:
     return reasons or None
 
 
+def _compaction_items(reply: Mapping[str, Any]) -> int | None:
+    """The compaction passes a Responses reply shows (OpenAI reports no usage of its own for them:
+    they are in the reply's counts): its ``compaction`` output items, or one for a
+    ``/responses/compact`` answer; None for a reply that shows none."""
+    output = reply.get("output")
+    items = (
+        sum(1 for i in output if isinstance(i, Mapping) and i.get("type") == "compaction")
+        if isinstance(output, list)
+        else 0
+    )
+    if reply.get("object") == "response.compaction":
+        return max(items, 1)
+    return items or None
+
+
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -511,13 +544,16 @@ class UpstreamCallTrace:
                 reply = {}
         if isinstance(reply, Mapping):
             usage = reply.get("usage")
+            read = _usage(None if self._read_usage is None else self._read_usage(usage))
+            if read and read.get(PROVIDER_COMPACTIONS) is None:
+                read[PROVIDER_COMPACTIONS] = _compaction_items(reply)
             _set(
                 self._span,
                 {
                     "gen_ai.response.model": _text(reply.get("model")),
                     "gen_ai.response.id": _text(reply.get("id")),
                     "gen_ai.response.finish_reasons": _finish_reasons(reply),
-                    **_usage(None if self._read_usage is None else self._read_usage(usage)),
+                    **read,
                 },
             )
         self.end()

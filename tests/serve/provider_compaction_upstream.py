@@ -190,6 +190,7 @@ def compacting_upstream() -> Iterator[CompactingUpstream]:
                     status, reply = upstream.messages(body, headers)
                 else:
                     status, reply = 404, _openai_error(f"no route {self.path}")
+                upstream.received[-1]["reply"] = reply
             data = json.dumps(reply).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -265,7 +265,7 @@ class SessionFlow:
                 upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
             # Billed whether or not the turn is then stored; counted once the answer is sent.
-            counted = self.cost.after_answer("session", payload, sent, reply.get("usage"), key)
+            counted = self.cost.after_answer("session", payload, sent, reply.get("usage"), key, reply=reply)
             try:
                 stored = await finish(message, meta)
             except BaseException:

@@ -211,7 +211,7 @@ class StatelessFlow:
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type", "application/json"),
             headers={**passed_back(upstream.headers), **said},
-            background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage")),
+            background=self.cost.after_answer("stateless", out.payload, out.messages, reply.get("usage"), reply=reply),
         )
 
     async def _overflowed(

@@ -9,6 +9,11 @@ so for every request the upstream answered the proxy counts two things on ``/met
   streamed or not.  A streamed request that did not ask for usage is sent upstream with
   ``stream_options.include_usage`` so the upstream reports it, and the extra usage chunk is not
   passed on to the client, which sees the stream it asked for;
+- what the upstream billed for compacting the conversation on its own servers
+  (``contextledger_upstream_compactions_total`` and ``contextledger_upstream_compaction_*``):
+  Anthropic's ``usage.iterations`` of type ``compaction``, billed on top of the counts above, and
+  the compaction items a Responses reply returned (OpenAI counts their tokens in the reply's
+  own usage, so only the passes are counted apart);
 - what :class:`~contextledger.cost.PrefixCacheSimulator` predicts under the configured price
   profile (``contextledger_estimated_*``, labelled estimates).  To price a request's prefix it
   needs the request before it in the same conversation: the proxy keeps, per conversation (a
@@ -37,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from contextledger.clients import Usage, read_usage
+from contextledger.clients import Usage, read_reply_usage, read_usage
 from contextledger.cost import (
     Block,
     CallCost,
@@ -153,6 +158,23 @@ class CostMeter:
                 ("output", "Output tokens the upstream reported."),
             )
         }
+        self._compaction = {
+            part: metrics.counter(f"contextledger_upstream_{part}_total", text, reported)
+            for part, text in (
+                (
+                    "compactions",
+                    "Times the upstream compacted the conversation on its own servers (its own compaction).",
+                ),
+                (
+                    "compaction_input_tokens",
+                    "Input tokens the upstream billed for its own compaction, apart from the request's input.",
+                ),
+                (
+                    "compaction_output_tokens",
+                    "Output tokens (the summary) the upstream billed for its own compaction, apart from the request's.",
+                ),
+            )
+        }
         self._reports = metrics.counter(
             "contextledger_upstream_usage_reports_total",
             "Upstream answers by what their usage held: cache figures, token counts only, or nothing usable.",
@@ -217,6 +239,8 @@ class CostMeter:
         messages: Sequence[Message],
         raw_usage: object,
         session: str | None = None,
+        *,
+        reply: Mapping[str, Any] | None = None,
     ) -> BackgroundTask:
         """:meth:`expect` and :meth:`answered` for a whole answer, run once the answer has been
         sent: the estimate is for the metrics, not the client, and it is a good part of the
@@ -226,15 +250,27 @@ class CostMeter:
         from starlette.background import BackgroundTask  # noqa: PLC0415  (the meter itself needs no extra)
 
         async def count() -> None:
-            self.answered(self.expect(mode, payload, messages, session), raw_usage)
+            self.answered(self.expect(mode, payload, messages, session), raw_usage, reply=reply)
 
         return BackgroundTask(count)
 
-    def answered(self, expected: Expected, raw_usage: object) -> Usage | None:
-        """Count what the upstream reported for ``expected`` and what the estimate predicted."""
-        usage = read_usage(raw_usage)
+    def answered(
+        self, expected: Expected, raw_usage: object, *, reply: Mapping[str, Any] | None = None
+    ) -> Usage | None:
+        """Count what the upstream reported for ``expected`` and what the estimate predicted;
+        ``reply``, the whole answer when there is one, shows the compaction items it returned."""
+        usage = read_reply_usage(reply) if isinstance(reply, Mapping) else read_usage(raw_usage)
         mode = expected.mode
         count = self.metrics.count
+        if usage is not None and usage.compactions:
+            count(self._compaction["compactions"], mode, amount=usage.compactions)
+            if usage.compaction is not None:
+                for part, value in (
+                    ("compaction_input_tokens", usage.compaction.input_tokens),
+                    ("compaction_output_tokens", usage.compaction.output_tokens),
+                ):
+                    if value:
+                        count(self._compaction[part], mode, amount=value)
         if usage is None or usage.input_tokens is None:
             count(self._reports, mode, "none")
         else:
