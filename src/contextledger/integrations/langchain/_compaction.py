@@ -4,6 +4,10 @@ All three change only what the model sees: the graph state keeps the full histor
 messages kept are the caller's own objects.  LangChain v1's ``before_model`` hook can only
 update the state, so the request view is made in ``wrap_model_call``, the hook that changes
 what one model call sends; ``before_model`` would rewrite the history itself.
+
+The middleware can also hand the model its own controls (``agent_tools=True``): middleware
+registers tools with the agent (``AgentMiddleware.tools``), so ``recall_context`` and
+``compact_context`` reach every model call, and they read the graph state (``ToolRuntime``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.tools import ToolRuntime
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import BaseTool, StructuredTool
 
+from contextledger.agents import (
+    COMPACT_DESCRIPTION,
+    COMPACT_TOOL,
+    RECALL_DESCRIPTION,
+    RECALL_LIMIT,
+    RECALL_TOOL,
+    RecallableCompaction,
+)
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.integrations._shared import run_sync
@@ -98,19 +112,73 @@ class CompactionMiddleware(AgentMiddleware):
     ``create_agent(model, tools, middleware=[CompactionMiddleware(strategy)])``: every model call
     sends the projection of the agent's messages; the agent state, and so the checkpointer, keep
     the full history.  The system prompt is never compacted (LangChain keeps it apart).
+
+    ``agent_tools=True`` registers ``recall_context(ref)`` and ``compact_context(note?)`` with the
+    agent, as :class:`contextledger.agents.CompactionProvider` offers them: collapsed lines and
+    notices of messages set aside carry ``ref="..."``, a recall reads the graph state as it is now
+    (at most ``recall_limit`` characters), and a compaction the model asks for holds from its next
+    call on (see :class:`contextledger.agents.RecallableCompaction`).
     """
 
-    def __init__(self, strategy: CompactionStrategy, *, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        tokenizer: Tokenizer | None = None,
+        agent_tools: bool = False,
+        recall_limit: int = RECALL_LIMIT,
+    ) -> None:
         super().__init__()
         self.strategy = _check_strategy(strategy)
         self.tokenizer = tokenizer
+        if not isinstance(agent_tools, bool):
+            raise ConfigurationError(f"agent_tools must be True or False, got {agent_tools!r}")
+        self._controls = (
+            RecallableCompaction(self.strategy, tokenizer=tokenizer, recall_limit=recall_limit) if agent_tools else None
+        )
+        self.tools: list[BaseTool] = [] if self._controls is None else self._model_tools(self._controls)
 
     def __repr__(self) -> str:
         return f"CompactionMiddleware({self.strategy!r})"
 
+    @staticmethod
+    def _model_tools(controls: RecallableCompaction) -> list[BaseTool]:
+        def state_messages(runtime: ToolRuntime) -> list[Any]:
+            state = runtime.state
+            messages = state.get("messages", []) if isinstance(state, Mapping) else getattr(state, "messages", [])
+            return from_langchain(list(messages))
+
+        async def recall(ref: str, runtime: ToolRuntime) -> str:
+            return await controls.recall(ref, state_messages(runtime))
+
+        async def compact(runtime: ToolRuntime, note: str | None = None) -> str:
+            return await controls.compact(state_messages(runtime), note)
+
+        def recall_sync(ref: str, runtime: ToolRuntime) -> str:
+            return run_sync(recall(ref, runtime))
+
+        def compact_sync(runtime: ToolRuntime, note: str | None = None) -> str:
+            return run_sync(compact(runtime, note))
+
+        return [
+            StructuredTool.from_function(
+                func=recall_sync, coroutine=recall, name=RECALL_TOOL, description=RECALL_DESCRIPTION
+            ),
+            StructuredTool.from_function(
+                func=compact_sync, coroutine=compact, name=COMPACT_TOOL, description=COMPACT_DESCRIPTION
+            ),
+        ]
+
     async def _request(self, request: ModelRequest) -> ModelRequest:
-        messages = await compact_langchain(request.messages, strategy=self.strategy, tokenizer=self.tokenizer)
-        return request.override(messages=messages)  # type: ignore[arg-type]
+        if self._controls is None:
+            messages = await compact_langchain(request.messages, strategy=self.strategy, tokenizer=self.tokenizer)
+            return request.override(messages=messages)  # type: ignore[arg-type]
+        originals = list(request.messages)
+        ours = from_langchain(originals)
+        back = {id(converted): original for converted, original in zip(ours, originals)}
+        sent = await self._controls.request(ours)
+        kept: list[Any] = [back.get(id(m)) or to_langchain_message(m) for m in sent]
+        return request.override(messages=kept)
 
     def wrap_model_call(
         self,
