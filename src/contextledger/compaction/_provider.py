@@ -16,16 +16,15 @@ import logging
 from collections.abc import Sequence
 from typing import Literal
 
-from contextledger.clients import ProviderCompaction, ProviderCompactor
-from contextledger.compaction._arguments import UNSET, summarization_style
-from contextledger.compaction._base import SYSTEM, CompactionStrategy
+from contextledger.clients import ChatResponse, ProviderCompaction, ProviderCompactor
+from contextledger.compaction._base import SYSTEM
 from contextledger.compaction._boundary import PROVIDER_COMPACTION_REASON
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._summarization import SummarizationStrategy
-from contextledger.compaction._summary_cache import InMemorySummaryCache, SummaryCache, summarizer_identity, summary_key
+from contextledger.compaction._summary_cache import SummaryCache, summarizer_identity, summary_key
 from contextledger.compaction._table import CompactionEvent, GroupKind
 from contextledger.compaction._triggers import Trigger
-from contextledger.exceptions import ConfigurationError, TranscriptError
+from contextledger.exceptions import CompactionError, ConfigurationError, TranscriptError
 from contextledger.messages import Message, dump_jsonl, load_jsonl
 from contextledger.tokenizers import Tokenizer
 
@@ -40,6 +39,14 @@ _COMPACTED = "compacted by the provider"
 
 # What names the provider's own prompt in a cache key when no instructions replace it.
 _PROVIDER_PROMPT = "(the provider's own compaction prompt)"
+
+
+class _ProviderWrites:
+    """Stands in for the chat model :class:`SummarizationStrategy` would ask: here the provider
+    writes the summary (see :meth:`ProviderCompactionStrategy._run`), so no chat model is called."""
+
+    async def get_response(self, messages: Sequence[Message], **options: object) -> ChatResponse:
+        raise CompactionError("ProviderCompactionStrategy asks its provider compactor, never a chat model")
 
 
 def _holds_item(message: Message) -> bool:
@@ -100,30 +107,26 @@ class ProviderCompactionStrategy(SummarizationStrategy):
             raise ConfigurationError(
                 f"ProviderCompactionStrategy instructions must be non-empty text, got {instructions!r}"
             )
-        if on_error not in ("report", "raise"):
-            raise ConfigurationError(f"on_error must be 'report' or 'raise', got {on_error!r}")
-        trigger, target, self.minimum_preserved, self.target_count, self.threshold, _ = summarization_style(
-            trigger, target, minimum_preserved, target_count, threshold, None, UNSET
-        )
-        CompactionStrategy.__init__(self, trigger, target, prefix_stable=prefix_stable)
-        self.compactor = compactor
-        self.instructions = instructions
-        self.prompt = instructions or _PROVIDER_PROMPT
-        self.max_input_tokens = None
-        self.tokenizer = tokenizer
-        self.on_error = on_error
-        self._failures = 0
-        self.last_usage = None
-        if cache is None:
-            cache = InMemorySummaryCache()
-        elif not callable(getattr(cache, "get", None)) or not callable(getattr(cache, "put", None)):
-            raise ConfigurationError(
-                f"ProviderCompactionStrategy cache must be a SummaryCache (async get and put), got {cache!r}"
-            )
-        self.cache = cache
         if compactor_id is not None and (not isinstance(compactor_id, str) or not compactor_id):
             raise ConfigurationError(f"compactor_id must be non-empty text, got {compactor_id!r}")
-        self.summarizer_id = compactor_id if compactor_id is not None else summarizer_identity(compactor)
+        super().__init__(
+            _ProviderWrites(),
+            trigger,
+            minimum_preserved,
+            target=target,
+            target_count=target_count,
+            threshold=threshold,
+            prompt=instructions or _PROVIDER_PROMPT,
+            max_input_tokens=None,
+            tokenizer=tokenizer,
+            on_error=on_error,
+            cache=cache,
+            summarizer_id=compactor_id if compactor_id is not None else summarizer_identity(compactor),
+            prefix_stable=prefix_stable,
+            form="transcript",
+        )
+        self.compactor = compactor
+        self.instructions = instructions
 
     def _window(self, text: str | None) -> tuple[Message, ...] | None:
         """A cached window back as messages (``None``: a miss, or a cached value that is not one)."""
@@ -217,15 +220,15 @@ class ProviderCompactionStrategy(SummarizationStrategy):
             window = self._checked(result)
             if window is None:
                 return self._fail(index, excluded, "the provider returned no compaction item")
-            self.last_usage = result.usage
+            usage = result.usage
             try:
                 await self._remember(key, dump_jsonl(window))
             except asyncio.CancelledError:
                 self._restore(index, excluded)
                 raise
         else:
-            self.last_usage = None  # no call was made
-        self._failures = 0
+            usage = None  # no call was made
+        self._succeeded(usage)
         inserted = [
             index.insert_summary(anchor, message, replaces=replaced, origin=PROVIDER_COMPACTION_ORIGIN)
             for message in window

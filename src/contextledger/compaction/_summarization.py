@@ -329,6 +329,13 @@ class SummarizationStrategy(CompactionStrategy):
             raise SummarizationError(f"summarization failed: {why}; the history is unchanged")
         return False
 
+    def _succeeded(self, usage: Usage | None) -> None:
+        """A round that replaced groups (a strategy built on this one reports its own this way):
+        the failures in a row start again from none, and ``last_usage`` is its call's usage
+        (``None`` when a kept summary was reused and nothing was called)."""
+        self.last_usage = usage
+        self._failures = 0
+
     async def _run(self, index: MessageIndex) -> bool:
         groups, over_budget = self._select(index)
         request = self._request_for(map(index.messages_of, groups))
