@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from contextledger.clients import OfflineCompactor, ProviderCompaction, ScriptedChatClient
+from contextledger.clients import OfflineCompactor, OfflineModel, ProviderCompaction, ScriptedChatClient
 from contextledger.compaction import ProviderCompactionStrategy, compact_with_report, messages_exceed
 from contextledger.exceptions import ConfigurationError, ModelResponseError, SummarizationError
 from contextledger.messages import Message, anthropic_problems, from_anthropic, newest_provider_compaction, to_anthropic
@@ -221,3 +221,16 @@ def test_anthropic_below_the_trigger_fails_closed() -> None:
         assert list(result.messages) == messages
         (failed,) = [e for e in result.events if e.action == "failed"]
         assert "without compacting" in failed.detail
+
+
+def test_the_offline_model_reads_the_block_it_wrote() -> None:
+    """In the lab the offline model plays the provider: it answers from its block's summary as a
+    provider's model does from its own."""
+    strategy = ProviderCompactionStrategy(OfflineCompactor(), messages_exceed(6), minimum_preserved=2)
+    kept = run(conversation(8), strategy).messages
+    assert not any("color=c4" in m.text for m in kept)  # the turn that said it was compacted
+    reply = asyncio.run(OfflineModel().get_response([*kept, Message.user("Which color?")]))
+    assert reply.text == "From this conversation: color: c7."
+    item = next(m for m in kept if m.is_provider_compaction)
+    alone = asyncio.run(OfflineModel().get_response([Message.user("hi"), item, Message.user("Which color?")]))
+    assert "color: c5" in alone.text

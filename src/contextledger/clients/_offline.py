@@ -95,7 +95,9 @@ def _declarations(messages: Sequence[Message]) -> dict[str, str]:
     for message in messages:
         if message.role == "tool":
             continue
-        for key, value in _DECLARATION.findall(message.text):
+        # A provider's compaction block is read as the provider's model reads it: its summary.
+        text = "\n".join(message.payload_texts()) if message.is_provider_compaction else message.text
+        for key, value in _DECLARATION.findall(text):
             if value.strip():
                 found[key.lower()] = value.strip()
     return found
