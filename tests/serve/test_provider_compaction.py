@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.optional_imports import try_import
 from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
 
@@ -214,3 +216,73 @@ def test_an_output_whose_call_went_before_the_item_is_no_orphan(upstream: Compac
     assert answer.status_code == 200, answer.text
     (forwarded,) = upstream.bodies("/v1/responses")
     assert forwarded["input"][0] == item
+
+
+# Random conversations through the proxy -------------------------------------------------------------
+
+SOME = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def client_history(api: API, turns: list[tuple[int, bool]], at: int, number: int) -> tuple[list[dict[str, Any]], Any]:
+    """A client's history of ``turns`` (words, whether the turn uses a tool), with a compaction
+    item the upstream wrote after turn ``at``'s reply; and that item."""
+    history: list[dict[str, Any]] = []
+    item: Any = None
+    for turn, (words, tool) in enumerate(turns):
+        text = f"turn {turn} " + "word " * words
+        history.append({"role": "user", "content": text})
+        call = f"call_{number}_{turn}"
+        if api == "responses":
+            if tool:
+                history.append({"type": "function_call", "call_id": call, "name": "lookup", "arguments": "{}"})
+                history.append({"type": "function_call_output", "call_id": call, "output": "result " * words})
+            if turn == at:
+                item = {"id": f"cmp_r{number}", "type": "compaction", "encrypted_content": f"gAAAA-{number}"}
+                history.append(item)
+            history.append({"role": "assistant", "content": f"answer {turn}"})
+            continue
+        if tool:
+            use = {"type": "tool_use", "id": call, "name": "lookup", "input": {}}
+            history.append({"role": "assistant", "content": [use]})
+            result = {"type": "tool_result", "tool_use_id": call, "content": "result " * words}
+            history.append({"role": "user", "content": [result]})
+        blocks: list[dict[str, Any]] = []
+        if turn == at:
+            item = {"type": "compaction", "content": f"Summary {number} of turns 0-{turn}."}
+            blocks.append(item)
+        blocks.append({"type": "text", "text": f"answer {turn}"})
+        history.append({"role": "assistant", "content": blocks})
+    return history, item
+
+
+@pytest.mark.parametrize("api", ["responses", "anthropic"])
+@SOME
+@given(
+    turns=st.lists(st.tuples(st.sampled_from([2, 30, 300]), st.booleans()), min_size=2, max_size=9),
+    at=st.integers(min_value=0, max_value=8),
+    strategy=st.sampled_from(sorted(STRATEGIES)),
+)
+def test_no_forwarded_request_holds_what_follows_the_item_without_it(
+    upstream: CompactingUpstream, api: API, turns: list[tuple[int, bool]], at: int, strategy: str
+) -> None:
+    at = min(at, len(turns) - 1)
+    number = len(upstream.written)
+    history, item = client_history(api, turns, at, number)
+    history.append(user_turn(api, 99))
+    upstream.written.append(json.dumps(item, sort_keys=True))
+    upstream.received.clear()
+    with tempfile.TemporaryDirectory() as folder:
+        app = app_for(upstream, Path(folder), strategy)
+
+        async def run() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+                answer = await client.post(
+                    PATHS[api], content=json.dumps(body_of(api, history)), headers=headers_for(api)
+                )
+            await app.state.proxy.close()
+            return answer
+
+        answer = asyncio.run(run())
+    assert answer.status_code == 200, (strategy, answer.text)  # the upstream refuses what its API would
+    (forwarded,) = upstream.bodies(PATHS[api])
+    assert holds(api, forwarded, item), strategy
