@@ -226,3 +226,27 @@ def test_the_client_marks_the_end_of_the_conversation_only_for_models_that_take_
         assert marked == []
     with pytest.raises(ConfigurationError, match="model-name prefixes"):
         OpenAIChatClient(model=model, base_url=url, api_key="sk-local", cache_breakpoint_models="gpt-5.6")
+
+
+def test_next_cut_names_where_the_next_summary_of_a_kept_history_will_end() -> None:
+    from contextledger.agents import ReducedHistoryProvider  # noqa: PLC0415
+    from contextledger.history import InMemoryHistoryProvider  # noqa: PLC0415
+
+    client = ScriptedChatClient(["[Summary] so far."])
+    made = strategy(client, form="conversation")
+    reducer = ReducedHistoryProvider(InMemoryHistoryProvider(), made, tokenizer=TOKENIZER)
+    full = conversation(40)
+    kept = full[:1]
+    predicted: int | None = None
+    checked = 0
+    for turn in range(40):
+        before = [*kept, *full[1 + 4 * turn : 5 + 4 * turn]]
+        calls = client.calls
+        kept = asyncio.run(reducer.reduce(before))
+        if client.calls > calls:  # a summary: its run ends where next_cut said
+            assert predicted is not None
+            assert client.requests[-1][-2] is before[predicted]
+            checked += 1
+        predicted = made.next_cut(kept)
+    assert checked >= 3
+    assert strategy(client, prefix_stable=False).next_cut(kept) is None  # no grid, no fixed cut

@@ -78,3 +78,13 @@ def test_at_most_four_writes_the_providers_own_breakpoint_among_them() -> None:
 def test_a_managed_breakpoint_needs_breakpoint_caching() -> None:
     with pytest.raises(ConfigurationError, match="managed_breakpoint"):
         PriceProfile("x", managed_breakpoint=True)
+
+
+def test_a_breakpoint_inside_what_was_read_keeps_an_entry_there() -> None:
+    cache = PrefixCacheSimulator("gpt-5.6")
+    grown = [PREFIX, block("a", 500), block("b", 500), block("c", 500)]
+    cache.send(grown)  # written whole, at its end
+    again = cache.send([*grown, block("d", 50)], breakpoints=[2])  # reads all four; marks after "a"
+    assert (again.cache_read, again.cache_write) == (10500, 50)  # the mark inside the read writes nothing
+    branch = cache.send([PREFIX, block("a", 500), block("other", 50)])
+    assert branch.cache_read == 9500  # and a request that parts after "a" reads up to it

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from contextledger.clients import ChatClient, Usage
 from contextledger.compaction._arguments import UNSET, Unset, one_of, summarization_style
-from contextledger.compaction._base import SYSTEM, CompactionStrategy, newest, stable_limit, threshold_of
+from contextledger.compaction._base import SYSTEM, CompactionStrategy, grid_step, newest, stable_limit, threshold_of
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._summary_cache import (
     InMemorySummaryCache,
@@ -195,6 +195,41 @@ class SummarizationStrategy(CompactionStrategy):
         system = [m for g in index.live_ids() if kind_of[g] is SYSTEM for m in index.messages_of(g)]
         run = [m for g in groups for m in index.messages_of(g)]
         return [*system, *run, Message.user(RIDING_INSTRUCTION + self.prompt)]
+
+    def next_cut(self, messages: Sequence[Message]) -> int | None:
+        """Where the next step of this strategy will cut ``messages`` (a history it keeps
+        compacted, as a session does): the position of the last message it will summarise, or
+        None when that is not known yet (the history has not reached it) or not fixed (no grid).
+
+        A prefix-stable cut moves in whole steps (trigger minus target) counted from the oldest
+        group, so the next one is known before the history reaches the trigger.  A caller that
+        marks a cache breakpoint there (``cache_breakpoints`` of ``OpenAIChatClient``) makes the
+        provider keep an entry ending where the cache-riding summariser's request will end, which
+        is what the GPT-5.6 rules need to read it (an entry is read only where a breakpoint wrote
+        it)."""
+        threshold = threshold_of(self.target, self.trigger) if self.target_count is None else None
+        if not self.prefix_stable or threshold is None:
+            return None
+        metric, limit = threshold
+        step = grid_step(limit, metric, threshold_of(None, self.trigger))
+        if step is None or metric not in ("included_tokens", "included_messages", "included_non_system_messages"):
+            return None
+        index = MessageIndex(messages, tokenizer=self.tokenizer)
+        column = index.columns.tokens if metric == "included_tokens" else index.columns.size
+        kind_of = index.columns.kind
+        kept = newest(index, max(self.minimum_preserved, 1))
+        pinned = getattr(index, "pinned_ids", ())
+        gathered = 0
+        for group in index.live_ids():
+            if kind_of[group] is SYSTEM:
+                continue
+            if group in kept or group in pinned or group in index.columns.unit:
+                return None
+            gathered += column[group]
+            if gathered >= step:
+                last = index.messages_of(group)[-1]
+                return next(n for n, message in enumerate(messages) if message is last)
+        return None
 
     async def _ask(self, index: MessageIndex, groups: list[int], request: list[Message]) -> Any:
         """The summariser's reply.  In the riding form the conversation's tools stay declared (so

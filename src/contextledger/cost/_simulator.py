@@ -21,7 +21,9 @@ The model, and what it assumes (it is an estimate, labelled so wherever it is sh
   before one; the tokens between that hit and the last breakpoint are written, at the write price.
 - ``breakpoints`` caching with a ``managed_breakpoint`` (OpenAI from GPT-5.6): the same, with the
   provider's own breakpoint at the end of every request added to those the request marks (together
-  at most ``max_breakpoints`` writes); the profile looks back without limit.
+  at most ``max_breakpoints`` writes); the profile looks back without limit, and a breakpoint
+  inside the prefix a request read keeps an entry there too (the provider matches any breakpoint
+  the conversation placed; its tokens were cached already, so nothing is written).
 - An entry lives ``lifetime_seconds`` after it was last written or read.  Calls without a time
   happen at the time of the call before them (so nothing expires).
 """
@@ -297,7 +299,9 @@ class PrefixCacheSimulator:
             if cumulative[mark] >= least and mark > hit:
                 self._entries[chain[mark]] = expires
                 written_to = max(written_to, cumulative[mark])
-            elif mark <= hit and self._alive(chain[mark], now):
+            elif mark <= hit and (profile.managed_breakpoint or self._alive(chain[mark], now)):
+                # Within what was read: no token is written, but a provider that matches any of
+                # the conversation's breakpoints (OpenAI's rule) keeps an entry there from now on.
                 self._entries[chain[mark]] = expires
         return read, max(0, written_to - read)
 
