@@ -95,7 +95,30 @@ def benchmark(table: str) -> str:
             for entry in run.get("shapes", [])
         ]
         return _table(["shape", "messages", "index + projection ms", "/floor"], rows, "lrrr")
+    if table.startswith("cache-"):
+        return _cache_table(table.removeprefix("cache-"))
     raise ValueError(f"no benchmark table named {table!r}")
+
+
+def _cache_table(workload: str) -> str:
+    """One workload of ``benchmarks/cache.py --json``: each policy's share of the full history's tokens
+    and cost, and the share of its input read from the cache, under each price profile."""
+    data = _load("cache")
+    prefix = {"tools": "tool session", "prompt": "10k-token prompt"}[workload]
+    [found] = [entry for entry in data["workloads"] if entry["name"].startswith(prefix)]
+    profiles = data["profiles"]
+    header = ["policy", "mode", "sent", *(f"cost, {p}" for p in profiles), *(f"cached, {p}" for p in profiles)]
+    rows = [
+        [
+            entry["policy"] + (" (exact, an opt-out)" if entry["exact"] else ""),
+            entry["mode"],
+            f"{entry['sent']:.2f}",
+            *(f"{entry['cost'][p]:.2f}" for p in profiles),
+            *(f"{entry['cached'][p]:.0%}" for p in profiles),
+        ]
+        for entry in found["policies"]
+    ]
+    return _table(header, rows, "llr" + "r" * 2 * len(profiles))
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
