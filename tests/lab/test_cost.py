@@ -37,3 +37,11 @@ def test_without_a_cache_every_token_is_paid_in_full() -> None:
 def test_an_unknown_profile_is_refused_before_anything_runs() -> None:
     with pytest.raises(ConfigurationError, match="unknown price profile 'cheap'"):
         run_lab_sync(load_timelines()[:1], OfflineModel, LabSettings(price_profile="cheap"))
+
+
+def test_the_gpt_5_6_profile_prices_the_writes_it_bills() -> None:
+    full = totals("gpt-5.6")["full-history"]
+    earlier = totals("openai")["full-history"]
+    assert full["cache_read"] > 0.5 * full["input_estimate"]  # a growing history is read from the end of the last
+    assert full["cache_written"] > 0
+    assert full["cost"] > earlier["cost"]  # the same calls, their writes at 1.25x instead of free
