@@ -36,6 +36,9 @@ sessions and swaps in contextledger where it wants its guarantees:
   SQLite, Redis) behind MAF's history-provider interface
   (:class:`ContextLedgerHistoryProvider`): each run stored as one turn, exactly once, under
   the turn id in ``SessionContext.metadata[TURN_ID_KEY]`` or a generated one.
+- **The model's own compaction controls**: :class:`AgentToolsContextProvider` compacts every model
+  call of a run and offers the model ``recall_context(ref)`` and ``compact_context(note?)`` (MAF
+  lets a context provider add tools and chat middleware to a run).
 - **Controlled facts**: :class:`FactsContextProvider` puts the facts block into the
   instructions before each run and extracts from the run's external user messages after a
   successful one; its ``forget`` also rewrites the MAF histories given.
@@ -50,6 +53,7 @@ try:  # checked first, so a missing extra says what to install before any submod
 except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError(feature="contextledger.integrations.maf", extra="maf", module="agent_framework") from error
 
+from contextledger.integrations.maf._agent_tools import AgentToolsContextProvider
 from contextledger.integrations.maf._clients import (
     AgentFrameworkChatClient,
     AgentFrameworkTokenizer,
@@ -86,6 +90,7 @@ __all__ = [
     "AgentFrameworkChatClient",
     "AgentFrameworkStrategy",
     "AgentFrameworkTokenizer",
+    "AgentToolsContextProvider",
     "CharacterEstimatorTokenizer",
     "ContextLedgerChatClient",
     "ContextLedgerHistoryProvider",
