@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from contextledger.agents import Agent, CompactionProvider, Session
 from contextledger.clients import OfflineCompactor, OfflineModel, ProviderCompaction, ScriptedChatClient
 from contextledger.compaction import ProviderCompactionStrategy, compact_with_report, messages_exceed
 from contextledger.exceptions import ConfigurationError, ModelResponseError, SummarizationError
@@ -234,3 +235,28 @@ def test_the_offline_model_reads_the_block_it_wrote() -> None:
     item = next(m for m in kept if m.is_provider_compaction)
     alone = asyncio.run(OfflineModel().get_response([Message.user("hi"), item, Message.user("Which color?")]))
     assert "color: c5" in alone.text
+
+
+def test_an_agent_sends_the_item_and_asks_the_provider_only_when_its_trigger_fires() -> None:
+    """In the agent runtime, as the request view: every request after the first compaction holds
+    the item, the provider is asked only when the trigger fires again, and each body is valid."""
+    compactor = Compactor([block("Summary: color=c0.")], opening_stays=True)  # Anthropic's rule
+    strategy = ProviderCompactionStrategy(compactor, target_count=2, threshold=6)
+    model = ScriptedChatClient(["Noted."] * 16)
+    agent = Agent(model, instructions="You help with orders.", context_providers=[CompactionProvider(strategy)])
+    session = Session("provider")
+
+    async def turns() -> None:
+        for turn in range(8):
+            await agent.run(f"turn {turn}: color=c{turn}", session=session)
+
+    asyncio.run(turns())
+    requests = [list(call) for call in model.requests]
+    assert not any(m.is_provider_compaction for m in requests[0])
+    later = [request for request in requests if any(m.is_provider_compaction for m in request)]
+    assert later
+    assert later[-1] == requests[-1]
+    assert len(compactor.sent) < len(later)  # the item is sent again between steps, not asked for
+    for request in requests:
+        system, wire = to_anthropic(request)
+        assert anthropic_problems({"system": system, "messages": wire}) == []
