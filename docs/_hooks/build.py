@@ -121,7 +121,15 @@ def _cache_table(workload: str) -> str:
     return _table(header, rows, "llr" + "r" * 2 * len(profiles))
 
 
+_NEEDS_PROXY = "<!-- needs: proxy -->\n"
+_PROXY_NOTE = (
+    '!!! note "Needs a running proxy"\n'
+    "    Start one first with `contextledger serve --upstream URL` (it listens on 127.0.0.1:8080).\n\n"
+)
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
+    markdown = markdown.replace(_NEEDS_PROXY, _PROXY_NOTE + _NEEDS_PROXY)
     if markdown.strip() == "<!-- include: CHANGELOG.md -->":  # its links start at the repository's root
         markdown = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "](")
     markdown = _REFERENCE.sub(lambda match: reference(match["module"]), markdown)
