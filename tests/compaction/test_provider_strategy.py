@@ -260,3 +260,20 @@ def test_an_agent_sends_the_item_and_asks_the_provider_only_when_its_trigger_fir
     for request in requests:
         system, wire = to_anthropic(request)
         assert anthropic_problems({"system": system, "messages": wire}) == []
+
+
+def test_applied_afresh_to_a_growing_conversation_the_provider_is_asked_once_per_step() -> None:
+    """As the proxy applies a strategy: each request compacted from the whole history again.  The
+    cut moves in whole steps of ``threshold`` messages, and between two steps the kept window is
+    sent again, so the provider is called once per step."""
+    compactor = Compactor([block("Summary.")], opening_stays=True)
+    strategy = ProviderCompactionStrategy(compactor, target_count=2, threshold=4)
+    history = conversation(12)
+    calls = []
+    for size in range(3, len(history) + 1):
+        kept = run(history[:size], strategy).messages
+        calls.append(len(compactor.sent))
+        if size > 7:
+            assert kept[2].is_provider_compaction
+    assert calls[-1] == 5  # 25 messages: steps at 8, 12, 16, 20 and 24
+    assert calls == sorted(calls)
