@@ -36,6 +36,7 @@ POLICIES = [
     "reduced-history",
     "provider-compaction",
     "combined",
+    "collapse-recall",
 ]
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _POLICIES = (  # the shipped ones
-    "full-history, last-3-turns, summary, bounded-facts, request-view, reduced-history, provider-compaction, combined"
+    "full-history, last-3-turns, summary, bounded-facts, request-view, reduced-history, provider-compaction, "
+    "combined, collapse-recall"
 )
 
 
