@@ -193,7 +193,12 @@ class OpenAIResponsesClient:
 
         items = to_responses(messages)
         responses = self._client.responses.with_raw_response
-        send = responses.compact if path.endswith("/compact") else responses.create
+        send = getattr(responses, "compact", None) if path.endswith("/compact") else responses.create
+        if send is None:
+            raise ConfigurationError(
+                f"the installed openai SDK ({openai.__version__}) has no responses.compact; "
+                "upgrade it (pip install -U openai) to have OpenAI compact"
+            )
         try:
             raw = await send(model=self.model, input=items, extra_body=extra or None)  # type: ignore[arg-type]
         except openai.OpenAIError as error:
