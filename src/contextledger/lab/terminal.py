@@ -136,7 +136,7 @@ def print_report(data: Mapping[str, Any], console: Console) -> None:
     lines = [
         f"model: {settings['model']}; tokens: {settings['estimate']}"
         + (f", with exact {settings['tokenizer']} counts" if exact else ""),
-        "tokens: everything sent to the model, tool definitions and extra calls (facts writer, summariser) "
+        "tokens: everything sent to the model, tool definitions and extra calls (facts writer, summariser, compactor) "
         "included; 'calls +extra' counts model calls + extra calls.",
         "present: (turn, value) checks of the text sent that found the value, out of those made; - : nothing to check.",
         _price_line(settings),
