@@ -14,7 +14,9 @@ Where things live (every name is imported from here, ``contextledger.agents``):
   over the one facts turn of :mod:`contextledger.facts`;
 - compaction around an agent: ``_compaction.py`` (:class:`CompactionProvider`), its request view
   kept per session in ``_view.py``, the model's own controls (``agent_tools=True``: references,
-  ``recall_context``, ``compact_context``; :class:`RecallableCompaction` for the adapters) in
+  ``recall_context``, ``compact_context``, named by :data:`RECALL_TOOL` and :data:`COMPACT_TOOL`
+  and described by :data:`RECALL_DESCRIPTION` and :data:`COMPACT_DESCRIPTION`, a recall at most
+  :data:`RECALL_LIMIT` characters; :class:`RecallableCompaction` for the adapters) in
   ``_recall.py``, and the retained history in ``_retained.py`` (:class:`HistoryReducer`, which the
   proxy uses too, and :class:`ReducedHistoryProvider`);
 - the agent and its run: ``_agent.py`` (:class:`Agent`), with the session's copy of its history

@@ -21,7 +21,8 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   trigger and target, floors, the prefix-stable grid), ``_truncation.py``
   (:class:`TruncationStrategy`), ``_window.py`` (:class:`SlidingWindowStrategy`),
   ``_tool_results.py`` (:class:`ToolResultCompactionStrategy` and its
-  :func:`format_tool_results`, :class:`SelectiveToolCallCompactionStrategy`),
+  :func:`format_tool_results`, :func:`with_reference` for a collapsed line that carries its ``ref``,
+  :class:`SelectiveToolCallCompactionStrategy`),
   ``_summarization.py`` (:class:`SummarizationStrategy`, :data:`DEFAULT_SUMMARIZATION_PROMPT`),
   with the summaries it keeps so that they do not change, ``_summary_cache.py`` (the
   :class:`SummaryCache` protocol, :class:`InMemorySummaryCache`, :class:`SQLiteSummaryCache`,
