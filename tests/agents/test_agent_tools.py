@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from contextledger._forgotten import REMOVED_MARKER
-from contextledger.agents import Agent, CompactionProvider, FactsProvider, Session
+from contextledger.agents import Agent, CompactionProvider, FactsProvider, Session, use_context_providers
 from contextledger.compaction import (
     SlidingWindowStrategy,
     ToolResultCompactionStrategy,
@@ -319,3 +319,24 @@ def test_a_recalled_group_longer_than_the_bound_is_cut_with_a_marker_that_says_s
     kept = "\n".join(body[:-1])
     assert len(kept) == 500
     assert kept.startswith("assistant called lookup_stock")
+
+
+def test_registered_on_the_client_the_tools_are_offered_and_recall_works_the_same() -> None:
+    model = ScriptedModel()
+
+    async def scenario(url: str) -> str:
+        collapse = ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1)
+        client = use_context_providers(
+            OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
+            CompactionProvider(collapse, agent_tools=True),
+        )
+        agent = Agent(client, tools=[lookup_stock])
+        session = Session("s")
+        for item in ("apples", "pears"):
+            await agent.run(f"stock {item}", session=session)
+        return (await agent.run("recall", session=session)).messages[1].function_results[0].result
+
+    with json_endpoint(model) as url:
+        recalled = asyncio.run(scenario(url))
+    assert stock_report("apples") in recalled
+    assert all(_tool_names(body) == {"lookup_stock", "recall_context", "compact_context"} for body in model.requests)
