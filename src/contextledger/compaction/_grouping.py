@@ -82,6 +82,20 @@ class Grouper:
         # (messages read, position of the newest with a provider compaction item): see _boundary
         self.compaction_scan: tuple[int, int | None] = (0, None)
 
+    def newest_provider_compaction(self) -> int | None:
+        """The position among the appended messages of the newest one holding a provider
+        compaction item (see ``_boundary``), or None; only messages appended since the last call
+        are read."""
+        source = self.source
+        scanned, found = self.compaction_scan
+        for position in range(len(source) - 1, min(scanned, len(source)) - 1, -1):
+            message = source[position]
+            if message.role == "assistant" and message.is_provider_compaction:
+                found = position
+                break
+        self.compaction_scan = (len(source), found)
+        return found
+
     def append(self, messages: Iterable[Message]) -> None:
         """Group and count ``messages`` as if they followed what is already indexed.
 

@@ -260,12 +260,11 @@ class MessageIndex:
         or replacement takes them (see :attr:`pinned_ids`); the pins before are restored after."""
         marking, table = self._marking, self._table
         ids = marking.checked_ids(groups, "holding")
-        previous = marking.pinned
-        marking.pinned = previous | set(table.with_units(ids) if table.unit else ids)
+        previous = marking.hold(table.with_units(ids) if table.unit else ids)
         try:
             yield
         finally:
-            marking.pinned = previous
+            marking.release(previous)
 
     def provider_compaction_ids(self) -> list[int]:
         """The group holding the newest indexed message with a provider compaction item (see
@@ -274,17 +273,10 @@ class MessageIndex:
 
         The messages are read once per index: a later call reads only those appended since."""
         grouper, table = self._grouper, self._table
-        source = grouper.source
-        scanned, found = grouper.compaction_scan
-        for position in range(len(source) - 1, min(scanned, len(source)) - 1, -1):
-            message = source[position]
-            if message.role == "assistant" and message.is_provider_compaction:
-                found = position
-                break
-        grouper.compaction_scan = (len(source), found)
+        found = grouper.newest_provider_compaction()
         if found is None:
             return []
-        target = source[found]
+        target = grouper.source[found]
         pool, first, size, kind, turn = table.pool, table.first, table.size, table.kind, table.turn
         order = self._marking.order()
         for at in range(len(order) - 1, -1, -1):

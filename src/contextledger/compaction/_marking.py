@@ -157,6 +157,17 @@ class Marking:
             raise self._bad_id(ids, "exclude_ids") from None
         return self._mark(included, reason, run)
 
+    def hold(self, groups: Iterable[int]) -> frozenset[int] | set[int]:
+        """Pin ``groups`` (already whole units) besides those pinned; returns the pins before, for
+        :meth:`release`."""
+        previous = self.pinned
+        self.pinned = previous | set(groups)
+        return previous
+
+    def release(self, previous: frozenset[int] | set[int]) -> None:
+        """Put back the pins :meth:`hold` returned."""
+        self.pinned = previous
+
     def _unpinned(self, ids: list[int]) -> list[int]:
         """``ids`` without the held groups (a strategy's arithmetic that counted on one simply
         stops short of its target; the held group is sent)."""
