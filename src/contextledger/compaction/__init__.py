@@ -32,6 +32,9 @@ Where things live (every name is imported from here, ``contextledger.compaction`
   ``_composition.py`` (:class:`PipelineStrategy`, :class:`TokenBudgetComposedStrategy`,
   :class:`ContextWindowCompactionStrategy`); both argument styles and the alias pairs are resolved
   in ``_arguments.py``;
+- a provider's own compaction item as a boundary, ``_boundary.py``: while any strategy runs, the
+  newest one (``MessageIndex.provider_compaction_ids``) and the user message before it are held
+  (``MessageIndex.holding``, :attr:`MessageIndex.pinned_ids`), and what it covers goes first;
 - running a strategy on a message list, ``_apply.py``: :func:`apply_compaction`,
   :func:`apply_compaction_sync`, :func:`compact_with_report` (with its :class:`CompactionResult`),
   and :func:`resolve_tokenizer`, the one rule for which tokenizer an index counts with;
