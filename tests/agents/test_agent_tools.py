@@ -171,7 +171,8 @@ def test_recall_returns_the_collapsed_result_whole_and_the_tools_are_offered_in_
     assert not any("[Tool results:" in m.text or "set aside" in m.text for m in stored)  # lines of the view only
 
 
-def test_compact_context_makes_the_next_request_smaller_and_keeps_the_stored_history_whole() -> None:
+@pytest.mark.parametrize("facts_first", [False, True], ids=["alone", "after-a-facts-provider"])
+def test_compact_context_makes_the_next_request_smaller_and_keeps_the_stored_history_whole(facts_first: bool) -> None:
     model = ScriptedModel()
     history = InMemoryHistoryProvider()
 
@@ -179,12 +180,16 @@ def test_compact_context_makes_the_next_request_smaller_and_keeps_the_stored_his
         # Its trigger never fires by itself here: only the model's request compacts.
         strategy = ToolResultCompactionStrategy(tokens_exceed(100_000), target=tokens_below(1_500))
         provider = CompactionProvider(strategy, agent_tools=True)
+        # A facts block placed before the newest user message shapes what the compaction reads.
+        facts = [FactsProvider(FactStore(), RuleWriter())] if facts_first else []
         agent = Agent(
             OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
             tools=[lookup_stock],
             history=history,
-            context_providers=[provider],
+            context_providers=[*facts, provider],
         )
+        if facts_first:
+            await agent.run("database=PostgreSQL", session=Session("s"))
         session = Session("s")
         for item in ("apples", "pears", "plums"):
             await agent.run(f"stock {item}", session=session)

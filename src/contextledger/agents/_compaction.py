@@ -165,6 +165,9 @@ class CompactionProvider(ContextProvider):
             ):
                 base = head + len(added)
         view = self._view(messages, head, base, context)
+        if context is not None and context.session.cache(self).pop("force", False):
+            # The model asked for it (compact_context) and its request is the next one: this one.
+            await self.before_strategy.compact(view.index, force=True)
         await traced_index_compaction(self.before_strategy, view.index)
         if self.agent_tools:
             projection = annotated_projection(view, messages, base, self._references(context))
@@ -199,9 +202,18 @@ class CompactionProvider(ContextProvider):
         view: RequestView | None = context.session.cache(self).get("view") if context is not None else None
         if context is None or view is None:
             return "Error: compact_context answers inside an agent run, after its first call; nothing was compacted."
+        # Forced again when the next request is made (harmless: what is done stays done), so the
+        # compaction holds even where this view cannot be brought up to the run's messages here.
+        context.session.cache(self)["force"] = True
+        before = view.index.included_tokens
+        conversation = [*view.context, *context.conversation]
+        if not view.follows(conversation, len(view.context)):
+            # Another provider shapes this provider's input (a facts block, say): the figures are
+            # for the request view as the last call sent it.
+            await self.before_strategy.compact(view.index, force=True)
+            return compacted_text(self.before_strategy, before, view.index, note)
         # Bring the view up to what the next call sends (this reply's call included), then force.
-        conversation = context.conversation
-        view.index.update([*view.context, *conversation[view.frozen_count :]])
+        view.index.update([*view.context, *conversation[len(view.context) + view.frozen_count :]])
         before = view.index.included_tokens
         await self.before_strategy.compact(view.index, force=True)
         return compacted_text(self.before_strategy, before, view.index, note)

@@ -276,7 +276,8 @@ def annotated_projection(
             out.append(message)
             continue
         if group.included:
-            close()
+            if at >= 0:  # a provider's context message comes before the conversation and its notices
+                close()
             out.extend(group.messages)
             continue
         if id(group) in stands_in or at < 0:
