@@ -122,14 +122,20 @@ class RecentEncodings:
     name another message while it is remembered.  Two generations of at most ``size`` entries:
     when the newer fills up the older is dropped whole, so nothing is ever walked or evicted
     one by one, and a message stays known for at least ``size`` further encodings.
+
+    A generation also holds at most ``max_bytes`` of encoded text (and a longer one is not
+    remembered): a client sending large distinct messages must not make a history hold 128 of
+    them, each twice (the message and its text), in memory nothing else bounds.
     """
 
-    __slots__ = ("_newer", "_older", "_size")
+    __slots__ = ("_max_bytes", "_newer", "_newer_bytes", "_older", "_size")
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, max_bytes: int = 2 * 1024 * 1024) -> None:
         self._size = size
+        self._max_bytes = max_bytes
         self._newer: dict[int, tuple[Message, str]] = {}
         self._older: dict[int, tuple[Message, str]] = {}
+        self._newer_bytes = 0
 
     def body(self, message: Message) -> str | None:
         """The JSON text ``message`` was encoded to, if this very object was encoded lately."""
@@ -137,9 +143,12 @@ class RecentEncodings:
         return entry[1] if entry is not None and entry[0] is message else None
 
     def remember(self, message: Message, body: str) -> None:
-        if len(self._newer) >= self._size:
-            self._older, self._newer = self._newer, {}
+        if len(body) > self._max_bytes:
+            return
+        if len(self._newer) >= self._size or self._newer_bytes + len(body) > self._max_bytes:
+            self._older, self._newer, self._newer_bytes = self._newer, {}, 0
         self._newer[id(message)] = (message, body)
+        self._newer_bytes += len(body)
 
 
 def encode_messages(

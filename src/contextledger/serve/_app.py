@@ -120,7 +120,9 @@ class Proxy:
             redis_replicas=config.redis_replicas,
             schema=config.fact_schema(),
         )
-        self.kept = KeptSessions(self.sessions.history, self.strategy, self.tokenizer, self.retain)
+        self.kept = KeptSessions(
+            self.sessions.history, self.strategy, self.tokenizer, self.retain, limit=config.kept_session_bytes
+        )
         self.turns = SessionTurns(self.sessions, self.kept, self.metrics)
         self.flow = SessionFlow(
             config,

@@ -175,7 +175,7 @@ def add_serve_command(commands: Any) -> None:
         type=int,
         metavar="N",
         help="most bytes of session histories the process keeps between turns, counted as request messages are; "
-        "the least recently used go first and are read from the store again (default 64 MiB)",
+        "the least recently used go first and are read from the store again (default 32 MiB)",
     )
     serve.add_argument("--config", metavar="FILE", help="settings in a JSON or TOML file; flags win over it")
     serve.set_defaults(run=_serve)

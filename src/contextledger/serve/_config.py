@@ -158,7 +158,7 @@ class ServeConfig:
     client_rpm: int | None = None
     client_concurrency: int | None = None
     overflow_retry: bool = True
-    kept_session_bytes: int = 64 * 1024 * 1024
+    kept_session_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
