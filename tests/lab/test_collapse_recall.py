@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from contextledger.clients import OfflineModel
 from contextledger.lab import policy_names
 from contextledger.messages import Message
@@ -75,3 +77,17 @@ def test_the_offline_model_recalls_only_when_the_question_lacks_its_answer() -> 
     assert not known.function_calls
     statement = asyncio.run(reply(notice, Message.user("Thanks.")))
     assert not statement.function_calls
+
+
+def test_the_kit_reports_the_policy_with_what_it_sent_and_its_tool_rounds() -> None:
+    pytest.importorskip("compaction_kit", reason="the 'kit' extra")
+    from contextledger.lab import run_kit  # noqa: PLC0415
+
+    rows = {row["name"]: row for row in run_kit(["full-history", "collapse-recall"], OfflineModel, seeds=(1,))["rows"]}
+    full, recall = rows["full-history"], rows["collapse-recall"]
+    assert full["survived_median"] == 20
+    # The kit scores the text of the next request, which asks nothing: nothing is recalled, and
+    # the canaries the window set aside are not in it.
+    assert recall["tool_round_tokens_estimate"] == 0
+    assert recall["final_tokens_estimate_median"] < full["final_tokens_estimate_median"] // 10
+    assert recall["survived_median"] < full["survived_median"]

@@ -11,8 +11,10 @@ Each lab policy becomes a kit compactor: the kit's turns are replayed as a
 conversation (its assistant turns as scripted replies, so no model writes
 anything), then the policy is asked to send one more request, and that request
 — everything the model would read, system message included — is the compacted
-text the kit scores.  A later round's input is the previous round's text as a
-single system turn, exactly as the kit feeds its own compactors.  Policies do
+text the kit scores (a policy whose model calls a tool first, a recall, has
+those rounds' tokens counted apart, as ``tool_round_tokens_estimate``).  A
+later round's input is the previous round's text as a single system turn,
+exactly as the kit feeds its own compactors.  Policies do
 not know the kit's budget: an output over it is reported as such, never cut.
 
 The kit's own reference compactors run beside them on the same sessions, so
@@ -94,6 +96,7 @@ class PolicyCompactor:
         self.name = policy
         self.model = model
         self.extra_tokens = 0  # writer and summariser calls, over every round compacted so far
+        self.round_tokens = 0  # the next request's own tool rounds (recalls), over every round
 
     def compact(self, turns: list[Any], round_num: int = 1, budget_chars: int | None = None) -> Any:
         text = asyncio.run(self._next_request(turns))
@@ -118,12 +121,17 @@ class PolicyCompactor:
                 await policy.run_turn(turn)
             finally:
                 client.scripted_reply = None
+        earlier = log.take()
         await policy.ask(NEXT_REQUEST)
-        records = log.take()
-        for record in records:
+        asked = log.take()
+        for record in [*earlier, *asked]:
             if record.kind != MODEL:
                 self.extra_tokens += sum(_ESTIMATE.count_messages(record.request))
-        sent = [record for record in records if record.kind == MODEL][-1].request
+        calls = [record for record in asked if record.kind == MODEL]
+        # Tool rounds before the request the kit scores (a recall of what was set aside) are paid for.
+        for record in calls[:-1]:
+            self.round_tokens += sum(_ESTIMATE.count_messages(record.request))
+        sent = calls[-1].request
         shown = sent[:-1] if sent and sent[-1].role == "user" and sent[-1].text == NEXT_REQUEST else sent
         return "\n".join(f"[{message.role}] {message.text}" for message in shown if message.text)
 
@@ -135,6 +143,7 @@ def _measure(name: str, kind: str, make: Callable[[], Any], seeds: Sequence[int]
     final_chars: list[int] = []
     compliant = True
     extra = 0
+    rounds = 0
     updates = 0
     for seed in seeds:
         session, canaries = kit.build_random_session(seed)
@@ -149,6 +158,7 @@ def _measure(name: str, kind: str, make: Callable[[], Any], seeds: Sequence[int]
         final_chars.append(final.output_chars)
         compliant = compliant and all(result.within_budget for result in run.rounds)
         extra += getattr(compactor, "extra_tokens", 0)
+        rounds += getattr(compactor, "round_tokens", 0)
     return {
         "name": name,
         "kind": kind,
@@ -162,6 +172,7 @@ def _measure(name: str, kind: str, make: Callable[[], Any], seeds: Sequence[int]
         "final_chars_median": statistics.median(final_chars),
         "final_tokens_estimate_median": statistics.median(chars // 4 for chars in final_chars),
         "extra_tokens_estimate": extra,
+        "tool_round_tokens_estimate": rounds,
     }
 
 
