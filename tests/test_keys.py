@@ -16,6 +16,7 @@ from contextledger.history import RedisHistoryProvider
 from contextledger.messages import Message
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer
+from tests.sizes import examples
 
 __all__ = ["redis_server"]
 
@@ -57,7 +58,7 @@ def test_slot_keys_are_one_to_one_and_tag_the_session(parts: list[str], other: s
 
 
 @pytest.mark.redis
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(names, names), min_size=2, max_size=5, unique=True))
 def test_redis_histories_of_distinct_namespace_and_session_stay_apart(
     redis_server: RedisServer, pairs: list[tuple[str, str]]
@@ -81,7 +82,7 @@ def test_redis_histories_of_distinct_namespace_and_session_stay_apart(
 
 
 @pytest.mark.redis
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(names, names), min_size=2, max_size=4, unique=True))
 def test_redis_fact_stores_of_distinct_namespace_and_owner_stay_apart(
     redis_server: RedisServer, pairs: list[tuple[str, str]]

@@ -46,6 +46,7 @@ from contextledger.messages import (
     message_to_openai,
     result_text,
 )
+from tests.sizes import examples
 
 Json = dict[str, Any]
 
@@ -370,7 +371,7 @@ def openai_messages(draw: st.DrawFn) -> Json:
     return data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(openai_messages(), max_size=5))
 def test_generated_openai_histories_round_trip_exactly(messages: list[Json]) -> None:
     """Whatever valid shape a provider sends, unknown keys included, must come back byte-for-byte equal."""
@@ -378,7 +379,7 @@ def test_generated_openai_histories_round_trip_exactly(messages: list[Json]) -> 
     assert round_trip(messages) == original
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(openai_messages(), max_size=5))
 def test_generated_openai_histories_survive_a_jsonl_transcript(messages: list[Json]) -> None:
     """A transcript written and read back must still convert to the very dicts it was made from."""

@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextledger.messages import problems_for
+from tests.sizes import examples
 
 API = Literal["chat", "responses", "anthropic"]
 APIS: tuple[API, ...] = ("chat", "responses", "anthropic")
-FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Arbitrary JSON, biased toward the names the rules read so that near-valid shapes come up often.
 NAMES = st.sampled_from(

@@ -37,6 +37,7 @@ from contextledger import (
 )
 from contextledger.messages import set_token_memo
 from tests.optional_imports import try_import
+from tests.sizes import examples
 
 with try_import("dev") as dev_extra:
     import tiktoken
@@ -396,7 +397,7 @@ def _generated_text_references() -> dict[str, tiktoken.Encoding]:
 # Code points this Python's Unicode tables leave unassigned (scripts added later, such as
 # U+323B0) are classified differently by the two pre-tokenising regex engines, and a count can
 # differ by a token there; every assigned character must agree.
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cn")), max_size=300))
 def test_exact_count_text_matches_tiktoken_on_generated_text(text: str) -> None:
     """Arbitrary assigned Unicode, not just the hand-picked corpus, must count exactly the same in both encodings."""

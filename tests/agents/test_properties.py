@@ -44,9 +44,10 @@ from tests.conversations import (
     tool_result_specs,
     truncation_specs,
 )
+from tests.sizes import examples
 from tests.tools import lookup_price, lookup_stock
 
-PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TOKENIZER = CharacterEstimatorTokenizer()
 REQUEST_VIEW_SPECS = st.one_of(

@@ -29,6 +29,7 @@ from contextledger.compaction import (
 )
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import FunctionCallContent, Message
+from tests.sizes import examples
 
 BEFORE: dict[str, Callable[[], CompactionStrategy]] = {
     "window-groups": lambda: SlidingWindowStrategy(keep_last_groups=5),
@@ -99,14 +100,14 @@ turn_texts = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=turn_texts, before=st.sampled_from(sorted(BEFORE)), after=st.sampled_from(sorted(AFTER)))
 def test_freezing_the_excluded_prefix_sends_the_same_requests(turns: list[str], before: str, after: str) -> None:
     reference = _requests(turns, before, after, freeze_at=None, restore_every=0)
     assert _requests(turns, before, after, freeze_at=1, restore_every=0) == reference
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=turn_texts, before=st.sampled_from(sorted(BEFORE)), restore_every=st.integers(1, 5))
 def test_a_session_restored_from_json_sends_the_same_requests(
     turns: list[str], before: str, restore_every: int

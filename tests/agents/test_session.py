@@ -21,6 +21,7 @@ from contextledger.agents import Agent, CompactionProvider, Session
 from contextledger.clients import ScriptedChatClient
 from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import AgentError, SessionError
+from tests.sizes import examples
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
@@ -31,7 +32,7 @@ states = st.dictionaries(st.text(max_size=10), json_values, max_size=5)
 session_ids = st.text(min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(session_id=session_ids, state=states)
 def test_json_round_trip_gives_back_the_same_session(session_id: str, state: dict[str, Any]) -> None:
     session = Session(session_id, state)
@@ -45,7 +46,7 @@ def test_json_round_trip_gives_back_the_same_session(session_id: str, state: dic
     assert Session.from_dict(session.to_dict()).state == state
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(state=states)
 def test_the_restored_state_is_independent_of_the_serialised_one(state: dict[str, Any]) -> None:
     session = Session("s", state)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from contextledger.agents import FunctionTool, tool
 from contextledger.agents._tools import describe_tools
 from contextledger.exceptions import AgentError, ToolError
+from tests.sizes import examples
 
 
 class Colour(enum.Enum):
@@ -478,7 +479,7 @@ def test_enum_members_are_built_wherever_the_enum_sits_in_the_annotation() -> No
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from contextledger.agents import sum_usage
 from contextledger.clients import Usage, read_usage
+from tests.sizes import examples
 
 
 def test_openai_chat_completions_cached_tokens_are_part_of_prompt_tokens() -> None:
@@ -131,7 +132,7 @@ counts = st.integers(min_value=-5, max_value=10**6) | json_values
 details = st.dictionaries(st.sampled_from(["cached_tokens", "cache_write_tokens"]), counts, max_size=2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(usage_keys, counts | details, max_size=8))
 def test_any_usage_gives_sane_counts(raw: dict[str, Any]) -> None:
     """Whatever the upstream wrote: no exception, counts are whole numbers >= 0, the cache is part

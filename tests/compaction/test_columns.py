@@ -37,8 +37,9 @@ from contextledger.tokenizers import Tokenizer
 from tests.compaction.test_incremental import chunks, counters, shape
 from tests.compaction.test_properties import assert_index_consistent, same
 from tests.conversations import conversations, dirty_conversations, tokenizers
+from tests.sizes import examples
 
-DEFAULT = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DEFAULT = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ANY_CONVERSATION = st.one_of(conversations(), dirty_conversations())
 CUTS = st.lists(st.integers(0, 80), max_size=6)

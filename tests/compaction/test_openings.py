@@ -22,6 +22,7 @@ from contextledger.compaction import (
 )
 from contextledger.messages import Message, from_anthropic, to_anthropic
 from contextledger.tokenizers import CharacterEstimatorTokenizer
+from tests.sizes import examples
 
 TOKENS = CharacterEstimatorTokenizer()
 DEFAULT = strategy_from_spec("truncation", ("max_n=32000", "compact_to=16000"))  # the proxy's default
@@ -211,7 +212,7 @@ STRATEGIES = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations(), st.sampled_from(STRATEGIES))
 def test_every_strategy_leaves_a_conversation_the_user_opens_without_the_assistants_words_as_the_users(
     conversation: list[dict[str, Any]], strategy: Any

@@ -57,6 +57,7 @@ from contextledger.messages import (
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.conversations import conversations
+from tests.sizes import examples
 
 TOKENIZER = CharacterEstimatorTokenizer()
 
@@ -216,7 +217,9 @@ def trigger_target(draw: st.DrawFn) -> tuple[CompactionStrategy, CompactionStrat
     return strategy, everything, trigger[0], trigger[1] - target[1]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(conversation=conversations(max_blocks=30, traffic=True), case=trigger_target())
 def test_a_trigger_target_cut_moves_once_per_step_of_growth(
     conversation: list[Message], case: tuple[CompactionStrategy, CompactionStrategy, str, int]
@@ -225,7 +228,9 @@ def test_a_trigger_target_cut_moves_once_per_step_of_growth(
     check_steps(grow(strategy, everything, conversation, metric), step)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(
     # Chat-completions shapes: a keyword-style grid counts groups its floor decides on, and an
     # approval's unit reaching over the floor moves that count (the trigger/target test above

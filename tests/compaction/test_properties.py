@@ -73,7 +73,7 @@ from tests.conversations import (
     tool_result_specs,
     truncation_specs,
 )
-from tests.sizes import sized
+from tests.sizes import examples, sized
 
 if TYPE_CHECKING:
     from tests.conversations import SpecFactory
@@ -82,7 +82,7 @@ SYSTEM, USER, TOOL_CALL, SUMMARY = GroupKind.SYSTEM, GroupKind.USER, GroupKind.T
 
 # The default run draws a few hundred cases per test (the whole file in well under a minute); the
 # stress test below draws 100,000.
-DEFAULT = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DEFAULT = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # Metrics, recomputed from groups ---------------------------------------------------------------

@@ -36,6 +36,7 @@ from contextledger.messages import FunctionCallContent, Message
 from tests.compaction.test_columns import tool_history
 from tests.compaction.test_properties import assert_index_consistent
 from tests.conversations import conversations
+from tests.sizes import examples
 
 _PROPERTIES = MappingProxyType({"_summary": True})
 
@@ -114,7 +115,7 @@ def _random_batches(index: MessageIndex, data: st.DataObject) -> None:
         assert_index_consistent(index)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(messages=plain_histories(), data=st.data())
 def test_random_batches_on_long_plain_histories_keep_the_index_consistent(
     messages: list[Message], data: st.DataObject
@@ -122,7 +123,7 @@ def test_random_batches_on_long_plain_histories_keep_the_index_consistent(
     _random_batches(MessageIndex(messages), data)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(messages=conversations(max_blocks=160, traffic=True), data=st.data())
 def test_random_batches_on_long_real_traffic_keep_the_index_consistent(
     messages: list[Message], data: st.DataObject
@@ -195,7 +196,7 @@ def test_an_id_of_the_wrong_type_inside_a_run_is_refused_and_changes_nothing(wro
     assert_index_consistent(index)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     messages=plain_histories(),
     metric=st.sampled_from(["included_tokens", "included_messages"]),

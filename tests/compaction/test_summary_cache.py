@@ -39,6 +39,7 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.conversations import conversations
 from tests.history.conftest import redis_extra, redis_server
 from tests.history.support import RedisServer
+from tests.sizes import examples
 
 __all__ = ["redis_server"]
 
@@ -347,7 +348,7 @@ def test_a_growing_chat_calls_the_summariser_once_per_step() -> None:
     assert client.calls == (60 - 6 + 1) // 2
 
 
-GROWTH = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+GROWTH = settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @GROWTH

@@ -40,7 +40,7 @@ from contextledger.messages import (
     to_responses,
 )
 from contextledger.tokenizers import CharacterEstimatorTokenizer
-from tests.sizes import sized
+from tests.sizes import examples, sized
 
 API = Literal["chat", "responses", "anthropic"]
 TOKENS = CharacterEstimatorTokenizer()
@@ -211,7 +211,9 @@ BODIES = {"chat": chat_body, "responses": responses_body, "anthropic": anthropic
 
 
 @pytest.mark.parametrize("api", ["chat", "responses", "anthropic"])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(steps=scripts(), name=st.sampled_from(sorted(STRATEGIES)))
 def test_what_every_strategy_keeps_of_a_valid_body_is_valid(api: API, steps: list[dict[str, Any]], name: str) -> None:
     check_valid_out(api, steps, name)

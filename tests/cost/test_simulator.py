@@ -27,6 +27,7 @@ from contextledger.cost import (
     request_blocks,
 )
 from contextledger.exceptions import ConfigurationError
+from tests.sizes import examples
 
 
 def blocks(*spec: tuple[str, int]) -> list[Block]:
@@ -205,7 +206,7 @@ def test_a_growing_conversation_sent_whole_reads_almost_everything_from_the_cach
 sizes = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 900)), min_size=1, max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     requests=st.lists(sizes, min_size=1, max_size=8),
     profile=st.sampled_from([OPENAI, ANTHROPIC, NO_CACHE]),
@@ -226,7 +227,7 @@ def test_every_bill_adds_up(requests: list[list[tuple[int, int]]], profile: Pric
     assert CostTotals.of(cache.calls).sent == sum(call.sent for call in cache.calls)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     requests=st.lists(sizes, min_size=1, max_size=6),
     profile=st.sampled_from([OPENAI, ANTHROPIC, NO_CACHE]),

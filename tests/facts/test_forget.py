@@ -25,6 +25,7 @@ from contextledger.facts import (
 from contextledger.facts._parse import read_message
 from contextledger.history import InMemoryHistoryProvider, SQLiteHistoryProvider, StoredTurn
 from contextledger.messages import Message
+from tests.sizes import examples
 
 KEYS = ["module", "database", "customer", "priority"]
 _WORDS = st.sampled_from(["hello", "Sorry, I was wrong:", "see", "we run", "(note", "thanks,", "x"])
@@ -51,7 +52,7 @@ def _whole_word(value: str, text: str) -> bool:
     return re.search(r"(?<!\w)" + re.escape(value) + r"(?!\w)", text) is not None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     main=st.lists(st.tuples(user_messages(), st.booleans()), min_size=1, max_size=6),
     logs=st.lists(st.tuples(user_messages(), st.booleans()), max_size=4),

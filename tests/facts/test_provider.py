@@ -23,6 +23,7 @@ from contextledger.facts import (
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import Message
 from tests.facts.support import Clock, snapshot
+from tests.sizes import examples
 
 
 class Injector(ContextProvider):
@@ -102,7 +103,7 @@ _VALUE = st.text(alphabet="abcdefghij XYZ0123456789", min_size=1, max_size=12).m
 _DECLARATIONS = st.lists(st.tuples(_KEY, _VALUE), max_size=4).map(lambda items: "; ".join(f"{k}={v}" for k, v in items))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(external=_DECLARATIONS, injected=_DECLARATIONS, generated=_DECLARATIONS, earlier=_DECLARATIONS)
 def test_facts_come_from_the_external_text_alone(external: str, injected: str, generated: str, earlier: str) -> None:
     store = FactStore(clock=Clock())

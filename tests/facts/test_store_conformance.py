@@ -35,6 +35,7 @@ from contextledger.facts import (
 )
 from tests.facts.conftest import MakeStore
 from tests.facts.support import CUSTOM_SCHEMA, Clock, snapshot
+from tests.sizes import examples
 
 START = Clock().now
 BOUNDS = ("max_facts", "max_value_chars", "max_evidence_chars", "max_message_chars")
@@ -665,7 +666,7 @@ def operations(schema: FactSchema) -> st.SearchStrategy[list[tuple[str, object]]
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_sequence_of_operations_matches_a_plain_model(
     make_store: MakeStore, schema: FactSchema, data: st.DataObject

@@ -28,6 +28,7 @@ from contextledger.facts import (
 )
 from tests.facts.conftest import MakeStore
 from tests.facts.support import CUSTOM_SCHEMA
+from tests.sizes import examples
 
 
 def run_turn(store: FactMemory, text: str) -> None:
@@ -83,7 +84,7 @@ keys = st.sampled_from(sorted(DEFAULT_SCHEMA.keys))
 values = st.text(st.sampled_from("abcXYZ019 ._-"), min_size=1, max_size=20).map(str.strip).filter(bool)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(keys, values), min_size=1, max_size=5, unique_by=lambda pair: pair[0]),
     st.sampled_from([", ", ","]),

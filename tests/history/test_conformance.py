@@ -20,6 +20,7 @@ from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.history import HistoryProvider, StoredTurn, TurnRewriter
 from contextledger.messages import Message, TextContent
 from tests.history.support import Backend, rich_messages
+from tests.sizes import examples
 
 BAD_SESSION_IDS: list[Any] = ["", None, 7, b"session", ["session"]]
 
@@ -280,7 +281,7 @@ _operations = st.lists(
 )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=_operations)
 def test_any_operation_sequence_matches_a_list_model(
     backend: Backend, operations: list[tuple[str, str, list[Message]]]
@@ -527,7 +528,7 @@ _turn_operations = st.lists(
 )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=_turn_operations)
 def test_any_turn_sequence_stores_each_turn_id_once(backend: Backend, operations: list[tuple[str, str, str]]) -> None:
     prefix = uuid.uuid4().hex
@@ -760,7 +761,7 @@ _writer_operations = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=_writer_operations)
 def test_a_stale_rewrite_is_never_applied_and_every_turn_is_stored_once(
     backend: Backend, operations: list[tuple[str, int, int]]

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.sizes import examples
+
 pytest.importorskip("langchain.agents", reason="the 'langchain' extra")
 pytest.importorskip("langchain_openai", reason="LangChain's OpenAI model, in the dev extra")
 
@@ -117,7 +119,7 @@ def langchain_conversations(draw: st.DrawFn) -> list[BaseMessage]:
     return messages
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(langchain_conversations())
 def test_langchain_messages_survive_a_round_trip_through_ours(messages: list[BaseMessage]) -> None:
     ours = from_langchain(messages)
@@ -161,7 +163,7 @@ def our_conversations(draw: st.DrawFn) -> list[Message]:
     return messages
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(our_conversations())
 def test_our_messages_survive_a_round_trip_through_langchain(messages: list[Message]) -> None:
     assert from_langchain(to_langchain(messages)) == messages

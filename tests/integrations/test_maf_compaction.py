@@ -24,6 +24,7 @@ from contextledger.exceptions import ConfigurationError, ModelError
 from contextledger.messages import Message, validate
 from tests.integrations.conftest import ChatServer
 from tests.optional_imports import try_import
+from tests.sizes import examples
 
 with try_import("maf") as maf_extra:
     import agent_framework as maf
@@ -599,7 +600,7 @@ ADAPTER_STRATEGIES: dict[str, Callable[[], AgentFrameworkStrategy]] = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(maf_histories(), st.sampled_from(sorted(ADAPTER_STRATEGIES)), st.booleans())
 def test_what_maf_sends_after_any_strategy_never_splits_a_call_from_its_results(
     messages: list[maf.Message], name: str, annotated_by_maf: bool

@@ -25,6 +25,7 @@ from contextledger.messages import (
 )
 from tests.history.support import rich_messages
 from tests.optional_imports import try_import
+from tests.sizes import examples
 
 with try_import("maf") as maf_extra:
     import agent_framework as maf
@@ -180,14 +181,14 @@ def maf_messages(draw: st.DrawFn) -> maf.Message:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(maf_messages(), max_size=5))
 def test_maf_to_contextledger_and_back_is_lossless(messages: list[maf.Message]) -> None:
     back = to_maf_messages(from_maf_messages(messages))
     assert [m.to_dict() for m in back] == [m.to_dict() for m in messages]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(maf_messages(), max_size=5))
 def test_the_typed_view_is_what_maf_holds(messages: list[maf.Message]) -> None:
     """The contextledger side is not a blob: texts, calls and results are typed with MAF's values."""
@@ -251,7 +252,7 @@ def hosted_contents(draw: st.DrawFn) -> Any:
     return ApprovalResponseContent(draw(ids), draw(st.booleans()), approved if draw(st.booleans()) else None)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.lists(hosted_contents(), min_size=1, max_size=3), max_size=4))
 def test_hosted_calls_results_and_approvals_go_to_maf_and_back_unchanged(batches: list[list[Any]]) -> None:
     messages = [Message("assistant", tuple(batch)) for batch in batches]

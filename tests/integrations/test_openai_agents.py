@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.sizes import examples
+
 pytest.importorskip("agents", reason="the 'openai-agents' extra")
 
 from agents.testing import ScriptedModel
@@ -240,7 +242,7 @@ def pairing_problems(items: Sequence[dict[str, Any]]) -> list[str]:
     return problems
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations())
 def test_responses_items_survive_a_round_trip_through_ours(items: list[dict[str, Any]]) -> None:
     assert pairing_problems(items) == []
@@ -252,7 +254,7 @@ def test_responses_items_survive_a_round_trip_through_ours(items: list[dict[str,
         opened.update(message.opened_ids)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(conversations(), st.integers(1, 12))
 def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversions(
     items: list[dict[str, Any]], keep: int
@@ -279,7 +281,7 @@ def test_the_proxys_run_by_run_reading_and_forwarding_match_the_whole_conversion
     assert [json.loads(item) for item in forwarded] == kept_as_given(to_responses(kept), items)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(conversations(), st.integers(1, 12))
 def test_compacted_items_are_still_valid_to_send(items: list[dict[str, Any]], keep: int) -> None:
     """A window boundary anywhere never leaves a call without its outputs, an output without its
@@ -306,7 +308,7 @@ def our_conversations(draw: st.DrawFn) -> list[Message]:
     return messages
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(our_conversations())
 def test_our_messages_survive_a_round_trip_through_items(messages: list[Message]) -> None:
     assert from_responses(to_responses(messages)) == messages

@@ -13,6 +13,7 @@ from contextledger.lab import parse_timeline
 from contextledger.lab._probes import check_context, decoded_text, is_present
 from contextledger.messages import FunctionCallContent, Message
 from tests.lab.support import expectations, final_state
+from tests.sizes import examples
 
 
 def _timeline(*turns: dict[str, Any]) -> Any:
@@ -169,7 +170,7 @@ def timelines(draw: st.DrawFn) -> list[dict[str, Any]]:
     return turns
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(timelines())
 def test_expectations_match_what_the_fact_store_holds_on_every_turn(turns: list[dict[str, Any]]) -> None:
     """The probes are computed independently of the store; on every turn they must agree with it."""

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.optional_imports import try_import
+from tests.sizes import examples
 
 from contextledger.cli import _parser, main
 from contextledger.exceptions import ConfigurationError
@@ -112,7 +113,7 @@ _NAME = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     entries=st.dictionaries(_KEY, st.tuples(_NAME, st.booleans(), st.booleans()), min_size=1, max_size=8),
     stranger=_KEY,

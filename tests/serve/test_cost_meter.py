@@ -9,6 +9,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.sizes import examples
 
 from contextledger.cost import ANTHROPIC, NO_CACHE, OPENAI, PrefixCacheSimulator, request_blocks
 from contextledger.messages import Message
@@ -78,7 +79,7 @@ def test_a_conversation_it_no_longer_remembers_is_priced_as_a_first_request() ->
     assert estimate(metrics.render(), "contextledger_estimated_cache_read_tokens_total", **labels) > 1024
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 40)), min_size=1, max_size=60))
 def test_what_it_remembers_stays_within_its_bounds(requests: list[tuple[int, int]]) -> None:
     """Many conversations, long ones, and requests over the whole budget: never past either bound."""

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.optional_imports import try_import
 from tests.serve.conftest import Proxy, StartProxy
 from tests.serve.test_failures import assert_openai_error
+from tests.sizes import examples
 
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import Message
@@ -146,7 +147,7 @@ def test_an_odd_id_is_refused_in_every_place(proxy: Proxy, session_id: str) -> N
     assert set(seen.values()) == {"refused"}, seen
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(session_id=st.text(max_size=140) | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,130}", fullmatch=True))
 def test_body_header_and_url_always_agree_on_an_id(proxy: Proxy, session_id: str) -> None:
     seen = places(proxy, session_id)

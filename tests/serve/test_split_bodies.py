@@ -22,6 +22,7 @@ from tests.conversations import conversations
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 from tests.serve.test_requests import json_values, messages
+from tests.sizes import examples
 
 from contextledger import from_openai
 from contextledger._json import MAX_DEPTH
@@ -59,7 +60,7 @@ formats = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(messages, min_size=1, max_size=8),
     st.dictionaries(st.sampled_from(["temperature", "tools", "user", "metadata"]), json_values, max_size=3),
@@ -100,7 +101,7 @@ def _same_split(one: SplitBody | None, other: SplitBody | None) -> bool:
     return one.payload == other.payload and one.items == other.items
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(messages, min_size=1, max_size=6),
     st.lists(messages, max_size=4),
@@ -131,7 +132,7 @@ def test_a_body_continuing_a_remembered_one_splits_as_it_does_alone(
     assert (after.memo is before.memo) == (not added)  # what the messages made is theirs alone
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(
     st.lists(messages, min_size=1, max_size=4),
     st.lists(
@@ -226,7 +227,7 @@ def _kept_and_forwarded(wire: list[dict[str, Any]], keep: int) -> tuple[list[Mes
     return list(kept.messages), _whole_items(kept.messages, raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations(), st.integers(1, 8))
 def test_a_compacted_messages_body_sent_as_its_bytes_is_what_writing_it_anew_sends(
     conversation: list[Message], keep: int
@@ -452,7 +453,7 @@ def _read_alone(reader_of: Any, body: bytes, field: str, how: tuple[Any, ...]) -
     return reader_of(MessageReader()).read_raw_runs(split.items, *how)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations(), st.integers(0, 40), st.sampled_from(["responses", "messages"]))
 def test_a_continued_body_is_read_past_what_was_read_as_reading_it_alone_reads(
     conversation: list[Message], cut: int, api: str

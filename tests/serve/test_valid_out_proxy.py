@@ -23,6 +23,7 @@ from tests.compaction.test_valid_out import BODIES, HUGE, scripts, spoken, user_
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream
 from tests.serve.in_process import proxy_app
+from tests.sizes import examples
 
 from contextledger.messages import problems_for
 from contextledger.serve import StrategySpec
@@ -44,7 +45,7 @@ STRATEGIES = {
     "budget": StrategySpec(budget=2_000),
 }
 HEADERS = {"authorization": "Bearer sk-valid-out", "x-api-key": "sk-valid-out", "content-type": "application/json"}
-SLOW = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SLOW = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def forwarded(fake_upstream: FakeUpstream, api: API) -> list[dict[str, Any]]:
