@@ -258,3 +258,29 @@ def test_an_opening_never_moves_past_the_item() -> None:
     assert opened_by_user(projection, messages, tokenizer=CharacterEstimatorTokenizer()) == messages
     client_opened = messages[1:]  # the client itself sent the item first: as it came
     assert opened_by_user(client_opened, client_opened, tokenizer=CharacterEstimatorTokenizer()) is None
+
+
+def test_an_item_whose_message_opens_a_call_is_never_collapsed_and_keeps_its_result() -> None:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}
+    body: list[dict[str, Any]] = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": [ANTHROPIC_BLOCK, use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "found " * 50}]},
+        *[
+            m
+            for n in range(4)
+            for m in ({"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"})
+        ],
+    ]
+    messages = from_anthropic(body)
+    for spec in (
+        ("tool-result-collapse", ("keep_last_tool_call_groups=0",)),
+        ("sliding-window", ("keep_last_groups=2",)),
+    ):
+        strategy = strategy_from_spec(*spec)
+        _system, sent = to_anthropic(asyncio.run(apply_compaction(messages, strategy=strategy)))
+        assert sent[:2] == body[2:4], spec  # the user message before it, and the item's message whole
+        assert sent[2]["content"][0] == body[4]["content"][0]  # its result (the next user text joins it)
+        assert anthropic_problems({"messages": sent}) == []
