@@ -152,12 +152,13 @@ def test_a_clients_own_marks_are_sent_as_they_came_and_nothing_is_added(
 def test_the_models_are_a_setting(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     fake_upstream.clear()
     assert ServeConfig(fake_upstream.base_url).cache_breakpoint_models == ("gpt-5.6",)
-    assert ServeConfig(fake_upstream.base_url, cache_breakpoint_models="gpt-5.6, gpt-6").cache_breakpoint_models == (
+    given: Any = "gpt-5.6, gpt-6"  # as the flag gives it
+    assert ServeConfig(fake_upstream.base_url, cache_breakpoint_models=given).cache_breakpoint_models == (
         "gpt-5.6",
         "gpt-6",
     )
     with pytest.raises(ConfigurationError, match="model-name prefixes"):
-        ServeConfig(fake_upstream.base_url, cache_breakpoint_models=[5])  # type: ignore[list-item]
+        ServeConfig(fake_upstream.base_url, cache_breakpoint_models=[5])  # type: ignore[arg-type]
     send(app_for(fake_upstream, tmp_path, cache_breakpoint_models=()), PATHS["chat"], [chat_body("gpt-5.6")])
     (items,) = upstream_items(fake_upstream, PATHS["chat"])
     assert marks(items) == []
