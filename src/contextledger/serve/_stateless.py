@@ -243,7 +243,6 @@ class StatelessFlow:
                 result = dataclasses.replace(result, messages=opened)
         harder = Compacted(result, form.forwarded(read, result) if read.items is not None else None)
         again = form.outgoing(read, harder, request)
-        self.metrics.count(self.metrics.tokens_after, "stateless", amount=result.after["included_tokens"])
         return again, {**again.said, COMPACTION_HEADER: retried_said(refused, budget)}
 
     def _refuse_broken_rules(self, form: StatelessFormat, read: StatelessBody) -> None:
