@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FULL", "SIZE", "SIZES", "VARIABLE", "examples", "sized", "small_examples"]
+__all__ = ["FULL", "SIZE", "SIZES", "STRESS_SHAPES", "VARIABLE", "examples", "sized", "small_examples"]
 
 VARIABLE = "CONTEXTLEDGER_TEST_SIZE"
 SIZES = ("small", "full")
@@ -34,6 +34,10 @@ SIZE = _read()
 """``small`` or ``full``, from the environment (the processes a run starts inherit it)."""
 
 FULL = SIZE == "full"
+
+STRESS_SHAPES = "stress run shapes"
+"""The name under which each part of the stress run reports the conversation shapes it generated
+(a test report's ``user_properties``); the run prints their sum at its end."""
 
 _SMALL_EXAMPLES_SHARE = 4
 _SMALL_EXAMPLES_FLOOR = 10

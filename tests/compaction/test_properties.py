@@ -15,7 +15,6 @@ falsifying conversation and a constructor-like repr of the strategy, which is th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -73,7 +72,7 @@ from tests.conversations import (
     tool_result_specs,
     truncation_specs,
 )
-from tests.sizes import examples, sized
+from tests.sizes import STRESS_SHAPES, examples, sized
 
 if TYPE_CHECKING:
     from tests.conversations import SpecFactory
@@ -1030,21 +1029,16 @@ def test_stress_every_property(
     conversation shape; how many had each real-traffic shape is printed at the end."""
     messages, _ = case
     stress_shapes["conversations"] += 1
-    stress_shapes[part] += 1
     stress_shapes.update(shapes_of(messages))
     check_compaction(*case)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def stress_shapes(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
-    """Counts of generated shapes, written to the terminal when the module's tests are done."""
+    """Counts of the shapes one part of the stress run generated, reported with its test: the run
+    adds up every part's, from whichever worker ran it, and prints the whole at its end
+    (tests/conftest.py)."""
     counts: Counter[str] = Counter()
     yield counts
-    if counts:
-        parts = ", ".join(part for part in STRESS_PARTS if counts[part])
-        lines = [f"stress run: {counts['conversations']:,} conversations ({parts})"]
-        lines += [f"  {shape}: {counts[shape]:,}" for shape in SHAPES]
-        # Output is captured while fixtures tear down; the counts are for the log, so step outside it.
-        capture = request.config.pluginmanager.get_plugin("capturemanager")
-        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-            print("\n" + "\n".join(lines))
+    counted = {"conversations": counts["conversations"], **{shape: counts[shape] for shape in SHAPES}}
+    request.node.user_properties.append((STRESS_SHAPES, counted))
