@@ -119,6 +119,22 @@ class References:
             {} if cache is None else cache.setdefault("digests", {})
         )
         self._most = most
+        # A collapsed line already written with its reference, by the line the strategy wrote:
+        # a long session has thousands, and each call would otherwise write them all again.
+        self._lines: dict[int, tuple[Message, int, Message]] = {} if cache is None else cache.setdefault("lines", {})
+
+    def referenced_line(self, line: Message, originals: Sequence[Message], start: int) -> Message:
+        """``line`` (a strategy's collapsed line for ``originals``, stored from ``start``) with
+        the reference of ``originals``."""
+        known = self._lines.get(id(line))
+        if known is not None and known[0] is line and known[1] == start:
+            return known[2]
+        ref = self.issue(originals, start)
+        written = dataclasses.replace(line, contents=(TextContent(with_reference(line.text, ref)),))
+        if self._most and len(self._lines) > 4 * self._most:
+            self._lines.clear()
+        self._lines[id(line)] = (line, start, written)
+        return written
 
     def issue(self, messages: Sequence[Message], start: int) -> str:
         """The reference of ``messages`` (the stored conversation's, from ``start``), noted as issued."""
@@ -271,8 +287,7 @@ def annotated_projection(
             if group.origin == _TOOL_RESULTS and len(originals) == 1 and id(originals[0]) in start_of:
                 begin = start_of[id(originals[0])]
                 if begin >= 0:
-                    ref = references.issue(originals[0].messages, begin)
-                    message = dataclasses.replace(message, contents=(TextContent(with_reference(message.text, ref)),))
+                    message = references.referenced_line(message, originals[0].messages, begin)
             out.append(message)
             continue
         if group.included:
