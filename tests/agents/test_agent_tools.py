@@ -345,3 +345,34 @@ def test_registered_on_the_client_the_tools_are_offered_and_recall_works_the_sam
         recalled = asyncio.run(scenario(url))
     assert stock_report("apples") in recalled
     assert all(_tool_names(body) == {"lookup_stock", "recall_context", "compact_context"} for body in model.requests)
+
+
+def test_a_ref_whose_group_the_provider_s_own_after_strategy_removed_is_an_error_result() -> None:
+    model = ScriptedModel()
+
+    async def scenario(url: str) -> tuple[str, str]:
+        collapse = ToolResultCompactionStrategy(keep_last_tool_call_groups=1, stable_step=1)
+        # The retained history keeps the last two turns once it holds more than three.
+        reduce = SlidingWindowStrategy(turns_exceed(3), minimum_preserved_turns=2)
+        provider = CompactionProvider(collapse, reduce, agent_tools=True)
+        agent = Agent(
+            OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
+            tools=[lookup_stock],
+            context_providers=[provider],
+        )
+        session = Session("s")
+        await agent.run("stock apples", session=session)
+        await agent.run("stock pears", session=session)
+        line = next(m["content"] for m in model.requests[-1]["messages"] if "[Tool results:" in str(m["content"]))
+        ref = REF.findall(line)[0]
+        kept = (await agent.run(f"recall {ref}", session=session)).messages[1].function_results[0].result
+        for item in ("plums", "figs"):
+            await agent.run(f"stock {item}", session=session)
+        gone = (await agent.run(f"recall {ref}", session=session)).messages[1].function_results[0].result
+        return kept, gone
+
+    with json_endpoint(model) as url:
+        kept, gone = asyncio.run(scenario(url))
+    assert stock_report("apples") in kept
+    assert gone.startswith('Error: ref="')
+    assert "a retained-history reduction removed them" in gone
