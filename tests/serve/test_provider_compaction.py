@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.optional_imports import try_import
-from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
 
 with try_import("serve") as serve_extra:
     import httpx
+    from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
 
     from contextledger.serve import ServeConfig, StrategySpec, create_app
 

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import pytest
 from tests.optional_imports import try_import
-from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
 
 with try_import("serve") as serve_extra:
     import httpx
+    from tests.serve.provider_compaction_upstream import CompactingUpstream, compacting_upstream
 
     from contextledger.serve import ServeConfig, create_app
 
