@@ -297,7 +297,8 @@ class SummarizationStrategy(CompactionStrategy):
                 retained += sizes[group]
         else:
             kept = newest(index, max(self.minimum_preserved, 1))
-        candidates = [g for g in index.live_ids() if kind_of[g] is not SYSTEM and g not in kept]
+        pinned = index.pinned_ids  # a provider's compaction item is never summarised
+        candidates = [g for g in index.live_ids() if kind_of[g] is not SYSTEM and g not in kept and g not in pinned]
         grid = self._grid(index)
         for group in candidates:
             if group in index.columns.unit:
