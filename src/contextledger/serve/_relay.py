@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from contextledger._tracing import UpstreamCallTrace, trace_upstream_call
+from contextledger._upstream_tracing import UpstreamCallTrace, trace_upstream_call
 from contextledger.clients import read_usage
 from contextledger.exceptions import ContextLedgerError, ProxyError
 from contextledger.serve._errors import store_failure

@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from contextledger._tracing import UpstreamCallTrace
+from contextledger._upstream_tracing import UpstreamCallTrace
 from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
 from contextledger.exceptions import ProxyError
 from contextledger.messages import Message, item_rules, problems_for
