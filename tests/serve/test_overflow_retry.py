@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
-from tests.serve.fake_upstream import window_tokens
 
 with try_import("serve") as serve_extra:
     import httpx
+    from tests.serve.fake_upstream import window_tokens
 
 pytestmark = serve_extra.skip
 
