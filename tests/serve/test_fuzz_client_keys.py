@@ -26,6 +26,7 @@ from tests.sizes import sized
 SERVER_KEY = "sk-server-fuzz-key-41"
 ALPHA, BETA, GAMMA = "sk-alpha-fuzz-1", "sk-beta-fuzz-2", "sk-gamma-fuzz-3"
 REQUESTS = sized(full=3_000, small=400)
+CLIENT_RPM = REQUESTS * 2 // 15  # 400 at the full size: the busiest client passes it, so some answers are 429s
 WINDOW = ("--strategy", "sliding-window", "--param", "trigger=turns_exceed(2)")
 
 # Each way of presenting (or not) a key, and whether it names a known client.
@@ -65,7 +66,16 @@ def test_near_valid_bodies_and_credentials_never_get_a_500_and_only_known_keys_p
     keys.write_text(f"{ALPHA} alpha\nsha256:{hashlib.sha256(BETA.encode()).hexdigest()}\n{GAMMA}\n")
     env = {"CONTEXTLEDGER_UPSTREAM_KEY": SERVER_KEY}
     root = fake_upstream.base_url.removesuffix("/v1")
-    args = ("--host", "0.0.0.0", "--client-keys", str(keys), "--client-rpm", "400", "--client-concurrency", "2")
+    args = (
+        "--host",
+        "0.0.0.0",
+        "--client-keys",
+        str(keys),
+        "--client-rpm",
+        str(CLIENT_RPM),
+        "--client-concurrency",
+        "2",
+    )
     rng = random.Random("client-keys")
     statuses: Counter[tuple[str, int]] = Counter()
     leaks: list[str] = []
@@ -115,6 +125,6 @@ def test_near_valid_bodies_and_credentials_never_get_a_500_and_only_known_keys_p
     refused = [why for item in forwarded_chat if (why := strict_refusal(item)) is not None]
     assert not refused, (len(refused), refused[:5])
     for route in ROUTES:  # some of each route's bodies were valid and from a known client
-        assert statuses[(route, 200)] > 30, summary
-        assert statuses[(route, 401)] > 200, summary
+        assert statuses[(route, 200)] > REQUESTS // 100, summary
+        assert statuses[(route, 401)] > REQUESTS // 15, summary
     assert sum(count for (_, status), count in statuses.items() if status == 429) > 0, summary
