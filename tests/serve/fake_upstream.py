@@ -6,7 +6,8 @@ it behaves, so tests need no shared switch:
 
 - any model: a reply ``echo: <last user text>`` (streamed in several chunks when asked);
 - ``fake-tool``: a reply calling the tool ``lookup`` (two streamed argument deltas), its id
-  ``call_N`` for the conversation's Nth call;
+  ``call_`` and a digest of the request, so no two requests' calls share one, however much of
+  the conversation a request shows;
 - ``fake-500``: HTTP 500 in OpenAI's error shape;  ``fake-slow``: answers after 5 seconds;
 - ``fake-broken``: a stream that stops half-way (the connection is dropped, no ``[DONE]``);
 - ``fake-garbage``: HTTP 200 whose body is not JSON;  ``fake-hollow``: HTTP 200 JSON with no choices;
@@ -272,9 +273,10 @@ async def chat(request: Request) -> Response:
         return JSONResponse({"id": "chatcmpl-hollow", "object": "chat.completion", "choices": []}, headers=headers)
     text = "echo: " + _last_user_text(payload.get("messages", []))
     tool = model == "fake-tool"
-    # Each call of a conversation its own id, as a provider's are: the first is call_1.
-    earlier = payload.get("messages") if isinstance(payload.get("messages"), list) else []
-    call_id = f"call_{1 + sum(len(m.get('tool_calls') or []) for m in earlier if isinstance(m, dict))}"
+    # Each call its own id, as a provider's are: counting the calls a request shows would give a
+    # compacted request (a window over the conversation) an id its earlier calls already had.
+    digest = hashlib.sha256(json.dumps(payload.get("messages"), sort_keys=True, default=str).encode()).hexdigest()
+    call_id = f"call_{digest[:16]}"
     usage = _usage(model, payload, text)
     record["usage"] = usage
     options = payload.get("stream_options")

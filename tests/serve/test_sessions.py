@@ -126,17 +126,19 @@ def test_a_streamed_turn_stores_the_message_the_stream_spelled_out(
             list(stream)
         stored = proxy.messages("stream", KEY_A)
         assert proxy.facts("stream", KEY_A) == {"priority": "high"}
-        result = {"role": "tool", "tool_call_id": "call_1", "content": "$999"}
+        call_id = stored[3]["tool_calls"][0]["id"]
+        result = {"role": "tool", "tool_call_id": call_id, "content": "$999"}
         client.chat.completions.create(model="fake", messages=[result])  # type: ignore[list-item]
         sent = fake_upstream.last_body()["messages"]
     assert text == "echo: priority=high"
     assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1]["content"] == "echo: priority=high"
     assert stored[3]["tool_calls"] == [
-        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
+        {"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": '{"item": "laptop"}'}}
     ]
+    assert call_id.startswith("call_")
     assert validate(from_openai(sent)) == []  # the stored call and the new result travel together
-    assert sent[-2]["tool_calls"][0]["id"] == "call_1"
+    assert sent[-2]["tool_calls"][0]["id"] == call_id
     assert sent[-1] == result
 
 
