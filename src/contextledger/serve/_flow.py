@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from contextledger.agents import RequestMessages
-from contextledger.compaction import opened_by_user
+from contextledger.compaction import compact_with_report, opened_by_user
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
 from contextledger.history import StoredTurn, check_storable
@@ -31,7 +31,7 @@ from contextledger.messages import Message, problems_for
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._kept import KeptSessions
 from contextledger.serve._metrics import Metrics
-from contextledger.serve._overflow import compacted_harder, overflow_budget, retried_said, too_long
+from contextledger.serve._overflow import harder, overflow_budget, retried_said, too_long
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import (
     bad_request,
@@ -221,7 +221,7 @@ class SessionFlow:
                 said = facts_headers(outcome[-1] if outcome else None)
                 return "".join(f": {name}: {value}\n" for name, value in said.items()).encode() + b"\n" if said else b""
 
-            async def harder(failure: ProxyError) -> bool:
+            async def compact_again(failure: ProxyError) -> bool:
                 """Whether the request, refused as too long, was compacted harder to be sent once more."""
                 nonlocal payload, hide_usage, body, sent, traced, compaction
                 if not self.config.overflow_retry:
@@ -251,7 +251,7 @@ class SessionFlow:
                 try:
                     streamed = await stream()
                 except ProxyError as failure:
-                    if not await harder(failure):
+                    if not await compact_again(failure):
                         raise
                     streamed = await stream()  # once: a second refusal goes back as it came
                 stack = None  # the stream releases the lock when it ends
@@ -260,7 +260,7 @@ class SessionFlow:
             try:
                 upstream = await form.relay.call(headers, body, traced)
             except ProxyError as failure:
-                if not await harder(failure):
+                if not await compact_again(failure):
                     raise
                 upstream = await form.relay.call(headers, body, traced)
             reply, message, meta = form.answer(upstream)
@@ -312,14 +312,17 @@ class SessionFlow:
         total = sum(self.tokenizer.count_messages(sent))
         budget = overflow_budget(refused, total)
         fixed = total - sum(self.tokenizer.count_messages(messages))
-        result = await compacted_harder(messages, strategy, self.tokenizer, budget - fixed)
-        if result is None:
+        if budget - fixed < 1:
             return None
-        harder: list[Message] = result.messages
+        within = harder(strategy, self.tokenizer, budget - fixed)
+        result = await compact_with_report(messages, strategy=within, tokenizer=self.tokenizer)
+        if not result.changed:
+            return None
+        cut: list[Message] = result.messages
         if form.opens_with_user:
-            opened = opened_by_user(harder, messages, tokenizer=self.tokenizer)
-            harder = harder if opened is None else opened
-        again: list[Message] = [*instructions, *harder]
+            opened = opened_by_user(cut, messages, tokenizer=self.tokenizer)
+            cut = cut if opened is None else opened
+        again: list[Message] = [*instructions, *cut]
         if block is not None:
             again = place_facts_block(again, block, self.config.facts_placement)
         return again, {COMPACTION_HEADER: retried_said(refused, budget)}

@@ -15,20 +15,13 @@ no strategy to answer (``--strategy none``) or was told not to (``--no-overflow-
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextledger.compaction import (
-    CompactionResult,
-    CompactionStrategy,
-    TokenBudgetComposedStrategy,
-    compact_with_report,
-)
+from contextledger.compaction import CompactionStrategy, TokenBudgetComposedStrategy
 from contextledger.exceptions import ProxyError
-from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["TooLong", "compacted_harder", "overflow_budget", "retried_said", "too_long"]
+__all__ = ["TooLong", "harder", "overflow_budget", "retried_said", "too_long"]
 
 OVERFLOW_CODE = "context_length_exceeded"
 """OpenAI's error code for a request longer than the model's context (both its APIs)."""
@@ -92,18 +85,12 @@ def overflow_budget(refused: TooLong, sent: int) -> int:
     return max(1, min(budget, sent - 1))
 
 
-async def compacted_harder(
-    messages: Sequence[Message], strategy: CompactionStrategy, tokenizer: Tokenizer, budget: int
-) -> CompactionResult | None:
-    """``messages`` compacted by ``strategy`` within ``budget`` tokens (the oldest groups dropped
-    where the strategy does not reach it), or ``None`` when that leaves them as they were."""
-    if budget < 1:
-        return None
-    harder = TokenBudgetComposedStrategy(
+def harder(strategy: CompactionStrategy, tokenizer: Tokenizer, budget: int) -> CompactionStrategy:
+    """``strategy`` run within ``budget`` tokens, the oldest groups dropped where it does not reach
+    it, cutting just below the budget (no step grid: a retry is not a conversation's next request)."""
+    return TokenBudgetComposedStrategy(
         token_budget=budget, tokenizer=tokenizer, strategies=[strategy], prefix_stable=False
     )
-    result = await compact_with_report(messages, strategy=harder, tokenizer=tokenizer)
-    return result if result.changed else None
 
 
 def retried_said(refused: TooLong, budget: int) -> str:

@@ -45,7 +45,7 @@ from contextledger.exceptions import ProxyError
 from contextledger.messages import Message, item_rules, problems_for
 from contextledger.serve._bodies import BodyMemo, Compacted, item_values
 from contextledger.serve._metrics import Metrics
-from contextledger.serve._overflow import compacted_harder, overflow_budget, retried_said, too_long
+from contextledger.serve._overflow import harder, overflow_budget, retried_said, too_long
 from contextledger.serve._relay import Relay
 from contextledger.serve._requests import RawInput, rules_refusal
 from contextledger.serve._upstream import Answer, Upstream, passed_back
@@ -234,15 +234,18 @@ class StatelessFlow:
         budget = overflow_budget(refused, sent)
         # What the strategy cannot cut (a system prompt the API keeps apart) is left out of its budget.
         fixed = sent - sum(self.tokenizer.count_messages(messages))
-        result = await compacted_harder(read.messages, self.strategy, self.tokenizer, budget - fixed)
-        if result is None or result.after["included_tokens"] >= sent - fixed:
+        if budget - fixed < 1:
+            return None
+        within = harder(self.strategy, self.tokenizer, budget - fixed)
+        result = await compact_with_report(read.messages, strategy=within, tokenizer=self.tokenizer)
+        if not result.changed or result.after["included_tokens"] >= sent - fixed:
             return None
         if form.opens_with_user:
             opened = opened_by_user(result.messages, read.messages, tokenizer=self.tokenizer)
             if opened is not None:
                 result = dataclasses.replace(result, messages=opened)
-        harder = Compacted(result, form.forwarded(read, result) if read.items is not None else None)
-        again = form.outgoing(read, harder, request)
+        made = Compacted(result, form.forwarded(read, result) if read.items is not None else None)
+        again = form.outgoing(read, made, request)
         return again, {**again.said, COMPACTION_HEADER: retried_said(refused, budget)}
 
     def _refuse_broken_rules(self, form: StatelessFormat, read: StatelessBody) -> None:
