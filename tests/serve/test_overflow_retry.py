@@ -137,3 +137,51 @@ def test_without_the_retry_the_error_goes_back_as_it_came(
         said = json.dumps(answer.json())
         assert "context_length_exceeded" in said or "prompt is too long" in said
         assert len(fake_upstream.received()) == 1, "no retry"
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "limit", "counted"),
+    [
+        (
+            "context_length_exceeded",
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. "
+            "Please reduce the length of the messages.",
+            8192,
+            8227,
+        ),
+        (
+            "context_length_exceeded",
+            "This model's maximum context length is 4097 tokens. However, you requested 4268 tokens (4012 in the "
+            "messages, 256 in the completion). Please reduce the length of the messages or completion.",
+            4097 - 256,
+            4012,
+        ),
+        (
+            "context_length_exceeded",
+            "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            None,
+            None,
+        ),
+        (None, "prompt is too long: 219898 tokens > 200000 maximum", 200000, 219898),
+        (
+            None,
+            "input length and `max_tokens` exceed context limit: 189136 + 20000 > 204648, decrease input length or "
+            "`max_tokens` and try again",
+            204648 - 20000,
+            189136,
+        ),
+    ],
+)
+def test_the_providers_too_long_errors_are_read(
+    code: str | None, message: str, limit: int | None, counted: int | None
+) -> None:
+    from contextledger.exceptions import ProxyError  # noqa: PLC0415
+    from contextledger.serve._overflow import TooLong, overflow_budget, too_long  # noqa: PLC0415
+
+    refused = too_long(ProxyError(message, status=400, code=code))
+    assert refused == TooLong(limit, counted)
+    assert too_long(ProxyError(message, status=429, code=code)) is None
+    assert too_long(ProxyError("max_tokens: must be at most 8192", status=400)) is None
+    assert refused is not None
+    stated = 10_000 * limit * 19 // (counted * 20) if limit is not None and counted is not None else 7_500
+    assert overflow_budget(refused, 10_000) == stated
