@@ -66,7 +66,8 @@ from contextledger.compaction import (
     tokens_below,
     tokens_exceed,
 )
-from contextledger.cost import BlockMemo, CallCost, CostTotals, PrefixCacheSimulator, request_blocks
+from contextledger.cost import CallCost, CostTotals, PrefixCacheSimulator, request_blocks
+from contextledger.cost._simulator import BlockMemo
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.serve import DEFAULT_STRATEGY
 from contextledger.tokenizers import CharacterEstimatorTokenizer

@@ -46,7 +46,8 @@ from contextledger.compaction import (
     tokens_exceed,
     turns_exceed,
 )
-from contextledger.messages import SUMMARY_PROPERTY, SUMMARY_SOURCE_PROPERTY, assistant_text_message
+from contextledger.messages import SUMMARY_PROPERTY
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY, assistant_text_message
 
 TOKENIZER = CharacterEstimatorTokenizer()
 _SUMMARY_PROPERTIES = MappingProxyType({SUMMARY_PROPERTY: True, SUMMARY_SOURCE_PROPERTY: "tool_results"})

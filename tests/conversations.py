@@ -49,7 +49,6 @@ from contextledger.compaction import (
 from contextledger.exceptions import TokenizerUnavailableError
 from contextledger.messages import (
     SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
     ApprovalRequestContent,
     ApprovalResponseContent,
     FunctionCallContent,
@@ -61,6 +60,7 @@ from contextledger.messages import (
     ReasoningContent,
     TextContent,
 )
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
 from contextledger.tokenizers import CharacterEstimatorTokenizer, OpenAITokenizer, Tokenizer
 
 __all__ = [

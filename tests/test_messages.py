@@ -39,13 +39,9 @@ from contextledger import (
     validate,
     write_jsonl,
 )
-from contextledger.messages import (
-    assistant_text_message,
-    load_jsonl,
-    message_from_openai,
-    message_to_openai,
-    result_text,
-)
+from contextledger.messages import load_jsonl
+from contextledger.messages._message import assistant_text_message
+from contextledger.messages._openai import message_from_openai, message_to_openai, result_text
 from tests.sizes import examples
 
 Json = dict[str, Any]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from contextledger.messages import chat_problems, item_rules, responses_problems
+from contextledger.messages import chat_problems, responses_problems
+from contextledger.messages._rules import item_rules
 
 MARK = {"mode": "explicit"}
 

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contextledger.exceptions import ConfigurationError
-from contextledger.messages import Problem, item_rules, problems_for
+from contextledger.messages import Problem, problems_for
+from contextledger.messages._rules import item_rules
 from tests.test_rules_properties import API, APIS, BUILDERS, FAST, JSON, SCRIPTS
 
 ARRAY = {"chat": "messages", "responses": "input", "anthropic": "messages"}

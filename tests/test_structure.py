@@ -17,10 +17,17 @@ Four rules keep the package something a newcomer can find their way around:
    import it: ``contextledger.facts._writers`` may import ``contextledger.facts._parse``, and every
    module may import the root package's private modules (``contextledger._extras``), but nothing
    outside ``contextledger.clients`` may import ``contextledger.clients._offline``.  Here every
-   import counts, in a function or not: what is private must stay so.
+   import counts, in a function or not: what is private must stay so.  The one opening is plumbing
+   the library shares between its packages: a private module lists it in its own ``__all__``, and
+   another package may import exactly those names from it (``from contextledger.messages._responses
+   import item_dict``), never the module itself nor anything else in it.
 4. **Every package names its public names.**  Each name in a package's ``__all__`` appears in
    its ``__init__`` docstring, the map a reader opens first (``compaction/__init__.py`` is the
    model).
+5. **A package's public names are its ``__all__``.**  ``from contextledger.x import y`` written
+   outside ``contextledger.x`` names something in ``contextledger.x.__all__`` (or a submodule):
+   what a package keeps importable only for an old release's sake warns when imported, and the
+   library itself never leans on it.
 
 Each test prints every offender as ``path:line: what is wrong``.
 """
@@ -202,6 +209,21 @@ def private_owner(dotted: str) -> str | None:
     return None
 
 
+def shared_plumbing(imported: Import) -> bool:
+    """Whether ``from m import n`` takes a name that the private module ``m`` lists in its ``__all__``.
+
+    Only the module's own last part may be private (``contextledger.facts._store``, not
+    ``contextledger._x._y``), and the name must be public in form.
+    """
+    holder = MODULES.get(imported.module)
+    if holder is None or holder.is_package or imported.name is None or imported.name.startswith("_"):
+        return False
+    if any(part.startswith("_") for part in imported.module.split(".")[:-1]):
+        return False
+    declared = all_names(holder)
+    return declared is not None and imported.name in {name for name, _ in declared[0]}
+
+
 def report(offenders: list[str], rule: str) -> None:
     """Fail with every offender on a line of its own (no traceback: the list is the message)."""
     if offenders:
@@ -260,6 +282,9 @@ def test_the_checks_find_a_cycle_and_the_owner_of_a_private_name() -> None:
     assert private_owner("contextledger.clients._offline") == "contextledger.clients"
     assert private_owner("contextledger._extras.require_extra") == "contextledger"
     assert private_owner("contextledger.messages.Message") is None
+    assert shared_plumbing(Import("contextledger.messages._responses", "item_dict", 1, True))
+    assert not shared_plumbing(Import("contextledger.messages._responses", "responses_record", 1, True))
+    assert not shared_plumbing(Import("contextledger.messages._responses", None, 1, True))
 
 
 def test_no_import_cycle() -> None:
@@ -300,6 +325,8 @@ def test_no_private_name_of_another_package_is_imported() -> None:
             shown = ".".join(path)
             owner = private_owner(shown)
             if owner is not None and module.package != owner and not module.package.startswith(f"{owner}."):
+                if shared_plumbing(imported):
+                    continue
                 offenders.append(f"{module.where(imported.line)}: {module.name} imports {shown}, private to {owner}")
     report(offenders, "imports of another package's private names (use or add a public name)")
 
@@ -340,3 +367,24 @@ def test_every_public_name_of_a_package_is_in_its_docstring_map(package: str) ->
     mentioned = names_in(ast.get_docstring(module.tree) or "")
     offenders = [f"{module.where(line)}: {name}" for name, line in entries if name not in mentioned]
     report(offenders, f"public names of {package} missing from its __init__ docstring (add them to the map)")
+
+
+def test_packages_are_imported_by_their_public_names_alone() -> None:
+    offenders = []
+    for module in MODULES.values():
+        for imported in imports_of(module):
+            target = MODULES.get(imported.module)
+            if target is None or not target.is_package or imported.name in (None, "*"):
+                continue
+            if module.package == target.name or module.package.startswith(f"{target.name}."):
+                continue
+            if f"{target.name}.{imported.name}" in MODULES:
+                continue
+            declared = all_names(target)
+            public = {name for name, _ in declared[0]} if declared else set()
+            if imported.name not in public:
+                offenders.append(
+                    f"{module.where(imported.line)}: {module.name} imports {imported.name} from {target.name},"
+                    " which does not list it in __all__"
+                )
+    report(offenders, "imports of names a package does not make public (import them from the module that lists them)")

@@ -35,7 +35,7 @@ from contextledger import (
     from_openai,
     get_tokenizer,
 )
-from contextledger.messages import set_token_memo
+from contextledger.messages._message import set_token_memo
 from tests.optional_imports import try_import
 from tests.sizes import examples
 

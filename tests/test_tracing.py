@@ -36,7 +36,8 @@ from contextledger.clients import OfflineModel
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import FactRejectedError, ModelResponseError
 from contextledger.facts import FactsHost, FactStore, RuleWriter, SQLiteFactStore, extract
-from contextledger.history import SQLiteHistoryProvider, Turn, TurnTarget, write_turn
+from contextledger.history import SQLiteHistoryProvider, Turn, write_turn
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import FunctionCallContent, Message
 from tests.loopback import json_endpoint
 from tests.optional_imports import try_import

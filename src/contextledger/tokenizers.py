@@ -23,8 +23,8 @@ from contextledger.messages import (
     OpaqueContent,
     ReasoningContent,
     TextContent,
-    set_token_memo,
 )
+from contextledger.messages._message import set_token_memo
 
 __all__ = [
     "CALL_OVERHEAD",

@@ -21,7 +21,8 @@ from contextledger.compaction import (
     turns_exceed,
 )
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts import FactStore, RuleWriter, forget_facts, history_target
+from contextledger.facts import FactStore, RuleWriter, forget_facts
+from contextledger.facts._forget import history_target
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import Message
 from tests.loopback import json_endpoint

@@ -28,11 +28,11 @@ from contextledger.agents import (
     MessageSource,
     RunContext,
     Session,
-    sum_usage,
     tool,
     use_context_providers,
 )
 from contextledger.agents._context import INSTRUCTIONS_PROPERTY
+from contextledger.agents._response import sum_usage
 from contextledger.clients import ChatResponse, OfflineModel, ScriptedChatClient, Usage
 from contextledger.compaction import SlidingWindowStrategy
 from contextledger.exceptions import (

@@ -138,8 +138,8 @@ def test_plays_a_role_it_is_taught_only_when_the_marker_is_there(monkeypatch: py
 
 def test_the_facts_package_teaches_the_fact_writer_role() -> None:
     # The dependency runs from the facts to the model: importing them is what teaches the role.
-    from contextledger.clients import FACT_WRITER_MARKER  # noqa: PLC0415
-    from contextledger.facts import WRITER_INSTRUCTIONS  # noqa: PLC0415
+    from contextledger.clients._offline import FACT_WRITER_MARKER  # noqa: PLC0415
+    from contextledger.facts._writers import WRITER_INSTRUCTIONS  # noqa: PLC0415
 
     assert WRITER_INSTRUCTIONS.startswith(FACT_WRITER_MARKER)
     assert FACT_WRITER_MARKER in OfflineModel._roles

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextledger.agents import sum_usage
+from contextledger.agents._response import sum_usage
 from contextledger.clients import Usage, read_usage
 from tests.sizes import examples
 

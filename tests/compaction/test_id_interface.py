@@ -26,7 +26,8 @@ from contextledger.compaction import (
 )
 from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import CompactionError
-from contextledger.messages import SUMMARY_PROPERTY, SUMMARY_SOURCE_PROPERTY
+from contextledger.messages import SUMMARY_PROPERTY
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
 from tests.compaction.test_properties import DEFAULT, assert_index_consistent, cases, check_units
 from tests.conversations import StrategySpec, conversations
 

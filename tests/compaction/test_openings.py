@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextledger.compaction import (
-    SET_ASIDE_PROPERTY,
     SlidingWindowStrategy,
     TruncationStrategy,
     apply_compaction_sync,
@@ -20,6 +19,7 @@ from contextledger.compaction import (
     tokens_below,
     tokens_exceed,
 )
+from contextledger.compaction._openings import SET_ASIDE_PROPERTY
 from contextledger.messages import Message, from_anthropic, to_anthropic
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.sizes import examples

@@ -46,14 +46,8 @@ from contextledger.compaction import (
 )
 from contextledger.compaction._base import threshold_of
 from contextledger.exceptions import SummarizationError
-from contextledger.messages import (
-    SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
-    Message,
-    ReasoningContent,
-    to_openai,
-    validate,
-)
+from contextledger.messages import SUMMARY_PROPERTY, Message, ReasoningContent, to_openai, validate
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 from tests.conversations import (
     SHAPES,

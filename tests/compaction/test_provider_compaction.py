@@ -29,12 +29,12 @@ from contextledger.messages import (
     anthropic_problems,
     from_anthropic,
     from_responses,
-    is_provider_compaction_content,
     newest_provider_compaction,
     responses_problems,
     to_anthropic,
     to_responses,
 )
+from contextledger.messages._message import is_provider_compaction_content
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 from tests.compaction.test_properties import DEFAULT, assert_index_consistent
 from tests.conversations import conversations, strategy_specs, tokenizers

@@ -28,11 +28,10 @@ from contextledger.compaction import (
     SummarizationStrategy,
     SummaryCache,
     compact_with_report,
-    summarizer_identity,
-    summary_key,
     tokens_below,
     tokens_exceed,
 )
+from contextledger.compaction._summary_cache import summarizer_identity, summary_key
 from contextledger.exceptions import ConfigurationError, SummaryCacheError
 from contextledger.messages import Message, to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer

@@ -33,12 +33,12 @@ from contextledger.messages import (
     from_anthropic,
     from_openai,
     from_responses,
-    kept_as_given,
     problems_for,
     to_anthropic,
     to_openai,
     to_responses,
 )
+from contextledger.messages._responses import kept_as_given
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.sizes import examples, sized
 

@@ -18,13 +18,13 @@ import pytest
 
 from contextledger.facts import (
     DEFAULT_SCHEMA,
-    FactMemory,
     FactSchema,
     FactStore,
     PostgresFactStore,
     RedisFactStore,
     SQLiteFactStore,
 )
+from contextledger.facts._store import FactMemory
 from tests.facts.support import Clock
 from tests.history.conftest import redis_server
 from tests.history.support import RedisServer

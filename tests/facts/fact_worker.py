@@ -18,13 +18,13 @@ import time
 
 from contextledger.facts import (
     ALLOWED_KEYS,
-    FactMemory,
     PostgresFactStore,
     RedisFactStore,
     RuleWriter,
     SQLiteFactStore,
     parse_assertions,
 )
+from contextledger.facts._store import FactMemory
 from tests.facts.history_check import Recorder
 
 KEYS = sorted(ALLOWED_KEYS)

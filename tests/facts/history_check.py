@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextledger.exceptions import StaleTicketError
-from contextledger.facts import Admission, Candidate, Fact, FactMemory, FactWriter, Ticket, extract
+from contextledger.facts import Admission, Fact, FactWriter, extract
+from contextledger.facts._records import Candidate, Ticket
+from contextledger.facts._store import FactMemory
 
 __all__ = ["Operation", "Recorder", "Report", "check", "fact_tuple"]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from contextledger.facts import Fact, FactMemory, FactSchema
+from contextledger.facts import Fact, FactSchema
+from contextledger.facts._store import FactMemory
 
 __all__ = ["CUSTOM_SCHEMA", "Clock", "snapshot"]
 

@@ -20,17 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from contextledger.facts import (
-    Admission,
-    Candidate,
-    FactMemory,
-    FactStore,
-    Forgotten,
-    RedisFactStore,
-    SQLiteFactStore,
-    Ticket,
-)
-from contextledger.facts._store import State
+from contextledger.facts import Admission, FactStore, Forgotten, RedisFactStore, SQLiteFactStore
+from contextledger.facts._records import Candidate, Ticket
+from contextledger.facts._store import FactMemory, State
 from tests.facts.fact_worker import open_store, run, run_async
 from tests.facts.history_check import Operation, Recorder, Report, check
 from tests.history.support import RedisServer, running

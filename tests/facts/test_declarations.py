@@ -11,16 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contextledger.exceptions import FactRejectedError
-from contextledger.facts import (
-    ALLOWED_KEYS,
-    Candidate,
-    FactsHost,
-    FactStore,
-    SQLiteFactStore,
-    diagnose,
-    parse_assertions,
-)
+from contextledger.facts import ALLOWED_KEYS, FactsHost, FactStore, SQLiteFactStore, diagnose, parse_assertions
 from contextledger.facts._forget import declared_values
+from contextledger.facts._records import Candidate
 from contextledger.messages import Message
 from tests.facts.support import CUSTOM_SCHEMA, snapshot
 

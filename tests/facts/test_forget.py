@@ -15,13 +15,8 @@ from contextledger.agents import Agent, FactsProvider
 from contextledger.clients import ScriptedChatClient
 from contextledger.demo import FactsDesk
 from contextledger.exceptions import ConfigurationError, TurnIdReusedError
-from contextledger.facts import (
-    FactStore,
-    HistoryTarget,
-    forget_facts,
-    history_target,
-    scrub_history,
-)
+from contextledger.facts import FactStore, forget_facts, scrub_history
+from contextledger.facts._forget import HistoryTarget, history_target
 from contextledger.facts._parse import read_message
 from contextledger.history import InMemoryHistoryProvider, SQLiteHistoryProvider, StoredTurn
 from contextledger.messages import Message

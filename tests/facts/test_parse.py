@@ -14,9 +14,9 @@ from contextledger.facts import (
     MAX_FACTS,
     MAX_MESSAGE_CHARS,
     MAX_VALUE_CHARS,
-    Candidate,
     parse_assertions,
 )
+from contextledger.facts._records import Candidate
 
 KEYS = sorted(ALLOWED_KEYS)
 

@@ -9,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextledger.facts import ALLOWED_KEYS, EMPTY_BLOCK, Candidate, Fact, FactStore, parse_assertions
-from contextledger.facts._block import describe_facts, render_prompt_block
+from contextledger.facts import ALLOWED_KEYS, Fact, FactStore, parse_assertions
+from contextledger.facts._block import EMPTY_BLOCK, describe_facts, render_prompt_block
+from contextledger.facts._records import Candidate
 from tests.facts.support import Clock
 
 PREAMBLE = (

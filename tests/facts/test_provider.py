@@ -12,14 +12,8 @@ from hypothesis import strategies as st
 from contextledger.agents import Agent, ContextProvider, FactsProvider, RunContext, run_with_facts
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.exceptions import ConfigurationError, FactRejectedError, ModelTimeoutError, StaleTicketError
-from contextledger.facts import (
-    ALLOWED_KEYS,
-    EMPTY_BLOCK,
-    FactsPlacement,
-    FactStore,
-    ModelWriter,
-    parse_assertions,
-)
+from contextledger.facts import ALLOWED_KEYS, FactsPlacement, FactStore, ModelWriter, parse_assertions
+from contextledger.facts._block import EMPTY_BLOCK
 from contextledger.history import InMemoryHistoryProvider
 from contextledger.messages import Message
 from tests.facts.support import Clock, snapshot

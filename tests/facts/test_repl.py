@@ -15,7 +15,8 @@ from contextledger.cli import main
 from contextledger.clients import OfflineModel, ScriptedChatClient
 from contextledger.demo import ChatLoop, FactsDesk, build_desk
 from contextledger.exceptions import ModelTimeoutError
-from contextledger.facts import EMPTY_BLOCK, FactStore
+from contextledger.facts import FactStore
+from contextledger.facts._block import EMPTY_BLOCK
 from tests.facts.support import Clock
 
 MODES = ["provider", "manual"]

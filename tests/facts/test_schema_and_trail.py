@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
-from contextledger.facts import FactMemory, FactSchema, RuleWriter, parse_assertions
+from contextledger.facts import FactSchema, RuleWriter, parse_assertions
+from contextledger.facts._store import FactMemory
 from tests.facts.conftest import MakeStore
 from tests.facts.support import CUSTOM_SCHEMA, Clock
 

@@ -22,17 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
-from contextledger.facts import (
-    DEFAULT_SCHEMA,
-    Admission,
-    Candidate,
-    Fact,
-    FactMemory,
-    FactSchema,
-    Ticket,
-    diagnose,
-    parse_assertions,
-)
+from contextledger.facts import DEFAULT_SCHEMA, Admission, Fact, FactSchema, diagnose, parse_assertions
+from contextledger.facts._records import Candidate, Ticket
+from contextledger.facts._store import FactMemory
 from tests.facts.conftest import MakeStore
 from tests.facts.support import CUSTOM_SCHEMA, Clock, snapshot
 from tests.sizes import examples

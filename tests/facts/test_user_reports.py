@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts import (
     DEFAULT_SCHEMA,
-    Candidate,
-    FactMemory,
     FactSchema,
     FactStore,
     ReviewEvent,
@@ -26,6 +24,8 @@ from contextledger.facts import (
     extract,
     parse_assertions,
 )
+from contextledger.facts._records import Candidate
+from contextledger.facts._store import FactMemory
 from tests.facts.conftest import MakeStore
 from tests.facts.support import CUSTOM_SCHEMA
 from tests.sizes import examples

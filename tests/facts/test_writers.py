@@ -8,21 +8,21 @@ import json
 
 import pytest
 
-from contextledger.clients import FACT_WRITER_MARKER, OfflineModel, ScriptedChatClient, Usage
+from contextledger.clients import OfflineModel, ScriptedChatClient, Usage
+from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.exceptions import FactRejectedError, ModelTimeoutError, StaleTicketError
 from contextledger.facts import (
     MAX_MESSAGE_CHARS,
-    WRITER_INSTRUCTIONS,
     Admission,
-    Candidate,
     FactStore,
     FactWriter,
     ModelWriter,
-    Proposal,
     RuleWriter,
     extract,
     parse_assertions,
 )
+from contextledger.facts._records import Candidate
+from contextledger.facts._writers import WRITER_INSTRUCTIONS, Proposal
 from contextledger.messages import Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer
 from tests.facts.support import snapshot

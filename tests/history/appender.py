@@ -34,9 +34,9 @@ from contextledger.history import (
     RedisHistoryProvider,
     SQLiteHistoryProvider,
     Turn,
-    TurnTarget,
     write_turn,
 )
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import Message, TextContent
 
 Store = Callable[[str, str, list[Message]], Awaitable[None]]

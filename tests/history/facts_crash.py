@@ -27,9 +27,9 @@ from contextledger.history import (
     RedisHistoryProvider,
     SQLiteHistoryProvider,
     Turn,
-    TurnTarget,
     write_turn,
 )
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import Message
 
 USER_TEXT = "module=Billing; database=Postgres 16"

@@ -19,14 +19,14 @@ from typing import TypeVar
 from contextledger.history import HistoryProvider
 from contextledger.messages import (
     SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
     FunctionCallContent,
     FunctionResultContent,
     Message,
     OpaqueContent,
     TextContent,
-    message_from_openai,
 )
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
+from contextledger.messages._openai import message_from_openai
 
 __all__ = [
     "APPENDER",

@@ -24,7 +24,8 @@ import pytest
 
 from contextledger.exceptions import HistoryError, StaleTicketError
 from contextledger.facts import Admission, FactsHost, FactStore, SQLiteFactStore
-from contextledger.history import InMemoryHistoryProvider, Turn, TurnTarget, write_turn
+from contextledger.history import InMemoryHistoryProvider, Turn, write_turn
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import Message
 from tests.history.facts_crash import CRASHED, USER_TEXT, off_loop, stores
 from tests.history.support import RedisServer

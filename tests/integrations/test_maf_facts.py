@@ -20,7 +20,8 @@ import pytest
 
 from contextledger.demo import is_logs_question
 from contextledger.exceptions import ConfigurationError, FactRejectedError, FactsError, StaleTicketError
-from contextledger.facts import EMPTY_BLOCK, FactStore, parse_assertions
+from contextledger.facts import FactStore, parse_assertions
+from contextledger.facts._block import EMPTY_BLOCK
 from contextledger.facts._forget import FORGOTTEN_MARKER
 from contextledger.history import SQLiteHistoryProvider
 from contextledger.messages import Message

@@ -68,12 +68,9 @@ from contextledger.messages import (
     Message,
     ReasoningContent,
     TextContent,
-    item_dict,
-    item_runs,
-    joins_calls,
-    kept_as_given,
     validate,
 )
+from contextledger.messages._responses import item_dict, item_runs, joins_calls, kept_as_given
 from contextledger.serve._requests import MessageReader
 from contextledger.serve._responses import _forwarded, _item_bytes, _same
 from contextledger.tokenizers import CharacterEstimatorTokenizer

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextledger.clients import FACT_WRITER_MARKER
+from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.facts import parse_assertions
 from tests.loopback import json_endpoint
 

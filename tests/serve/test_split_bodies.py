@@ -28,15 +28,8 @@ from contextledger import from_openai
 from contextledger._json import MAX_DEPTH
 from contextledger.compaction import SlidingWindowStrategy, compact_with_report
 from contextledger.exceptions import InvalidMessageError
-from contextledger.messages import (
-    Message,
-    from_anthropic,
-    from_responses,
-    joins_calls,
-    to_anthropic,
-    to_openai,
-    to_responses,
-)
+from contextledger.messages import Message, from_anthropic, from_responses, to_anthropic, to_openai, to_responses
+from contextledger.messages._responses import joins_calls
 from contextledger.serve._bodies import BodyMemo, SplitBody, joined, split_array
 from contextledger.serve._requests import MessageReader
 

@@ -14,7 +14,8 @@ import pytest
 from tests.optional_imports import try_import
 from tests.serve.conftest import FakeUpstream, Proxy, StartProxy
 
-from contextledger.agents import Agent, AgentResponse, sum_usage
+from contextledger.agents import Agent, AgentResponse
+from contextledger.agents._response import sum_usage
 from contextledger.clients import Usage
 
 with try_import("openai") as openai_extra:

@@ -2,7 +2,7 @@
 
 >>> from contextledger.agents import Agent, CompactionProvider, FactsProvider
 
-Where things live (every name is imported from here, ``contextledger.agents``):
+Where things live (the public names are imported from here, ``contextledger.agents``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - a conversation and its state: ``_session.py`` (:class:`Session`); what a run returns:
   ``_response.py`` (:class:`AgentResponse`, :class:`ModelCall`, :func:`sum_usage`); tools:
@@ -23,6 +23,9 @@ Where things live (every name is imported from here, ``contextledger.agents``):
   in ``_history.py``; every turn is stored through :func:`contextledger.history.write_turn`.
 """
 
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
 from contextledger.agents._agent import Agent
 from contextledger.agents._compaction import CompactionProvider
 from contextledger.agents._context import (
@@ -43,7 +46,10 @@ from contextledger.agents._recall import (
     RECALL_TOOL,
     RecallableCompaction,
 )
-from contextledger.agents._response import AgentResponse, ModelCall, sum_usage
+from contextledger.agents._response import (
+    AgentResponse,
+    ModelCall,
+)
 from contextledger.agents._retained import HistoryReducer, ReducedHistoryProvider
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
@@ -71,7 +77,16 @@ __all__ = [
     "Session",
     "SourceKind",
     "run_with_facts",
-    "sum_usage",
     "tool",
     "use_context_providers",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "sum_usage": "contextledger.agents._response",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

@@ -47,10 +47,10 @@ from contextledger.history import (
     RetainedRewrite,
     StoredTurn,
     Turn,
-    TurnTarget,
-    check_turn_id,
     write_turn,
 )
+from contextledger.history._encoding import check_turn_id
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import FunctionCallContent, Message
 
 __all__ = ["Agent"]

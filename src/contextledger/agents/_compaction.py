@@ -46,7 +46,8 @@ from contextledger.agents._retained import HistoryReducer, check_strategy
 from contextledger.agents._session import Session
 from contextledger.agents._tools import FunctionTool, tool
 from contextledger.agents._view import RequestView, fingerprint, same_count
-from contextledger.compaction import CompactionStrategy, MessageIndex, resolve_tokenizer
+from contextledger.compaction import CompactionStrategy, MessageIndex
+from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryVersion, RetainedRewrite
 from contextledger.messages import Message

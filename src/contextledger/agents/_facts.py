@@ -34,15 +34,8 @@ from contextledger.agents._agent import Agent
 from contextledger.agents._context import ContextProvider, RunContext
 from contextledger.agents._session import Session
 from contextledger.exceptions import ConfigurationError, FactsError
-from contextledger.facts import (
-    Admission,
-    FactMemory,
-    FactsHost,
-    FactsPlacement,
-    FactsTurn,
-    FactWriter,
-    place_facts_block,
-)
+from contextledger.facts import Admission, FactsHost, FactsPlacement, FactsTurn, FactWriter, place_facts_block
+from contextledger.facts._store import FactMemory
 from contextledger.messages import Message
 
 __all__ = ["MANUAL_BLOCK_PROPERTY", "FactsProvider", "external_user_text", "run_with_facts"]

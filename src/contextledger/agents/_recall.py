@@ -25,15 +25,10 @@ from typing import Any
 
 from contextledger._forgotten import FORGOTTEN_MARKER, REMOVED_MARKER
 from contextledger.agents._view import RequestView, fingerprint
-from contextledger.compaction import (
-    CompactionStrategy,
-    GroupKind,
-    MessageGroup,
-    MessageIndex,
-    resolve_tokenizer,
-    set_aside_notice,
-    with_reference,
-)
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageGroup, MessageIndex
+from contextledger.compaction._apply import resolve_tokenizer
+from contextledger.compaction._openings import set_aside_notice
+from contextledger.compaction._tool_results import with_reference
 from contextledger.messages import FunctionCallContent, FunctionResultContent, Message, TextContent
 from contextledger.tokenizers import Tokenizer
 

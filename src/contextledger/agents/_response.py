@@ -9,7 +9,11 @@ from typing import Any
 from contextledger.clients import ChatResponse, Usage
 from contextledger.messages import Message
 
-__all__ = ["AgentResponse", "ModelCall", "sum_usage"]
+__all__ = [
+    "AgentResponse",
+    "ModelCall",
+    "sum_usage",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex, resolve_tokenizer
+from contextledger.compaction import CompactionStrategy, GroupKind, MessageIndex
+from contextledger.compaction._apply import resolve_tokenizer
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import (
     HistoryProvider,
@@ -25,10 +26,10 @@ from contextledger.history import (
     StoredTurn,
     Turn,
     TurnOutcome,
-    TurnTarget,
     synced_history,
     write_turn,
 )
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 

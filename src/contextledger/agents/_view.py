@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from contextledger.compaction import GroupKind, MessageIndex
-from contextledger.messages import Message, message_to_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_to_openai
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["RequestView", "fingerprint", "same_count"]

@@ -1,7 +1,7 @@
 """Chat clients: the protocol every model plugs into, deterministic clients that need no network,
 and ``OpenAIChatClient`` for OpenAI-compatible endpoints (its SDK is imported only when one is built).
 
-Where things live (every name is imported from here, ``contextledger.clients``):
+Where things live (the public names are imported from here, ``contextledger.clients``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - the protocol, ``_protocol.py``: :class:`ChatClient` (anything with an async
   ``get_response(messages)``), the :class:`ChatResponse` it returns and the :class:`Usage` it
@@ -32,8 +32,11 @@ Where things live (every name is imported from here, ``contextledger.clients``):
 
 from typing import TYPE_CHECKING, Any
 
+from contextledger._deprecated import moved_name
 from contextledger.clients._compactor import OfflineCompactor, ProviderCompaction, ProviderCompactor
-from contextledger.clients._offline import FACT_WRITER_MARKER, OfflineModel
+from contextledger.clients._offline import (
+    OfflineModel,
+)
 from contextledger.clients._protocol import ChatClient, ChatResponse, Usage
 from contextledger.clients._resolve import MODEL_SPECS, resolve_client
 from contextledger.clients._scripted import ScriptedChatClient
@@ -45,7 +48,6 @@ if TYPE_CHECKING:
     from contextledger.clients.openai_responses import OpenAIResponsesClient
 
 __all__ = [
-    "FACT_WRITER_MARKER",
     "MODEL_SPECS",
     "AnthropicChatClient",
     "ChatClient",
@@ -80,3 +82,14 @@ def __getattr__(name: str) -> Any:
 
         return AnthropicChatClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "FACT_WRITER_MARKER": "contextledger.clients._offline",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

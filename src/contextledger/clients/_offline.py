@@ -25,7 +25,10 @@ from contextledger.exceptions import ConfigurationError, InvalidMessageError
 from contextledger.messages import FunctionCallContent, FunctionResultContent, Message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
-__all__ = ["FACT_WRITER_MARKER", "OfflineModel"]
+__all__ = [
+    "FACT_WRITER_MARKER",
+    "OfflineModel",
+]
 
 FACT_WRITER_MARKER = "[contextledger fact writer]"
 """A system prompt holding this asks for the user message's key=value declarations as JSON (the

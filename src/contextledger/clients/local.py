@@ -33,7 +33,8 @@ from contextledger.exceptions import (
     ModelError,
     ModelResponseError,
 )
-from contextledger.messages import Message, message_from_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_from_openai
 
 try:
     import llama_cpp

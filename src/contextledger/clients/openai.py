@@ -30,7 +30,8 @@ from contextledger.exceptions import (
     ModelResponseError,
     ModelTimeoutError,
 )
-from contextledger.messages import Message, message_from_openai, to_openai
+from contextledger.messages import Message, to_openai
+from contextledger.messages._openai import message_from_openai
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

@@ -2,7 +2,7 @@
 
 >>> from contextledger.compaction import TruncationStrategy, apply_compaction_sync
 
-Where things live (every name is imported from here, ``contextledger.compaction``):
+Where things live (the public names are imported from here, ``contextledger.compaction``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
   :class:`MessageGroup`, a view of one row, of a :class:`GroupKind`; :class:`GroupColumns`, the
@@ -51,12 +51,14 @@ A strategy of your own subclasses :class:`CompactionStrategy`, implements ``asyn
 and works on the index by id exactly as the built-in ones do (see :class:`MessageIndex`).
 """
 
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
 from contextledger.compaction._apply import (
     CompactionResult,
     apply_compaction,
     apply_compaction_sync,
     compact_with_report,
-    resolve_tokenizer,
 )
 from contextledger.compaction._base import CompactionStrategy
 from contextledger.compaction._composition import (
@@ -66,10 +68,7 @@ from contextledger.compaction._composition import (
 )
 from contextledger.compaction._index import MessageIndex
 from contextledger.compaction._openings import (
-    SET_ASIDE_PROPERTY,
-    SMALL_OPENING_TOKENS,
     opened_by_user,
-    set_aside_notice,
 )
 from contextledger.compaction._provider import ProviderCompactionStrategy
 from contextledger.compaction._spec import SPEC_STRATEGIES, strategy_from_spec
@@ -79,15 +78,15 @@ from contextledger.compaction._summary_cache import (
     RedisSummaryCache,
     SQLiteSummaryCache,
     SummaryCache,
-    summarizer_identity,
-    summary_key,
 )
-from contextledger.compaction._table import CompactionEvent, GroupColumns, GroupKind, MessageGroup
+from contextledger.compaction._table import (
+    CompactionEvent,
+    GroupKind,
+    MessageGroup,
+)
 from contextledger.compaction._tool_results import (
     SelectiveToolCallCompactionStrategy,
     ToolResultCompactionStrategy,
-    format_tool_results,
-    with_reference,
 )
 from contextledger.compaction._triggers import (
     Trigger,
@@ -108,15 +107,12 @@ from contextledger.tokenizers import CharacterEstimatorTokenizer
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
-    "SET_ASIDE_PROPERTY",
-    "SMALL_OPENING_TOKENS",
     "SPEC_STRATEGIES",
     "CharacterEstimatorTokenizer",
     "CompactionEvent",
     "CompactionResult",
     "CompactionStrategy",
     "ContextWindowCompactionStrategy",
-    "GroupColumns",
     "GroupKind",
     "InMemorySummaryCache",
     "MessageGroup",
@@ -139,19 +135,31 @@ __all__ = [
     "apply_compaction",
     "apply_compaction_sync",
     "compact_with_report",
-    "format_tool_results",
     "groups_exceed",
     "has_tool_calls",
     "messages_exceed",
     "never",
     "opened_by_user",
-    "resolve_tokenizer",
-    "set_aside_notice",
     "strategy_from_spec",
-    "summarizer_identity",
-    "summary_key",
     "tokens_below",
     "tokens_exceed",
     "turns_exceed",
-    "with_reference",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "GroupColumns": "contextledger.compaction._table",
+        "SET_ASIDE_PROPERTY": "contextledger.compaction._openings",
+        "SMALL_OPENING_TOKENS": "contextledger.compaction._openings",
+        "format_tool_results": "contextledger.compaction._tool_results",
+        "resolve_tokenizer": "contextledger.compaction._apply",
+        "set_aside_notice": "contextledger.compaction._openings",
+        "summarizer_identity": "contextledger.compaction._summary_cache",
+        "summary_key": "contextledger.compaction._summary_cache",
+        "with_reference": "contextledger.compaction._tool_results",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

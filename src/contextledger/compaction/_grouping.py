@@ -34,16 +34,9 @@ from contextledger.compaction._metrics import Metrics
 from contextledger.compaction._plain import PlainRun, read_plain_run
 from contextledger.compaction._table import _SUMMARY, _SYSTEM, _TEXT, _TOOL_CALL, _USER, GroupKind, _Table, gc_paused
 from contextledger.exceptions import InvalidMessageError
-from contextledger.messages import (
-    SUMMARY_SOURCE_PROPERTY,
-    FunctionCallContent,
-    FunctionResultContent,
-    Message,
-    ReasoningContent,
-    TextContent,
-    answered_ids,
-    opened_ids,
-)
+from contextledger.messages import FunctionCallContent, FunctionResultContent, Message, ReasoningContent, TextContent
+from contextledger.messages._contents import answered_ids, opened_ids
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = ["Grouper"]

@@ -25,7 +25,8 @@ from typing import Any, TypeVar, cast
 from contextledger.compaction._metrics import Metrics
 from contextledger.compaction._table import _SUMMARY, _SYSTEM, MessageGroup, _Table, gather
 from contextledger.exceptions import CompactionError
-from contextledger.messages import Message, assistant_text_message
+from contextledger.messages import Message
+from contextledger.messages._message import assistant_text_message
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = ["Marking"]

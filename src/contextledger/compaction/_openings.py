@@ -29,7 +29,12 @@ from collections.abc import Sequence
 from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 
-__all__ = ["SET_ASIDE_PROPERTY", "SMALL_OPENING_TOKENS", "opened_by_user", "set_aside_notice"]
+__all__ = [
+    "SET_ASIDE_PROPERTY",
+    "SMALL_OPENING_TOKENS",
+    "opened_by_user",
+    "set_aside_notice",
+]
 
 SET_ASIDE_PROPERTY = "_set_aside"
 """``additional_properties`` key of the notice that opens a conversation whose start was set

@@ -21,14 +21,8 @@ from contextledger.compaction._summary_cache import (
 from contextledger.compaction._table import CompactionEvent, GroupKind, MessageGroup
 from contextledger.compaction._triggers import Trigger
 from contextledger.exceptions import ConfigurationError, SummarizationError, SummaryCacheError
-from contextledger.messages import (
-    SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
-    FunctionCallContent,
-    FunctionResultContent,
-    Message,
-    TextContent,
-)
+from contextledger.messages import SUMMARY_PROPERTY, FunctionCallContent, FunctionResultContent, Message, TextContent
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY
 from contextledger.tokenizers import Tokenizer
 
 __all__ = [

@@ -21,9 +21,17 @@ from operator import add
 from typing import Any, TypeVar, overload
 
 from contextledger.exceptions import CompactionError
-from contextledger.messages import Message, assistant_text_message
+from contextledger.messages import Message
+from contextledger.messages._message import assistant_text_message
 
-__all__ = ["CompactionEvent", "GroupColumns", "GroupKind", "MessageGroup", "gather", "gc_paused"]
+__all__ = [
+    "CompactionEvent",
+    "GroupColumns",
+    "GroupKind",
+    "MessageGroup",
+    "gather",
+    "gc_paused",
+]
 
 _T = TypeVar("_T")
 

@@ -26,14 +26,13 @@ from contextledger.compaction._triggers import Trigger
 from contextledger.exceptions import ConfigurationError
 from contextledger.messages import (
     SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
     FunctionCallContent,
     FunctionResultContent,
     HostedCallContent,
     HostedResultContent,
     Message,
-    assistant_text_message,
 )
+from contextledger.messages._message import SUMMARY_SOURCE_PROPERTY, assistant_text_message
 
 __all__ = [
     "SelectiveToolCallCompactionStrategy",

@@ -2,7 +2,7 @@
 
 >>> from contextledger.cost import PrefixCacheSimulator, request_blocks
 
-Where things live (every name is imported from here, ``contextledger.cost``):
+Where things live (the public names are imported from here, ``contextledger.cost``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - ``_profiles.py``: :class:`PriceProfile` (prices, cache-read and cache-write multipliers, the
   least cacheable prefix, the step in which hits are counted, the cache lifetime, where the cache
@@ -18,15 +18,16 @@ Every figure it gives is an estimate of the provider's behaviour; the module doc
 ``_simulator.py`` lists the assumptions.
 """
 
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
 from contextledger.cost._profiles import ANTHROPIC, GPT_5_6, NO_CACHE, OPENAI, PriceProfile, price_profile
 from contextledger.cost._simulator import (
     Block,
-    BlockMemo,
     CallCost,
     CostTotals,
     PrefixCacheSimulator,
     RequestPrefixes,
-    message_block,
     request_blocks,
 )
 
@@ -36,13 +37,22 @@ __all__ = [
     "NO_CACHE",
     "OPENAI",
     "Block",
-    "BlockMemo",
     "CallCost",
     "CostTotals",
     "PrefixCacheSimulator",
     "PriceProfile",
     "RequestPrefixes",
-    "message_block",
     "price_profile",
     "request_blocks",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "BlockMemo": "contextledger.cost._simulator",
+        "message_block": "contextledger.cost._simulator",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

@@ -39,7 +39,8 @@ from typing import Any
 
 from contextledger.cost._profiles import PriceProfile, price_profile
 from contextledger.exceptions import ConfigurationError, InvalidMessageError
-from contextledger.messages import Message, message_to_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer
 
 __all__ = [

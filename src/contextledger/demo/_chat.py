@@ -19,7 +19,8 @@ from typing import TextIO
 from contextledger.clients import ChatClient, resolve_client
 from contextledger.demo._desk import DeskReply, FactsDesk, Mode
 from contextledger.exceptions import ConfigurationError, ContextLedgerError
-from contextledger.facts import FactMemory, FactStore, FactWriter, ModelWriter, RuleWriter
+from contextledger.facts import FactStore, FactWriter, ModelWriter, RuleWriter
+from contextledger.facts._store import FactMemory
 
 __all__ = ["ChatLoop", "build_desk"]
 

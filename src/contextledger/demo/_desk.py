@@ -17,16 +17,9 @@ from typing import Literal
 from contextledger.agents import Agent, FactsProvider, Session, run_with_facts, tool
 from contextledger.clients import ChatClient
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts import (
-    FactMemory,
-    FactStore,
-    FactsTurn,
-    FactWriter,
-    ForgetReport,
-    RuleWriter,
-    forget_facts,
-    history_target,
-)
+from contextledger.facts import FactStore, FactsTurn, FactWriter, ForgetReport, RuleWriter, forget_facts
+from contextledger.facts._forget import history_target
+from contextledger.facts._store import FactMemory
 from contextledger.messages import Message
 
 __all__ = ["COMMANDS", "DeskReply", "FactsDesk", "Mode", "is_logs_question"]

@@ -28,7 +28,7 @@ in the process; :class:`SQLiteFactStore` (embedded), :class:`RedisFactStore` (th
 extra) and :class:`PostgresFactStore` (the ``postgres`` extra) persist, opt-in, with an owner, an
 expiry, revocation and a review trail.
 
-Where things live (every name is imported from here, ``contextledger.facts``):
+Where things live (the public names are imported from here, ``contextledger.facts``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - reading a message: ``_parse.py`` (design.md#declarations, :func:`parse_assertions`) and
   ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);
@@ -51,9 +51,19 @@ This package imports nothing above it: the agent runtime's provider lives in
 :mod:`contextledger.agents`, the adapters in :mod:`contextledger.integrations`.
 """
 
-from contextledger.facts._block import EMPTY_BLOCK, FactsPlacement, place_facts_block
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
+from contextledger.facts._block import (
+    FactsPlacement,
+    place_facts_block,
+)
 from contextledger.facts._diagnostics import Diagnostic, diagnose
-from contextledger.facts._forget import ForgetReport, HistoryTarget, forget_facts, history_target, scrub_history
+from contextledger.facts._forget import (
+    ForgetReport,
+    forget_facts,
+    scrub_history,
+)
 from contextledger.facts._parse import parse_assertions
 from contextledger.facts._postgres import PostgresFactStore
 from contextledger.facts._records import (
@@ -63,65 +73,74 @@ from contextledger.facts._records import (
     MAX_MESSAGE_CHARS,
     MAX_VALUE_CHARS,
     Admission,
-    Candidate,
     Fact,
     Forgotten,
-    Ticket,
 )
 from contextledger.facts._redis import RedisFactStore
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._sqlite import SQLiteFactStore
-from contextledger.facts._store import FactMemory, FactStore
+from contextledger.facts._store import (
+    FactStore,
+)
 from contextledger.facts._trail import ReviewEvent
-from contextledger.facts._turns import FactsHost, FactsTurn, FactsWrite
+from contextledger.facts._turns import (
+    FactsHost,
+    FactsTurn,
+)
 from contextledger.facts._writers import (
-    WRITER_INSTRUCTIONS,
     FactWriter,
     ModelWriter,
-    Proposal,
     RuleWriter,
-    StoreCall,
     extract,
 )
 
 __all__ = [
     "ALLOWED_KEYS",
     "DEFAULT_SCHEMA",
-    "EMPTY_BLOCK",
     "MAX_EVIDENCE_CHARS",
     "MAX_FACTS",
     "MAX_MESSAGE_CHARS",
     "MAX_VALUE_CHARS",
-    "WRITER_INSTRUCTIONS",
     "Admission",
-    "Candidate",
     "Diagnostic",
     "Fact",
-    "FactMemory",
     "FactSchema",
     "FactStore",
     "FactWriter",
     "FactsHost",
     "FactsPlacement",
     "FactsTurn",
-    "FactsWrite",
     "ForgetReport",
     "Forgotten",
-    "HistoryTarget",
     "ModelWriter",
     "PostgresFactStore",
-    "Proposal",
     "RedisFactStore",
     "ReviewEvent",
     "RuleWriter",
     "SQLiteFactStore",
-    "StoreCall",
-    "Ticket",
     "diagnose",
     "extract",
     "forget_facts",
-    "history_target",
     "parse_assertions",
     "place_facts_block",
     "scrub_history",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "Candidate": "contextledger.facts._records",
+        "EMPTY_BLOCK": "contextledger.facts._block",
+        "FactMemory": "contextledger.facts._store",
+        "FactsWrite": "contextledger.facts._turns",
+        "HistoryTarget": "contextledger.facts._forget",
+        "Proposal": "contextledger.facts._writers",
+        "StoreCall": "contextledger.facts._writers",
+        "Ticket": "contextledger.facts._records",
+        "WRITER_INSTRUCTIONS": "contextledger.facts._writers",
+        "history_target": "contextledger.facts._forget",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

@@ -35,7 +35,7 @@ from contextledger.exceptions import FactsError
 from contextledger.facts._schema import DEFAULT_SCHEMA, FactSchema
 from contextledger.facts._store import ALL_KEYS, Clock, LedgerStore, State, check_name, utc_clock
 from contextledger.facts._trail import ReviewEvent, decode_event, decode_fact, encode_event, encode_fact, erase
-from contextledger.history import RedisTurnFacts
+from contextledger.history._protocol import RedisTurnFacts
 
 __all__ = ["RedisFactStore"]
 

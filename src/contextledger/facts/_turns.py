@@ -25,9 +25,13 @@ from contextledger.facts._redis import RedisFactStore
 from contextledger.facts._sqlite import SQLiteFactStore
 from contextledger.facts._store import FactMemory, FactStore, LedgerStore
 from contextledger.facts._writers import FactWriter, RuleWriter, StoreCall, directly, extract, propose
-from contextledger.history import RedisTurnFacts
+from contextledger.history._protocol import RedisTurnFacts
 
-__all__ = ["FactsHost", "FactsTurn", "FactsWrite"]
+__all__ = [
+    "FactsHost",
+    "FactsTurn",
+    "FactsWrite",
+]
 
 _T = TypeVar("_T")
 
@@ -35,7 +39,7 @@ _T = TypeVar("_T")
 class FactsWrite:
     """A turn's admission, ready to be written with the turn (see :meth:`FactsHost.prepare`).
 
-    It is :class:`~contextledger.history.TurnFacts` for the built-in histories: the history
+    It is :class:`~contextledger.history._protocol.TurnFacts` for the built-in histories: the history
     runs the admission on the store's state in its own atomic step (``write_*``; on Redis, a
     plan its script checks and runs) and :func:`~contextledger.history.write_turn` confirms it
     once the turn is stored; ``outcome`` is then the :class:`Admission`, or the refusal (a

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from contextledger._tracing import traced_fact_extraction
-from contextledger.clients import FACT_WRITER_MARKER, ChatClient, ChatResponse, OfflineModel, Usage
+from contextledger.clients import ChatClient, ChatResponse, OfflineModel, Usage
+from contextledger.clients._offline import FACT_WRITER_MARKER
 from contextledger.exceptions import FactRejectedError
 from contextledger.facts._diagnostics import diagnose
 from contextledger.facts._parse import check_user_text, parse_assertions, rejection

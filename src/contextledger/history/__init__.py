@@ -6,7 +6,7 @@ against each), so an agent moves from a demo to a durable or shared store by cha
 constructor.  Importing this package imports neither ``redis`` nor ``psycopg``; only creating a
 :class:`RedisHistoryProvider` or a :class:`PostgresHistoryProvider` does.
 
-Where things live (every name is imported from here, ``contextledger.history``):
+Where things live (the public names are imported from here, ``contextledger.history``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - the promises of a store: ``_protocol.py`` (:class:`HistoryProvider`, :class:`TurnRewriter`,
   :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`, and for a turn's facts written
@@ -24,18 +24,16 @@ Where things live (every name is imported from here, ``contextledger.history``):
   check both before it runs the turn and pays for the model's call).
 """
 
-from contextledger.history._encoding import check_storable, check_turn_id
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
 from contextledger.history._memory import InMemoryHistoryProvider
 from contextledger.history._postgres import PostgresHistoryProvider
 from contextledger.history._protocol import (
-    FactsBesideTurns,
     HistoryProvider,
     HistoryVersion,
-    RedisTurnFacts,
     StoredTurn,
-    TurnFacts,
     TurnRewriter,
-    TurnWrite,
 )
 from contextledger.history._redis import RedisHistoryProvider
 from contextledger.history._sqlite import SQLiteHistoryProvider
@@ -44,31 +42,39 @@ from contextledger.history._turns import (
     RetainedRewrite,
     Turn,
     TurnOutcome,
-    TurnTarget,
     synced_history,
     write_turn,
 )
 
 __all__ = [
-    "FactsBesideTurns",
     "HistoryProvider",
     "HistoryVersion",
     "InMemoryHistoryProvider",
     "KeptHistory",
     "PostgresHistoryProvider",
     "RedisHistoryProvider",
-    "RedisTurnFacts",
     "RetainedRewrite",
     "SQLiteHistoryProvider",
     "StoredTurn",
     "Turn",
-    "TurnFacts",
     "TurnOutcome",
     "TurnRewriter",
-    "TurnTarget",
-    "TurnWrite",
-    "check_storable",
-    "check_turn_id",
     "synced_history",
     "write_turn",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "FactsBesideTurns": "contextledger.history._protocol",
+        "RedisTurnFacts": "contextledger.history._protocol",
+        "TurnFacts": "contextledger.history._protocol",
+        "TurnTarget": "contextledger.history._turns",
+        "TurnWrite": "contextledger.history._protocol",
+        "check_storable": "contextledger.history._encoding",
+        "check_turn_id": "contextledger.history._encoding",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, InvalidMessageError
 from contextledger.history._protocol import HistoryVersion, StoredTurn
-from contextledger.messages import Message, message_from_openai, message_to_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_from_openai, message_to_openai
 
 __all__ = [
     "RecentEncodings",

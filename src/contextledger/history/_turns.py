@@ -36,7 +36,15 @@ from contextledger.history._protocol import (
 )
 from contextledger.messages import Message
 
-__all__ = ["KeptHistory", "RetainedRewrite", "Turn", "TurnOutcome", "TurnTarget", "synced_history", "write_turn"]
+__all__ = [
+    "KeptHistory",
+    "RetainedRewrite",
+    "Turn",
+    "TurnOutcome",
+    "TurnTarget",
+    "synced_history",
+    "write_turn",
+]
 
 
 @dataclass(frozen=True, slots=True)

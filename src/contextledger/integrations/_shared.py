@@ -17,18 +17,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from contextledger.exceptions import FactsError
-from contextledger.facts import (
-    Admission,
-    FactMemory,
-    FactsHost,
-    FactsTurn,
-    FactWriter,
-    ForgetReport,
-    HistoryTarget,
-    forget_facts,
-)
+from contextledger.facts import Admission, FactsHost, FactsTurn, FactWriter, ForgetReport, forget_facts
+from contextledger.facts._forget import HistoryTarget
+from contextledger.facts._store import FactMemory
 from contextledger.messages import Message
-from contextledger.messages import thawed as plain
+from contextledger.messages._contents import thawed as plain
 
 __all__ = ["HostedFacts", "converted_history", "plain", "run_sync"]
 

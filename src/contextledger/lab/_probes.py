@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from contextledger.facts import EMPTY_BLOCK
+from contextledger.facts._block import EMPTY_BLOCK
 from contextledger.lab._contract import Expectation, Pair
 from contextledger.messages import Message
 

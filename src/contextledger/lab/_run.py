@@ -21,7 +21,8 @@ from contextledger.lab._contract import PROHIBITION_KEY, expectations, final_sta
 from contextledger.lab._policies import PolicySetup, get_policy, policy_names
 from contextledger.lab._probes import check_context, decoded_text, is_present
 from contextledger.lab._timeline import Timeline
-from contextledger.messages import Message, message_to_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_to_openai
 from contextledger.tokenizers import CharacterEstimatorTokenizer, Tokenizer, get_tokenizer
 
 __all__ = ["FORMAT", "LabReport", "LabSettings", "run_lab", "run_lab_sync"]

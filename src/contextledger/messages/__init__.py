@@ -16,7 +16,7 @@ opaque parts: each carries its id, and compaction pairs it with its output by th
 Chat Completions has no field for them, so they travel as content parts of our own
 (``{"type": "hosted_call", ...}``) that convert back to the same contents.
 
-Where things live (every name is imported from here, ``contextledger.messages``):
+Where things live (the public names are imported from here, ``contextledger.messages``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
 
 - the contents, ``_contents.py``: :class:`TextContent`, :class:`ReasoningContent`,
   :class:`FunctionCallContent`, :class:`FunctionResultContent`, :class:`HostedCallContent`,
@@ -61,16 +61,14 @@ Where things live (every name is imported from here, ``contextledger.messages``)
   ``_anthropic_rule_state.py``).
 """
 
+from typing import TYPE_CHECKING
+
+from contextledger._deprecated import moved_name
 from contextledger.messages._anthropic import (
-    ANTHROPIC_PROPERTY,
     from_anthropic,
-    message_blocks,
-    system_blocks,
-    system_messages,
     to_anthropic,
 )
 from contextledger.messages._contents import (
-    HOSTED_TOOLS,
     ApprovalRequestContent,
     ApprovalResponseContent,
     Content,
@@ -81,58 +79,36 @@ from contextledger.messages._contents import (
     OpaqueContent,
     ReasoningContent,
     TextContent,
-    answered_ids,
-    opened_ids,
 )
-from contextledger.messages._contents import thawed as thawed
 from contextledger.messages._jsonl import dump_jsonl, load_jsonl, read_jsonl, write_jsonl
 from contextledger.messages._message import (
     PROVIDER_COMPACTION_TYPE,
     ROLES,
     SUMMARY_PROPERTY,
-    SUMMARY_SOURCE_PROPERTY,
     Message,
-    held_by_provider_compaction,
-    is_provider_compaction_content,
     newest_provider_compaction,
 )
 from contextledger.messages._message import Role as Role
-from contextledger.messages._message import assistant_text_message as assistant_text_message
-from contextledger.messages._message import set_token_memo as set_token_memo
 from contextledger.messages._openai import (
     from_openai,
-    message_from_openai,
-    message_to_openai,
-    result_text,
     to_openai,
 )
 from contextledger.messages._responses import (
-    RESPONSES_PROPERTY,
     from_responses,
-    item_dict,
-    item_runs,
-    kept_as_given,
     to_responses,
 )
-from contextledger.messages._responses import joins_calls as joins_calls
 from contextledger.messages._rules import (
-    ItemRules,
     anthropic_problems,
     chat_problems,
-    item_rules,
     problems_for,
     responses_problems,
 )
 from contextledger.messages._validate import Problem, validate
 
 __all__ = [
-    "ANTHROPIC_PROPERTY",
-    "HOSTED_TOOLS",
     "PROVIDER_COMPACTION_TYPE",
-    "RESPONSES_PROPERTY",
     "ROLES",
     "SUMMARY_PROPERTY",
-    "SUMMARY_SOURCE_PROPERTY",
     "ApprovalRequestContent",
     "ApprovalResponseContent",
     "Content",
@@ -140,40 +116,57 @@ __all__ = [
     "FunctionResultContent",
     "HostedCallContent",
     "HostedResultContent",
-    "ItemRules",
     "Message",
     "OpaqueContent",
     "Problem",
     "ReasoningContent",
     "TextContent",
-    "answered_ids",
     "anthropic_problems",
     "chat_problems",
     "dump_jsonl",
     "from_anthropic",
     "from_openai",
     "from_responses",
-    "held_by_provider_compaction",
-    "is_provider_compaction_content",
-    "item_dict",
-    "item_rules",
-    "item_runs",
-    "kept_as_given",
     "load_jsonl",
-    "message_blocks",
-    "message_from_openai",
-    "message_to_openai",
     "newest_provider_compaction",
-    "opened_ids",
     "problems_for",
     "read_jsonl",
     "responses_problems",
-    "result_text",
-    "system_blocks",
-    "system_messages",
     "to_anthropic",
     "to_openai",
     "to_responses",
     "validate",
     "write_jsonl",
 ]
+
+if not TYPE_CHECKING:
+    # Names that were public here before and are internal now: still importable, with a
+    # DeprecationWarning, until 0.6 (the release rule in CHANGELOG.md).
+    _MOVED = {
+        "ANTHROPIC_PROPERTY": "contextledger.messages._anthropic",
+        "HOSTED_TOOLS": "contextledger.messages._contents",
+        "ItemRules": "contextledger.messages._rules",
+        "RESPONSES_PROPERTY": "contextledger.messages._responses",
+        "SUMMARY_SOURCE_PROPERTY": "contextledger.messages._message",
+        "answered_ids": "contextledger.messages._contents",
+        "assistant_text_message": "contextledger.messages._message",
+        "held_by_provider_compaction": "contextledger.messages._message",
+        "is_provider_compaction_content": "contextledger.messages._message",
+        "item_dict": "contextledger.messages._responses",
+        "item_rules": "contextledger.messages._rules",
+        "item_runs": "contextledger.messages._responses",
+        "joins_calls": "contextledger.messages._responses",
+        "kept_as_given": "contextledger.messages._responses",
+        "message_blocks": "contextledger.messages._anthropic",
+        "message_from_openai": "contextledger.messages._openai",
+        "message_to_openai": "contextledger.messages._openai",
+        "opened_ids": "contextledger.messages._contents",
+        "result_text": "contextledger.messages._openai",
+        "set_token_memo": "contextledger.messages._message",
+        "system_blocks": "contextledger.messages._anthropic",
+        "system_messages": "contextledger.messages._anthropic",
+        "thawed": "contextledger.messages._contents",
+    }
+
+    def __getattr__(name: str) -> object:
+        return moved_name(__name__, name, _MOVED)

@@ -51,7 +51,14 @@ from contextledger.messages._contents import thawed as plain
 from contextledger.messages._message import Message
 from contextledger.messages._openai import result_text
 
-__all__ = ["ANTHROPIC_PROPERTY", "from_anthropic", "message_blocks", "system_blocks", "system_messages", "to_anthropic"]
+__all__ = [
+    "ANTHROPIC_PROPERTY",
+    "from_anthropic",
+    "message_blocks",
+    "system_blocks",
+    "system_messages",
+    "to_anthropic",
+]
 
 ANTHROPIC_PROPERTY = "_anthropic"
 """``additional_properties`` key holding what a message's Anthropic blocks had besides their

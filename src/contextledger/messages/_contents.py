@@ -16,6 +16,14 @@ from typing import Any, Literal, TypeAlias
 
 from contextledger.exceptions import InvalidMessageError
 
+# What other packages of contextledger may import from here (internal, not part of the public API).
+__all__ = [
+    "HOSTED_TOOLS",
+    "answered_ids",
+    "opened_ids",
+    "thawed",
+]
+
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 

@@ -32,6 +32,15 @@ from contextledger.messages._contents import (
     opened_ids,
 )
 
+# What other packages of contextledger may import from here (internal, not part of the public API).
+__all__ = [
+    "SUMMARY_SOURCE_PROPERTY",
+    "assistant_text_message",
+    "held_by_provider_compaction",
+    "is_provider_compaction_content",
+    "set_token_memo",
+]
+
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 

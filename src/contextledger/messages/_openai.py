@@ -31,6 +31,13 @@ from contextledger.messages._contents import (
 )
 from contextledger.messages._message import ROLES, Message
 
+# What other packages of contextledger may import from here (internal, not part of the public API).
+__all__ = [
+    "message_from_openai",
+    "message_to_openai",
+    "result_text",
+]
+
 # The key under which to_openai(..., metadata=True) keeps what OpenAI has no field for.
 _METADATA_KEY = "_contextledger"
 

@@ -28,7 +28,16 @@ from contextledger.messages._contents import thawed as plain
 from contextledger.messages._message import Message
 from contextledger.messages._openai import result_text
 
-__all__ = ["RESPONSES_PROPERTY", "Item", "from_responses", "item_dict", "item_runs", "kept_as_given", "to_responses"]
+__all__ = [
+    "RESPONSES_PROPERTY",
+    "Item",
+    "from_responses",
+    "item_dict",
+    "item_runs",
+    "joins_calls",
+    "kept_as_given",
+    "to_responses",
+]
 
 RESPONSES_PROPERTY = "_responses"
 """``additional_properties`` key holding, per item a message came from, what the item had that

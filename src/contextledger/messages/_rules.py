@@ -27,7 +27,14 @@ from contextledger.messages._anthropic_rule_state import AnthropicRules, anthrop
 from contextledger.messages._rule_state import BODY, ChatRules, ResponsesRules, not_a_body
 from contextledger.messages._validate import Problem
 
-__all__ = ["ItemRules", "anthropic_problems", "chat_problems", "item_rules", "problems_for", "responses_problems"]
+__all__ = [
+    "ItemRules",
+    "anthropic_problems",
+    "chat_problems",
+    "item_rules",
+    "problems_for",
+    "responses_problems",
+]
 
 
 class ItemRules(Protocol):

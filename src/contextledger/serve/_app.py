@@ -33,17 +33,15 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from contextledger.compaction import resolve_tokenizer  # noqa: E402
+from contextledger.compaction._apply import resolve_tokenizer  # noqa: E402
 from contextledger.cost import price_profile  # noqa: E402
 from contextledger.exceptions import (  # noqa: E402
     FactsError,
     HistoryError,
     ProxyError,
 )
-from contextledger.facts import (  # noqa: E402
-    forget_facts,
-    history_target,
-)
+from contextledger.facts import forget_facts  # noqa: E402
+from contextledger.facts._forget import history_target  # noqa: E402
 from contextledger.messages import to_openai  # noqa: E402
 from contextledger.serve._chat import ChatFormat  # noqa: E402
 from contextledger.serve._client_gate import ClientGate, Doorkeeper  # noqa: E402

@@ -312,9 +312,11 @@ def with_store_replicas(
 
     ``WAIT N`` on a master with fewer than N replicas never succeeds, so every session turn would
     be stored and yet answered 503.  Unset, a Redis Cluster's turns wait for one replica where
-    every master has one, and for none where one has none (said in the banner); asked for more
-    than the store has, the proxy refuses to start, naming the flag.  A store that cannot be asked
-    at start keeps what was configured, and the banner says so.
+    every master has one, and for none where one has none (said in the banner).  Asked for more
+    than the store has now, the proxy waits for what was asked (a cluster that has just failed
+    over gets its replica back) and the banner says which turns will be answered 503 until then,
+    naming the flag.  A store that cannot be asked at start keeps what was configured, and the
+    banner says so.
     """
     store = config.store
     if not store.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
@@ -335,10 +337,11 @@ def with_store_replicas(
             f"start ({type(error).__name__}), so if it has fewer, restart with --redis-replicas 0"
         )
     if asked is not None and asked > available:
-        meaning = "the master alone confirms a turn" if not available else "as many as it has"
-        raise ConfigurationError(
-            f"--redis-replicas {asked}: the {kind} has {available} replica(s) for some master, so no turn could be "
-            f"confirmed; give --redis-replicas {available} ({meaning}), or add replicas"
+        # Asked for outright: kept (a cluster just failed over gets its replica back), and said.
+        return config, (
+            f"  a turn is confirmed once {asked} replica(s) have it, but the {kind} has {available} for some master "
+            f"now: turns stored there answer 503 turn_outcome_unknown until replicas are added (--redis-replicas "
+            f"{available} confirms {'by the master alone' if not available else 'with what it has'})"
         )
     wait = min(1, available) if asked is None else asked
     config = replace(config, redis_replicas=wait)

@@ -25,8 +25,11 @@ from starlette.responses import Response
 from contextledger.agents import RequestMessages
 from contextledger.compaction import compact_with_report, opened_by_user
 from contextledger.exceptions import InvalidMessageError, ProxyError
-from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket, place_facts_block
-from contextledger.history import StoredTurn, check_storable
+from contextledger.facts import FactsHost, FactsTurn, place_facts_block
+from contextledger.facts._records import Ticket
+from contextledger.facts._store import FactMemory
+from contextledger.history import StoredTurn
+from contextledger.history._encoding import check_storable
 from contextledger.messages import Message, problems_for
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._kept import KeptSessions

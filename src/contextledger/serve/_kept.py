@@ -30,17 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextledger.agents import CompactionProvider, HistoryReducer, RequestMessages
-from contextledger.compaction import CompactionStrategy, resolve_tokenizer
-from contextledger.history import (
-    HistoryProvider,
-    KeptHistory,
-    Turn,
-    TurnFacts,
-    TurnOutcome,
-    TurnTarget,
-    synced_history,
-    write_turn,
-)
+from contextledger.compaction import CompactionStrategy
+from contextledger.compaction._apply import resolve_tokenizer
+from contextledger.history import HistoryProvider, KeptHistory, Turn, TurnOutcome, synced_history, write_turn
+from contextledger.history._protocol import TurnFacts
+from contextledger.history._turns import TurnTarget
 from contextledger.messages import Message
 from contextledger.tokenizers import Tokenizer
 

@@ -34,15 +34,9 @@ from starlette.responses import JSONResponse, Response
 from contextledger.compaction import CompactionResult
 from contextledger.exceptions import FactsError, HistoryError, InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
-from contextledger.messages import (
-    Message,
-    TextContent,
-    from_anthropic,
-    message_blocks,
-    system_messages,
-    thawed,
-    to_anthropic,
-)
+from contextledger.messages import Message, TextContent, from_anthropic, to_anthropic
+from contextledger.messages._anthropic import message_blocks, system_messages
+from contextledger.messages._contents import thawed
 from contextledger.serve._anthropic_stream import MessagesAssembler, message_events, named_event
 from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 from contextledger._keys import storage_key
 from contextledger._postgres import PostgresFailures, check_namespace, open_pool, quoted
 from contextledger.exceptions import HistoryError, HistoryUnavailableError
-from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, PostgresFactStore
+from contextledger.facts import DEFAULT_SCHEMA, FactSchema, PostgresFactStore
+from contextledger.facts._store import FactMemory
 from contextledger.history import HistoryProvider, PostgresHistoryProvider
 from contextledger.serve._locks import LocalLocks, PostgresLeases
 

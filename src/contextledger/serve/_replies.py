@@ -12,7 +12,8 @@ from typing import Any
 
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
-from contextledger.messages import Message, message_from_openai, message_to_openai
+from contextledger.messages import Message
+from contextledger.messages._openai import message_from_openai, message_to_openai
 from contextledger.serve._stream import DONE_EVENT, sse_event
 
 __all__ = ["REPLY_PROPERTY", "completion_events", "reply_message", "stored_completion"]

@@ -30,7 +30,8 @@ from typing import Any, cast
 
 from contextledger._json import MAX_DEPTH, UnwritableJSONError, strict_loads
 from contextledger.exceptions import InvalidMessageError, ProxyError
-from contextledger.messages import Message, Problem, message_from_openai, validate
+from contextledger.messages import Message, Problem, validate
+from contextledger.messages._openai import message_from_openai
 from contextledger.serve._bodies import (
     HEAD_BYTES,
     PER_HEAD,

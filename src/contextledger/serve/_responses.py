@@ -40,18 +40,10 @@ from starlette.responses import JSONResponse, Response
 from contextledger.compaction import CompactionResult
 from contextledger.exceptions import InvalidMessageError, ProxyError
 from contextledger.history import StoredTurn
-from contextledger.messages import (
-    Message,
-    TextContent,
-    from_responses,
-    held_by_provider_compaction,
-    item_runs,
-    joins_calls,
-    kept_as_given,
-    thawed,
-    to_responses,
-    validate,
-)
+from contextledger.messages import Message, TextContent, from_responses, to_responses, validate
+from contextledger.messages._contents import thawed
+from contextledger.messages._message import held_by_provider_compaction
+from contextledger.messages._responses import item_runs, joins_calls, kept_as_given
 from contextledger.serve._bodies import Compacted, joined
 from contextledger.serve._config import ServeConfig
 from contextledger.serve._metrics import Metrics

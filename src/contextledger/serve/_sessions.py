@@ -32,7 +32,8 @@ from contextledger._postgres import is_postgres_url
 from contextledger._redis import RedisFailures, open_redis
 from contextledger._sqlite import SQLiteFailures, open_wal
 from contextledger.exceptions import ConfigurationError, HistoryCorruptError, HistoryError, HistoryUnavailableError
-from contextledger.facts import DEFAULT_SCHEMA, FactMemory, FactSchema, RedisFactStore, SQLiteFactStore
+from contextledger.facts import DEFAULT_SCHEMA, FactSchema, RedisFactStore, SQLiteFactStore
+from contextledger.facts._store import FactMemory
 from contextledger.history import HistoryProvider, RedisHistoryProvider, SQLiteHistoryProvider
 from contextledger.serve._locks import LocalLocks, RedisLeases
 

@@ -42,7 +42,8 @@ from starlette.responses import Response
 from contextledger._upstream_tracing import UpstreamCallTrace
 from contextledger.compaction import CompactionResult, CompactionStrategy, compact_with_report, opened_by_user
 from contextledger.exceptions import ProxyError
-from contextledger.messages import Message, item_rules, problems_for
+from contextledger.messages import Message, problems_for
+from contextledger.messages._rules import item_rules
 from contextledger.serve._bodies import BodyMemo, Compacted, item_values
 from contextledger.serve._metrics import Metrics
 from contextledger.serve._overflow import harder, overflow_budget, retried_said, too_long

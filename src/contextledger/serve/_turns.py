@@ -29,7 +29,9 @@ from contextledger.exceptions import (  # noqa: E402
     ProxyError,
     TurnOutcomeUnknownError,
 )
-from contextledger.facts import FactMemory, FactsHost, FactsTurn, Ticket  # noqa: E402
+from contextledger.facts import FactsHost, FactsTurn  # noqa: E402
+from contextledger.facts._records import Ticket  # noqa: E402
+from contextledger.facts._store import FactMemory  # noqa: E402
 from contextledger.history import KeptHistory, StoredTurn, Turn  # noqa: E402
 from contextledger.messages import Message  # noqa: E402
 from contextledger.serve._errors import store_failure  # noqa: E402

@@ -43,15 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextledger.clients import Usage, read_reply_usage, read_usage
-from contextledger.cost import (
-    Block,
-    CallCost,
-    PrefixCacheSimulator,
-    PriceProfile,
-    RequestPrefixes,
-    message_block,
-    request_blocks,
-)
+from contextledger.cost import Block, CallCost, PrefixCacheSimulator, PriceProfile, RequestPrefixes, request_blocks
+from contextledger.cost._simulator import message_block
 from contextledger.messages import Message
 from contextledger.serve._metrics import Metrics
 from contextledger.tokenizers import Tokenizer

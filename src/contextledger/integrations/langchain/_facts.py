@@ -9,7 +9,9 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from contextledger.facts import FactMemory, FactsTurn, FactWriter, ForgetReport, HistoryTarget
+from contextledger.facts import FactsTurn, FactWriter, ForgetReport
+from contextledger.facts._forget import HistoryTarget
+from contextledger.facts._store import FactMemory
 from contextledger.integrations._shared import HostedFacts, converted_history, run_sync
 from contextledger.integrations.langchain._messages import from_langchain, to_langchain
 

@@ -8,7 +8,9 @@ from typing import Any
 import agent_framework as maf
 
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts import FactMemory, FactWriter, ForgetReport, HistoryTarget, history_target
+from contextledger.facts import FactWriter, ForgetReport
+from contextledger.facts._forget import HistoryTarget, history_target
+from contextledger.facts._store import FactMemory
 from contextledger.integrations._shared import HostedFacts, converted_history
 from contextledger.integrations.maf._history import ContextLedgerHistoryProvider
 from contextledger.integrations.maf._messages import from_maf_messages, to_maf_messages

@@ -20,16 +20,9 @@ import agent_framework as maf
 from contextledger import compaction
 from contextledger.agents import ReducedHistoryProvider
 from contextledger.exceptions import ConfigurationError, HistoryError
-from contextledger.history import (
-    HistoryProvider,
-    KeptHistory,
-    Turn,
-    TurnOutcome,
-    TurnTarget,
-    check_turn_id,
-    synced_history,
-    write_turn,
-)
+from contextledger.history import HistoryProvider, KeptHistory, Turn, TurnOutcome, synced_history, write_turn
+from contextledger.history._encoding import check_turn_id
+from contextledger.history._turns import TurnTarget
 from contextledger.integrations.maf._clients import _as_tokenizer
 from contextledger.integrations.maf._compaction import AgentFrameworkStrategy, _unwrap
 from contextledger.integrations.maf._messages import _EXCLUDE_REASON, _EXCLUDED, from_maf_messages, to_maf_messages

@@ -37,7 +37,8 @@ require_extra("agents", extra="openai-agents", feature="contextledger.integratio
 
 from contextledger.integrations.openai_agents._facts import AgentsFacts  # noqa: E402
 from contextledger.integrations.openai_agents._sessions import CompactingSession, ContextLedgerSession  # noqa: E402
-from contextledger.messages import RESPONSES_PROPERTY, from_responses, to_responses  # noqa: E402
+from contextledger.messages import from_responses, to_responses  # noqa: E402
+from contextledger.messages._responses import RESPONSES_PROPERTY  # noqa: E402
 
 __all__ = [
     "RESPONSES_PROPERTY",

@@ -9,10 +9,13 @@ from agents.run_config import CallModelData, ModelInputData
 
 from agents import Agent, RunConfig, Runner, RunResult
 from contextledger.exceptions import ConfigurationError
-from contextledger.facts import FactMemory, FactWriter, ForgetReport, HistoryTarget, history_target
+from contextledger.facts import FactWriter, ForgetReport
+from contextledger.facts._forget import HistoryTarget, history_target
+from contextledger.facts._store import FactMemory
 from contextledger.integrations._shared import HostedFacts, converted_history
 from contextledger.integrations.openai_agents._sessions import ContextLedgerSession
-from contextledger.messages import from_responses, item_dict, to_responses
+from contextledger.messages import from_responses, to_responses
+from contextledger.messages._responses import item_dict
 
 __all__ = ["AgentsFacts"]
 

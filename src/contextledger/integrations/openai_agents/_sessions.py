@@ -8,7 +8,8 @@ from typing import Any
 from contextledger.compaction import CompactionStrategy, compact_with_report
 from contextledger.exceptions import ConfigurationError
 from contextledger.history import HistoryProvider
-from contextledger.messages import Message, from_responses, item_dict, kept_as_given, to_responses
+from contextledger.messages import Message, from_responses, to_responses
+from contextledger.messages._responses import item_dict, kept_as_given
 from contextledger.tokenizers import Tokenizer
 
 __all__ = ["CompactingSession", "ContextLedgerSession"]
