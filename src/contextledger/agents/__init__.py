@@ -2,7 +2,9 @@
 
 >>> from contextledger.agents import Agent, CompactionProvider, FactsProvider
 
-Where things live (the public names are imported from here, ``contextledger.agents``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.agents``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - a conversation and its state: ``_session.py`` (:class:`Session`); what a run returns:
   ``_response.py`` (:class:`AgentResponse`, :class:`ModelCall`, :func:`sum_usage`); tools:

@@ -1,7 +1,9 @@
 """Chat clients: the protocol every model plugs into, deterministic clients that need no network,
 and ``OpenAIChatClient`` for OpenAI-compatible endpoints (its SDK is imported only when one is built).
 
-Where things live (the public names are imported from here, ``contextledger.clients``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.clients``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - the protocol, ``_protocol.py``: :class:`ChatClient` (anything with an async
   ``get_response(messages)``), the :class:`ChatResponse` it returns and the :class:`Usage` it

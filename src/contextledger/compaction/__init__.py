@@ -2,7 +2,9 @@
 
 >>> from contextledger.compaction import TruncationStrategy, apply_compaction_sync
 
-Where things live (the public names are imported from here, ``contextledger.compaction``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.compaction``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - the index, one concern per module: ``_table.py`` (the group table, its invariants, and
   :class:`MessageGroup`, a view of one row, of a :class:`GroupKind`; :class:`GroupColumns`, the

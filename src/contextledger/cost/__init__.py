@@ -2,7 +2,9 @@
 
 >>> from contextledger.cost import PrefixCacheSimulator, request_blocks
 
-Where things live (the public names are imported from here, ``contextledger.cost``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.cost``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - ``_profiles.py``: :class:`PriceProfile` (prices, cache-read and cache-write multipliers, the
   least cacheable prefix, the step in which hits are counted, the cache lifetime, where the cache

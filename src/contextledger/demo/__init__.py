@@ -4,7 +4,9 @@ It is an application of the library, not part of it: :mod:`contextledger.facts` 
 :mod:`contextledger.agents` the runtime, and this package wires them into the desk that
 ``contextledger chat`` runs.  Read it as an example of both working together.
 
-Where things live (the public names are imported from here, ``contextledger.demo``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.demo``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - ``_desk.py``: :class:`FactsDesk`, a main agent and a logs agent with separate sessions and one
   fact store, in either :data:`Mode` (``provider`` or ``manual``); host commands

@@ -28,7 +28,9 @@ in the process; :class:`SQLiteFactStore` (embedded), :class:`RedisFactStore` (th
 extra) and :class:`PostgresFactStore` (the ``postgres`` extra) persist, opt-in, with an owner, an
 expiry, revocation and a review trail.
 
-Where things live (the public names are imported from here, ``contextledger.facts``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.facts``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - reading a message: ``_parse.py`` (design.md#declarations, :func:`parse_assertions`) and
   ``_diagnostics.py`` (:func:`diagnose`, :class:`Diagnostic`);

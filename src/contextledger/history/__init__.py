@@ -6,7 +6,9 @@ against each), so an agent moves from a demo to a durable or shared store by cha
 constructor.  Importing this package imports neither ``redis`` nor ``psycopg``; only creating a
 :class:`RedisHistoryProvider` or a :class:`PostgresHistoryProvider` does.
 
-Where things live (the public names are imported from here, ``contextledger.history``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.history``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - the promises of a store: ``_protocol.py`` (:class:`HistoryProvider`, :class:`TurnRewriter`,
   :class:`HistoryVersion`, :class:`StoredTurn`, :class:`TurnWrite`, and for a turn's facts written

@@ -19,7 +19,9 @@ The timeline file format is described in :mod:`contextledger.lab._timeline`
 your own follows :class:`ContextPolicy` (or subclasses :class:`AgentPolicy`)
 and is made available with :func:`register_policy`.
 
-Where things live (the public names are imported from here, ``contextledger.lab``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.lab``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - timelines, ``_timeline.py``: :class:`Timeline`, :func:`load_timeline`, :func:`load_timelines`
   (the shipped ones by default), :func:`shipped_timeline_paths`, :func:`parse_timeline`,

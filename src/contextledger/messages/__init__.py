@@ -16,7 +16,9 @@ opaque parts: each carries its id, and compaction pairs it with its output by th
 Chat Completions has no field for them, so they travel as content parts of our own
 (``{"type": "hosted_call", ...}``) that convert back to the same contents.
 
-Where things live (the public names are imported from here, ``contextledger.messages``; a name not in ``__all__`` is plumbing its packages share, listed in its own module's ``__all__``):
+Where things live (the public names, those in ``__all__``, are imported from here,
+``contextledger.messages``; the other names below are plumbing the library's packages share, each listed
+in its own module's ``__all__``):
 
 - the contents, ``_contents.py``: :class:`TextContent`, :class:`ReasoningContent`,
   :class:`FunctionCallContent`, :class:`FunctionResultContent`, :class:`HostedCallContent`,
