@@ -1000,10 +1000,10 @@ def test_entry_points_agree(data: st.DataObject, messages: list[Message]) -> Non
     assert [comparable(m, inputs) for m in via_sync] == reference
 
 
-# The stress run: 100,000 cases at the full size, a slice of 2,000 at the small one
+# The stress run: 100,000 cases at the full size, a slice of 1,000 at the small one
 # (tests/sizes.py), cut in parts of independent random cases that the run's workers share out;
 # the parts add up to the whole.
-STRESS_CASES = sized(full=100_000, small=2_000)
+STRESS_CASES = sized(full=100_000, small=1_000)
 STRESS_PARTS = tuple(f"part_{number}" for number in range(1, sized(full=10, small=2) + 1))
 
 
