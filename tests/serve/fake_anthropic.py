@@ -20,6 +20,7 @@ What it answers, by ``model``:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 SIGNED: dict[str, str] = {}  # signature -> the thinking block's JSON, as the fake wrote it
+
+# The serial of each reply's ids, never reset: a test that clears what was received must not see
+# the next reply reuse an id a stored conversation already holds (a provider's ids are unique).
+_SERIALS = itertools.count(1)
 
 
 class Broken(Exception):
@@ -223,7 +228,7 @@ async def messages(request: Request, received: list[dict[str, Any]], strict: Any
             message = f"prompt is too long: {counted} tokens > {limit} maximum"
             error = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
             return JSONResponse(error, status_code=400, headers=headers)
-    reply = _reply(payload, len(received))
+    reply = _reply(payload, next(_SERIALS))
     record["reply"] = reply
     if payload.get("stream"):
         return StreamingResponse(_events(reply, model), media_type="text/event-stream", headers=headers)

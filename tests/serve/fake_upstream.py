@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import sys
 import time
@@ -61,6 +62,9 @@ from starlette.routing import Route
 from tests.serve import fake_anthropic
 
 RECEIVED: list[dict[str, Any]] = []
+# The serial of each Responses answer's ids, never reset (clearing what was received must not make
+# the next answer reuse an id a stored conversation already holds: a provider's ids are unique).
+SERIALS = itertools.count(1)
 CACHED_PREFIXES: dict[str, None] = {}  # insertion-ordered; the oldest go past _CACHE_ENTRIES
 _CACHE_ENTRIES = 100_000
 RATE_LIMITS = {
@@ -384,7 +388,7 @@ async def responses(request: Request) -> Response:
         return refused
     if (refused := breakpoint_refusal(model, payload, "responses")) is not None:
         return refused
-    serial = f"{len(RECEIVED)}"
+    serial = f"{next(SERIALS)}"
     output = _responses_output(payload, serial)
     usage = {
         "input_tokens": len(raw) // 4,
