@@ -109,7 +109,10 @@ def stored(proxy: Proxy, session: str) -> list[str]:
 def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs_after_it(
     fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
-    session, first, second = f"lease-{uuid.uuid4().hex[:8]}", "first, streamed slowly", "second, waiting"
+    # Each text names its session: the upstream is shared by the tests, and a turn found there by its
+    # text must be this test's own, not an earlier parameter's.
+    session = f"lease-{uuid.uuid4().hex[:8]}"
+    first, second = f"first, streamed slowly ({session})", f"second, waiting ({session})"
     with (
         running(fake_upstream, shared_store, tmp_path / "a.log") as (a, _),
         running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", f"{STREAM + 40:g}") as (b, _),
@@ -166,7 +169,8 @@ def test_a_stream_lasting_ten_leases_keeps_its_session_and_the_waiting_turn_runs
 def test_a_killed_holder_frees_its_session_within_one_lease(
     fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
-    session, doomed, after = f"lease-{uuid.uuid4().hex[:8]}", "turn of a proxy about to die", "turn after the kill"
+    session = f"lease-{uuid.uuid4().hex[:8]}"
+    doomed, after = f"turn of a proxy about to die ({session})", f"turn after the kill ({session})"
     with (
         running(fake_upstream, shared_store, tmp_path / "a.log") as (a, process),
         running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
@@ -196,7 +200,10 @@ def test_a_killed_holder_frees_its_session_within_one_lease(
 def test_a_holder_paused_past_its_lease_cannot_store_its_turn_beside_the_next_holder(
     fake_upstream: FakeUpstream, shared_store: str, tmp_path: Path
 ) -> None:
-    session, paused, meanwhile = f"lease-{uuid.uuid4().hex[:8]}", "turn of a paused proxy", "turn meanwhile"
+    # The pause must fall while the proxy holds the session: wait_for_upstream finds this very turn
+    # (a text of an earlier parameter's run would let the pause fall before the lock was taken).
+    session = f"lease-{uuid.uuid4().hex[:8]}"
+    paused, meanwhile = f"turn of a paused proxy ({session})", f"turn meanwhile ({session})"
     with (
         running(fake_upstream, shared_store, tmp_path / "a.log") as (a, process),
         running(fake_upstream, shared_store, tmp_path / "b.log", "--lock-timeout", "30") as (b, _),
