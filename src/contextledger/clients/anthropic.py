@@ -38,6 +38,7 @@ from contextledger._extras import require_extra
 from contextledger._tracing import traced_model_call
 from contextledger.clients._compactor import ProviderCompaction
 from contextledger.clients._protocol import ChatResponse
+from contextledger.clients._sdk_client import sdk_client
 from contextledger.clients._sdk_errors import excerpt, model_error, parse_object
 from contextledger.clients._usage import read_reply_usage
 from contextledger.exceptions import ConfigurationError, InvalidMessageError, ModelResponseError
@@ -150,20 +151,20 @@ class AnthropicChatClient:
         anthropic = require_extra("anthropic", extra="anthropic", feature="AnthropicChatClient")
         self.model: str = model
         self.timeout = float(timeout)
-        if client is not None:
-            self._client = client.with_options(max_retries=self.max_retries, timeout=self.timeout)
-        else:
-            base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-            api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-            try:
-                self._client = anthropic.AsyncAnthropic(
-                    api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
-                )
-            except anthropic.AnthropicError as error:
-                raise ConfigurationError(
-                    f"AnthropicChatClient could not be configured for model {model!r}: {error}; "
-                    "pass api_key='...' or set ANTHROPIC_API_KEY"
-                ) from error
+        self._client = sdk_client(
+            client,
+            anthropic.AsyncAnthropic,
+            anthropic.AnthropicError,
+            feature="AnthropicChatClient",
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            key_variable="ANTHROPIC_API_KEY",
+            url_variable="ANTHROPIC_BASE_URL",
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            hint="pass api_key='...' or set ANTHROPIC_API_KEY",
+        )
         self.base_url: str = str(self._client.base_url)
 
     def __repr__(self) -> str:

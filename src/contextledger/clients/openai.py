@@ -20,6 +20,7 @@ from contextledger._extras import require_extra
 from contextledger._openai_cache import DEFAULT_BREAKPOINT_MODELS, MARKABLE_ROLES, model_takes_breakpoints, with_mark
 from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse
+from contextledger.clients._sdk_client import sdk_client
 from contextledger.clients._usage import read_usage
 from contextledger.exceptions import (
     ConfigurationError,
@@ -114,22 +115,21 @@ class OpenAIChatClient:
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.backoff = float(backoff)
-        if client is not None:
-            self._client = client.with_options(max_retries=0, timeout=self.timeout)
-        else:
-            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-            api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-            if api_key is None and base_url is not None:
-                api_key = _PLACEHOLDER_KEY
-            try:
-                self._client = openai.AsyncOpenAI(
-                    api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0
-                )
-            except openai.OpenAIError as error:
-                raise ConfigurationError(
-                    f"OpenAIChatClient could not be configured for model {model!r}: {error}; "
-                    "pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)"
-                ) from error
+        self._client = sdk_client(
+            client,
+            openai.AsyncOpenAI,
+            openai.OpenAIError,
+            feature="OpenAIChatClient",
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            key_variable="OPENAI_API_KEY",
+            url_variable="OPENAI_BASE_URL",
+            timeout=self.timeout,
+            max_retries=0,
+            placeholder_key=_PLACEHOLDER_KEY,
+            hint="pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)",
+        )
         self.base_url: str = str(self._client.base_url)
 
     def __repr__(self) -> str:

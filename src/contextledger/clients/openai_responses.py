@@ -33,6 +33,7 @@ from contextledger._extras import require_extra
 from contextledger._tracing import traced_model_call
 from contextledger.clients._compactor import ProviderCompaction
 from contextledger.clients._protocol import ChatResponse
+from contextledger.clients._sdk_client import sdk_client
 from contextledger.clients._sdk_errors import excerpt, model_error, parse_object
 from contextledger.clients._usage import read_reply_usage
 from contextledger.exceptions import ConfigurationError, InvalidMessageError, ModelResponseError
@@ -117,22 +118,21 @@ class OpenAIResponsesClient:
         openai = require_extra("openai", extra="openai", feature="OpenAIResponsesClient")
         self.model: str = model
         self.timeout = float(timeout)
-        if client is not None:
-            self._client = client.with_options(max_retries=self.max_retries, timeout=self.timeout)
-        else:
-            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-            api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-            if api_key is None and base_url is not None:
-                api_key = _PLACEHOLDER_KEY
-            try:
-                self._client = openai.AsyncOpenAI(
-                    api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
-                )
-            except openai.OpenAIError as error:
-                raise ConfigurationError(
-                    f"OpenAIResponsesClient could not be configured for model {model!r}: {error}; "
-                    "pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)"
-                ) from error
+        self._client = sdk_client(
+            client,
+            openai.AsyncOpenAI,
+            openai.OpenAIError,
+            feature="OpenAIResponsesClient",
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            key_variable="OPENAI_API_KEY",
+            url_variable="OPENAI_BASE_URL",
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            placeholder_key=_PLACEHOLDER_KEY,
+            hint="pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)",
+        )
         self.base_url: str = str(self._client.base_url)
 
     def __repr__(self) -> str:
