@@ -38,6 +38,12 @@ KEY = "sk-usage-tenant-1"
 INSTRUCTIONS = "You are the billing desk's assistant. " + "Keep every answer short and exact. " * 230
 
 
+def instructions(marker: str) -> str:
+    """The instructions, opened by the test's own marker: the fake's prompt cache lives as long as the
+    worker, so a prefix another test sent would otherwise be read from it on a first request."""
+    return f"{marker} {INSTRUCTIONS}"
+
+
 def normalised(shape: str, raw: dict[str, Any]) -> Usage:
     """The fake's report in the library's terms, worked out here from each vendor's documentation."""
     if shape == "anthropic":
@@ -107,7 +113,7 @@ def test_the_runtime_the_spans_and_the_metrics_carry_the_upstream_s_cache_figure
     questions = [f"{marker} first question", "second question", "third question"]
     with start_proxy("--price-profile", "anthropic") as proxy:
         client = OpenAIChatClient(model, base_url=proxy.base_url, api_key=KEY, max_retries=0)
-        agent = Agent(client, name="billing", instructions=INSTRUCTIONS)
+        agent = Agent(client, name="billing", instructions=instructions(marker))
         session = agent.create_session()
 
         async def converse() -> list[AgentResponse]:
@@ -152,7 +158,7 @@ def test_streams_are_counted_whether_or_not_the_client_asked_for_usage(
     still gets no usage chunk; one that asked gets it, with the figures the metrics counted."""
     marker = uuid.uuid4().hex
     model = "fake-cache-openai"
-    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": marker}]
+    messages: list[Any] = [{"role": "system", "content": instructions(marker)}, {"role": "user", "content": marker}]
     with start_proxy() as proxy:
         sdk = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
         proxy.create_session("streams", KEY)
@@ -203,7 +209,7 @@ def test_the_client_reads_anthropic_shaped_usage_straight_from_the_upstream(fake
     """Without the proxy: the client adds Anthropic's cache reads and writes back into the input."""
     marker = uuid.uuid4().hex
     client = OpenAIChatClient("fake-cache-anthropic", base_url=fake_upstream.base_url, api_key=KEY, max_retries=0)
-    agent = Agent(client, instructions=INSTRUCTIONS)
+    agent = Agent(client, instructions=instructions(marker))
     session = agent.create_session()
 
     async def converse() -> list[AgentResponse]:
