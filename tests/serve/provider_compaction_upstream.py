@@ -165,6 +165,19 @@ def _threshold_anthropic(management: Any) -> int | None:
     return None
 
 
+def _responses_events(response: dict[str, Any]) -> bytes:
+    """``response`` as OpenAI streams it: created, each output item added and done, completed."""
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": {**response, "output": [], "usage": None}}]
+    for index, item in enumerate(response["output"]):
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return b"".join(
+        f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': at})}\n\n".encode()
+        for at, event in enumerate(events)
+    )
+
+
 def _openai_error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
 
@@ -191,9 +204,12 @@ def compacting_upstream() -> Iterator[CompactingUpstream]:
                 else:
                     status, reply = 404, _openai_error(f"no route {self.path}")
                 upstream.received[-1]["reply"] = reply
-            data = json.dumps(reply).encode()
+            if status == 200 and self.path == "/v1/responses" and body.get("stream") is True:
+                data, kind = _responses_events(reply), "text/event-stream"
+            else:
+                data, kind = json.dumps(reply).encode(), "application/json"
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -1,6 +1,6 @@
 """The compaction a provider bills reaches the proxy's ``/metrics`` and its upstream spans:
 Anthropic's ``usage.iterations`` (billed apart from the request's counts) and the compaction
-items a Responses reply returns, whole and streamed (Anthropic)."""
+items a Responses reply returns, whole and streamed."""
 
 from __future__ import annotations
 
@@ -53,10 +53,11 @@ def upstream() -> Iterator[CompactingUpstream]:
         yield running
 
 
-def body(api: API) -> dict[str, Any]:
+def body(api: API, *, stream: bool = False) -> dict[str, Any]:
     if api == "responses":
         management: Any = [{"type": "compaction", "compact_threshold": 100}]
-        return {"model": "fake", "input": [{"role": "user", "content": LONG}], "context_management": management}
+        asked = {"model": "fake", "input": [{"role": "user", "content": LONG}], "context_management": management}
+        return {**asked, "stream": True} if stream else asked
     management = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 100}}]}
     return {
         "model": "fake",
@@ -66,7 +67,7 @@ def body(api: API) -> dict[str, Any]:
     }
 
 
-def ask(upstream: CompactingUpstream, api: API, times: int) -> str:
+def ask(upstream: CompactingUpstream, api: API, times: int, *, stream: bool = False) -> str:
     """``times`` requests that make the upstream compact; the proxy's /metrics after them."""
     with tempfile.TemporaryDirectory() as folder:
         config = ServeConfig(
@@ -80,8 +81,11 @@ def ask(upstream: CompactingUpstream, api: API, times: int) -> str:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
                 path = "/v1/responses" if api == "responses" else "/v1/messages"
                 for _ in range(times):
-                    answer = await client.post(path, content=json.dumps(body(api)), headers=HEADERS)
+                    answer = await client.post(path, content=json.dumps(body(api, stream=stream)), headers=HEADERS)
                     assert answer.status_code == 200, answer.text
+                    if stream:
+                        assert '"type": "compaction"' in answer.text  # the item reached the client
+                        assert answer.text.count('"type": "response.completed"') == 1
                 await asyncio.sleep(0)  # the meter counts once the answer is sent
                 metrics = await client.get("/metrics")
             await app.state.proxy.close()
@@ -117,11 +121,15 @@ def test_anthropic_compaction_iterations_reach_metrics_and_spans(
         assert attributes["gen_ai.usage.input_tokens"] == 50
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_responses_compaction_items_are_counted_in_metrics_and_spans(
-    upstream: CompactingUpstream, spans: InMemorySpanExporter
+    upstream: CompactingUpstream, spans: InMemorySpanExporter, stream: bool
 ) -> None:
-    text = ask(upstream, "responses", 3)
+    text = ask(upstream, "responses", 3, stream=stream)
     assert series(text, "contextledger_upstream_compactions_total") == 3
+    assert series(text, "contextledger_upstream_input_tokens_total") == sum(
+        record["reply"]["usage"]["input_tokens"] for record in upstream.received[-3:]
+    )
     assert series(text, "contextledger_upstream_compaction_input_tokens_total") == 0  # in the reply's own counts
     calls = [span for span in spans.get_finished_spans() if span.kind is SpanKind.CLIENT]
     assert [dict(span.attributes or {})[PROVIDER_COMPACTIONS] for span in calls] == [1, 1, 1]

@@ -35,7 +35,7 @@ from contextledger.serve._upstream import (
     upstream_error,
 )
 
-__all__ = ["CHAT_WIRE", "Assembly", "Finish", "Relay", "Wire", "completion"]
+__all__ = ["CHAT_WIRE", "Assembly", "Finish", "Relay", "UsageSink", "Wire", "completion"]
 
 Finish = Callable[[dict[str, Any], dict[str, Any]], Awaitable[bool]]
 """Stores a streamed turn: called with the assembled message and the reply's fields."""
@@ -71,6 +71,15 @@ class Wire:
     assembler: Callable[[bool], Assembly]
     error_event: Callable[[ProxyError], bytes]
     upstream_error: Callable[[int, bytes, Mapping[str, str]], ProxyError] = upstream_error
+    whole_reply: bool = False
+    """The assembled message is the API's whole reply body (a Responses ``response``): the meter
+    reads it, not only its usage, for what the upstream billed apart (its compaction items)."""
+
+
+class UsageSink(Protocol):
+    """Takes a finished stream's ``usage`` and, on a wire with ``whole_reply``, the whole reply."""
+
+    def __call__(self, raw_usage: object, *, reply: Mapping[str, Any] | None = None) -> object: ...
 
 
 def _chat_error_event(failure: ProxyError) -> bytes:
@@ -141,7 +150,7 @@ class Relay:
         finish: Finish | None,
         release: Callable[[], Awaitable[None]] | None,
         trailer: Callable[[], bytes] | None = None,
-        usage: Callable[[object], object] | None = None,
+        usage: UsageSink | None = None,
         hide_usage: bool = False,
         traced: UpstreamCallTrace | None = None,
     ) -> Response:
@@ -192,7 +201,7 @@ class Relay:
             elif traced.recording:
                 traced.answered({**assembler.message(), **assembler.meta(), "usage": assembler.usage})
             if failure is None and outcome == "answered" and usage is not None:
-                usage(assembler.usage)
+                usage(assembler.usage, reply=assembler.message() if self.wire.whole_reply else None)
             if failure is None and outcome == "answered" and finish is not None:
                 try:
                     await finish(assembler.message(), assembler.meta())

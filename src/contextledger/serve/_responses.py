@@ -197,7 +197,7 @@ class ResponsesAssembler:
         return self._held
 
 
-RESPONSES_WIRE = Wire("responses", "/responses", ResponsesAssembler, _error_event)
+RESPONSES_WIRE = Wire("responses", "/responses", ResponsesAssembler, _error_event, whole_reply=True)
 """OpenAI's Responses API, as the relay speaks it."""
 
 
