@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from contextledger.messages import Content, FunctionCallContent, FunctionResultContent, Message, TextContent
 
-__all__ = ["FORGOTTEN_MARKER", "REMOVED_MARKER", "removed_form", "same_input"]
+__all__ = ["FORGOTTEN_MARKER", "REMOVED_MARKER", "removed_form", "same_contents", "same_input"]
 
 FORGOTTEN_MARKER = "[forgotten]"
 """What a forgotten declaration (or value) in a user message becomes."""
@@ -71,3 +71,17 @@ def same_input(stored: Sequence[Message], given: Sequence[Message]) -> bool:
     ``forget`` since took out of the stored copy (a marker in a user message, a message replaced
     whole).  Anything else is another turn, and reusing its turn id is refused."""
     return len(stored) == len(given) and all(map(_same_message, stored, given))
+
+
+def same_contents(stored: Message, given: Message) -> bool:
+    """Whether ``given`` says what ``stored`` says: the same role and contents, or those of which a
+    ``forget`` since rewrote the stored copy.  Only role and contents count (ids and names travel
+    differently in a reply than in a request): this is how a client that resends its conversation
+    is recognised after a forget, rather than have the value it still holds stored again."""
+    if stored.role != given.role:
+        return False
+    if stored.contents == given.contents:
+        return True
+    if stored.role != "user":
+        return stored.contents == removed_form(given).contents
+    return len(stored.contents) == len(given.contents) and all(map(_scrubbed_content, stored.contents, given.contents))

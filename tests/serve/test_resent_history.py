@@ -151,3 +151,35 @@ def test_a_retry_with_the_whole_history_gets_the_stored_reply(proxy: Proxy, fake
     assert retried.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
     assert fake_upstream.received() == []
     assert len(proxy.messages(session, KEY)) == 4
+
+
+@pytest.mark.parametrize("api", sorted(PATHS))
+def test_a_history_resent_after_a_forget_is_known_and_the_value_goes_nowhere(
+    api: str, proxy: Proxy, fake_upstream: FakeUpstream
+) -> None:
+    """The client still holds the forgotten value in its copy of the conversation; the stored copy
+    holds the forget's markers instead.  The resend is recognised all the same, so the value is
+    neither forwarded nor stored again."""
+    session = f"resent-forget-{api}"
+    proxy.create_session(session, KEY)
+    path = PATHS[api]
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "We run on database=PostgreSQL 15"}]
+    first = send(proxy, session, body(api, conversation), path)
+    assert first.status_code == 200, first.text
+    conversation += reply_items(api, first)
+    assert "PostgreSQL" in json.dumps(conversation[1:])  # the reply echoed it: forget rewrites both
+    status, report = proxy.call("POST", f"/v1/contextledger/sessions/{session}/forget", {"key": "database"}, KEY)
+    assert status == 200, report
+    assert "PostgreSQL" not in json.dumps(proxy.messages(session, KEY))
+    stored = len(proxy.messages(session, KEY))
+
+    conversation.append({"role": "user", "content": "which region are we in?"})
+    fake_upstream.clear()
+    answer = send(proxy, session, body(api, conversation), path)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers[RESENT] == str(stored)
+    assert "PostgreSQL" not in json.dumps(fake_upstream.last_body())
+    assert "PostgreSQL" not in json.dumps(proxy.messages(session, KEY))
+    users = [m["content"] for m in proxy.messages(session, KEY) if m["role"] == "user"]
+    assert len(users) == 2, users  # the resent question stored once, the new one added
+    assert proxy.facts(session, KEY) == {}

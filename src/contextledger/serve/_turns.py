@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from contextledger._extras import require_extra
-from contextledger._forgotten import same_input
+from contextledger._forgotten import same_contents, same_input
 
 require_extra("starlette", extra="serve", feature="contextledger serve")
 
@@ -62,14 +62,13 @@ def resent_length(stored: Sequence[Message], given: Sequence[Message]) -> int:
     A client adopting session mode often keeps sending its whole conversation; forwarded after
     the stored history, every earlier message would reach the model twice, and twice more each
     turn.  Only role and contents are compared: ids, names and fields the API has no place for
-    travel differently in a reply than in a request.
+    travel differently in a reply than in a request.  A stored message a ``forget`` rewrote still
+    matches the client's copy, which holds the value: the resend is known, and the value is
+    neither forwarded nor stored again.
     """
     if not stored or len(given) < len(stored):
         return 0
-    for kept, sent in zip(stored, given):
-        if kept.role != sent.role or kept.contents != sent.contents:
-            return 0
-    return len(stored)
+    return len(stored) if all(map(same_contents, stored, given)) else 0
 
 
 @dataclass(frozen=True, slots=True)
