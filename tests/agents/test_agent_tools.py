@@ -110,6 +110,9 @@ class ScriptedModel:
             refs = REF.findall(" ".join(str(m.get("content")) for m in body["messages"]))
             ref = refs[0] if refs else "none"
             return 200, _reply(calls=[(call_id, "recall_context", {"ref": text.split()[1] if " " in text else ref})])
+        if text.startswith("find "):
+            ref = REF.findall(" ".join(str(m.get("content")) for m in body["messages"]))[0]
+            return 200, _reply(calls=[(call_id, "recall_context", {"ref": ref, "query": text.removeprefix("find ")})])
         if text.startswith("query "):
             return 200, _reply(calls=[(call_id, "query_database", {"name": text.split()[1]})])
         if text.startswith("compact"):
@@ -377,3 +380,49 @@ def test_a_ref_whose_group_the_provider_s_own_after_strategy_removed_is_an_error
     assert stock_report("apples") in kept
     assert gone.startswith('Error: ref="')
     assert "a retained-history reduction removed them" in gone
+
+
+def test_a_query_recalls_only_the_messages_that_best_match_it_a_call_with_its_result() -> None:
+    """A notice can stand for a long run of turns; the model that looks for one detail names it and
+    gets back the messages that hold it (inflections aside), not the whole run."""
+    model = ScriptedModel()
+    said = [
+        "the deploy region is eu-north-5",
+        "the budget cap is 956 dollars, never exceeded without approval",
+        "stock apples",
+        "the on-call owner this week is Aura",
+        "reviews happen on Thursdays",
+        "the staging host is jjspq.internal",
+    ]
+
+    async def scenario(url: str) -> list[str]:
+        window = SlidingWindowStrategy(turns_exceed(3), minimum_preserved_turns=2)
+        agent = Agent(
+            OpenAIChatClient("scripted", base_url=url, api_key="test-key"),
+            tools=[lookup_stock],
+            context_providers=[CompactionProvider(window, agent_tools=True)],
+        )
+        session = Session("s")
+        for text in said:
+            await agent.run(text, session=session)
+        found = []
+        for query in ("find What is the budget cap?", "find which apples were stocked", "find zebra crossings"):
+            found.append((await agent.run(query, session=session)).messages[1].function_results[0].result)
+        return found
+
+    with json_endpoint(model) as url:
+        budget, apples, nothing = asyncio.run(scenario(url))
+    recall = next(entry for entry in model.requests[-1]["tools"] if entry["function"]["name"] == "recall_context")
+    assert "query" in recall["function"]["parameters"]["properties"]
+    assert budget.startswith('[recalled ref="')
+    assert "the ones closest to 'What is the budget cap?'" in budget.splitlines()[0]
+    assert "user: the budget cap is 956 dollars" in budget
+    for elsewhere in ("eu-north-5", "Aura", "jjspq"):
+        assert elsewhere not in budget
+    # "stocked" finds "stock", and the call comes back with its whole result.
+    assert "assistant called lookup_stock" in apples
+    assert stock_report("apples") in apples
+    assert "budget" not in apples
+    assert "4 of its 12 messages" in apples.splitlines()[0]  # the exchange: asked, called, result, answer
+    assert "none of its" in nothing
+    assert "without a query" in nothing

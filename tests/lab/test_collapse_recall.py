@@ -4,6 +4,7 @@ when a question asks what its context lacks, and every recall is a model call co
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -64,7 +65,7 @@ def _answer_recalls(data: dict[str, Any]) -> int:
 
 
 def test_the_offline_model_recalls_only_when_the_question_lacks_its_answer() -> None:
-    tools = [{"type": "function", "function": {"name": "recall_context", "parameters": {}}}]
+    tools: list[dict[str, Any]] = [{"type": "function", "function": {"name": "recall_context", "parameters": {}}}]
     notice = Message.user('[4 earlier messages set aside; ref="0123456789ab"]')
 
     async def reply(*messages: Message) -> Message:
@@ -77,6 +78,20 @@ def test_the_offline_model_recalls_only_when_the_question_lacks_its_answer() -> 
     assert not known.function_calls
     statement = asyncio.run(reply(notice, Message.user("Thanks.")))
     assert not statement.function_calls
+    # Offered a recall that takes a query, it asks for what the question names.
+    tools[:] = [
+        {
+            "type": "function",
+            "function": {
+                "name": "recall_context",
+                "parameters": {"type": "object", "properties": {"ref": {}, "query": {}}},
+            },
+        }
+    ]
+    queried = asyncio.run(reply(notice, Message.user("Which database is it?")))
+    assert [json.loads(c.arguments) for c in queried.function_calls] == [
+        {"ref": "0123456789ab", "query": "Which database is it?"}
+    ]
 
 
 def test_the_kit_reports_the_policy_with_what_it_sent_and_its_tool_rounds() -> None:
@@ -91,3 +106,22 @@ def test_the_kit_reports_the_policy_with_what_it_sent_and_its_tool_rounds() -> N
     assert recall["tool_round_tokens_estimate"] == 0
     assert recall["final_tokens_estimate_median"] < full["final_tokens_estimate_median"] // 10
     assert recall["survived_median"] < full["survived_median"]
+    # Asked each canary's question, as the kit probes a live agent, the model recalls what it
+    # lacks: as many canaries as the full history at well under half of its tokens, the recall
+    # rounds included.
+    asked, everything = recall["asked"], full["asked"]
+    assert everything["survived_median"] == 20
+    assert asked["survived_median"] >= everything["survived_median"]
+    assert asked["tokens_total"] <= 0.5 * everything["tokens_total"]
+
+
+def test_a_policy_without_recall_asked_the_kit_s_questions_holds_what_it_held_unasked() -> None:
+    """Asking changes nothing for a policy whose model cannot fetch what it set aside: the measure
+    favours recall only by what the recall brings back."""
+    pytest.importorskip("compaction_kit", reason="the 'kit' extra")
+    from contextledger.lab import run_kit  # noqa: PLC0415
+
+    rows = {row["name"]: row for row in run_kit(["last-3-turns", "combined"], OfflineModel, seeds=(1, 2))["rows"]}
+    for name in ("last-3-turns", "combined"):
+        assert rows[name]["asked"]["survived_per_seed"] == rows[name]["survived_per_seed"], name
+    assert "asked" not in rows["update-aware-checklist"]  # a kit reference has no model to ask

@@ -79,7 +79,7 @@ class CompactionProvider(ContextProvider):
 
     ``agent_tools=True`` hands the model two tools, offered in every call of
     the run (and the request view is then made before every call, as on the
-    client): ``recall_context(ref)`` returns what a collapsed line or a
+    client): ``recall_context(ref, query?)`` returns what a collapsed line or a
     notice of messages set aside stands for, as the history stores it now
     (at most ``recall_limit`` characters, cut with a marker that says so),
     and ``compact_context(note?)`` applies ``before_strategy`` at the call
@@ -188,12 +188,13 @@ class CompactionProvider(ContextProvider):
         state = context.session.state.setdefault(self._refs_key, {})
         return References(state, context.session.cache(self))
 
-    async def recall_context(self, ref: str) -> str:
-        """What ``ref`` stands for, as the stored history holds it now (see the class docstring)."""
+    async def recall_context(self, ref: str, query: str | None = None) -> str:
+        """What ``ref`` stands for, as the stored history holds it now (see the class docstring);
+        with ``query``, only the messages under it that best match the query's words."""
         context = current_run.get()
         if context is None:
             return "Error: recall_context answers inside an agent run only; nothing was recalled."
-        return recall_text(ref, context.conversation, self._references(context), self.recall_limit)
+        return recall_text(ref, context.conversation, self._references(context), self.recall_limit, query)
 
     async def compact_context(self, note: str | None = None) -> str:
         """Apply ``before_strategy`` now, at the boundary before the run's next call, as though its

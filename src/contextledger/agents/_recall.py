@@ -4,8 +4,9 @@ A request view never deletes: a collapsed tool result or an excluded exchange st
 history, and only the request leaves it out.  With ``agent_tools=True`` a
 :class:`~contextledger.agents.CompactionProvider` lets the model reach it: every collapsed line and
 every notice of messages set aside carries a reference, ``ref="..."``, and the model may call
-``recall_context(ref)`` to read that group as stored, or ``compact_context(note?)`` to have the
-request compacted now.
+``recall_context(ref, query?)`` to read that group as stored (with a query, only the parts of it
+that best match the query's words), or ``compact_context(note?)`` to have the request compacted
+now.
 
 A reference is derived from the content of what it names (a digest of its messages), so the line
 that carries it reads the same on every request and the cached prefix survives.  The session keeps
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +46,7 @@ __all__ = [
     "annotated_projection",
     "compact_points",
     "compacted_text",
+    "matching",
     "recall_text",
     "reference",
     "referenced_projection",
@@ -50,11 +54,16 @@ __all__ = [
 
 RECALL_TOOL = "recall_context"
 COMPACT_TOOL = "compact_context"
-RECALL_DESCRIPTION = 'Read back, as stored, what a ref="..." in a collapsed line or a set-aside notice stands for.'
+RECALL_DESCRIPTION = (
+    'Read back, as stored, what a ref="..." in a collapsed line or a set-aside notice stands for. '
+    "Give a query (the words you are looking for) to get only the messages under that ref closest to it."
+)
 COMPACT_DESCRIPTION = "Compact this conversation from your next call on; answers with the tokens before and after."
 RECALL_LIMIT = 16_000
 """The most characters ``recall_context`` returns of one reference unless told otherwise."""
 _TOOL_RESULTS = "tool_results"  # the origin a tool-result collapse gives the lines it writes
+_WORD = re.compile(r"[^\W_]+")  # words, split at underscores too: lookup_stock holds "stock"
+_KEPT_SHARE = 0.5  # a query keeps the pieces scoring at least this share of the best one
 
 
 def reference(messages: Sequence[Message]) -> str:
@@ -175,9 +184,57 @@ def locate(conversation: Sequence[Message], ref: str, issued: Issued) -> list[Me
     return None
 
 
-def recall_text(ref: str, conversation: Sequence[Message], references: References, limit: int) -> str:
+def _pieces(messages: Sequence[Message]) -> list[list[Message]]:
+    """The recalled messages in the pieces a query picks from: exchanges, each user message with
+    what followed it up to the next one, so a call never comes back without its result, nor an
+    answer without what it answered."""
+    pieces: list[list[Message]] = []
+    for message in messages:
+        if message.role != "user" and pieces:
+            pieces[-1].append(message)
+        else:
+            pieces.append([message])
+    return pieces
+
+
+def _stem(word: str) -> str:
+    """``word`` lowercased and without a common inflection, so that "pushing" finds "push" and
+    "review" finds "reviews"; a stem keeps at least three letters."""
+    word = word.lower()
+    for ending in ("ing", "ed", "es", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
+
+
+def _words(messages: Sequence[Message]) -> set[str]:
+    return {_stem(word) for message in messages for text in message.payload_texts() for word in _WORD.findall(text)}
+
+
+def matching(messages: Sequence[Message], query: str) -> list[Message]:
+    """The pieces of ``messages`` that best match ``query``'s words, in stored order.
+
+    Each query word a piece holds counts by how rare it is among the pieces (a word every piece
+    holds, "the", counts for nearly nothing), so what the query names outweighs how it is phrased;
+    the pieces scoring at least half of the best are kept.  No word of the query anywhere: nothing."""
+    pieces = _pieces(messages)
+    held = [_words(piece) for piece in pieces]
+    asked = {_stem(word) for word in _WORD.findall(query)}
+    spread = {word: sum(word in words for words in held) for word in asked}
+    weight = {word: math.log((1 + len(pieces)) / count) for word, count in spread.items() if count}
+    scores = [sum(weight.get(word, 0.0) for word in asked & words) for words in held]
+    best = max(scores, default=0.0)
+    if best <= 0:
+        return []
+    return [message for piece, score in zip(pieces, scores) if score >= _KEPT_SHARE * best for message in piece]
+
+
+def recall_text(
+    ref: str, conversation: Sequence[Message], references: References, limit: int, query: str | None = None
+) -> str:
     """``recall_context``'s answer: what ``ref`` stands for in ``conversation`` (the stored
-    messages as they are now), or an error result that says why not."""
+    messages as they are now; with a ``query``, only those that best match it), or an error
+    result that says why not."""
     wanted = ref.strip().strip('"')
     issued = references.find(wanted)
     if issued is None:
@@ -191,7 +248,16 @@ def recall_text(ref: str, conversation: Sequence[Message], references: Reference
             f'Error: ref="{wanted}" named {issued.count} message(s) that are no longer in the stored history: '
             "a retained-history reduction removed them, so they cannot be recalled."
         )
-    return render_recalled(wanted, found, limit)
+    asked = query.strip() if isinstance(query, str) else ""
+    if not asked:
+        return render_recalled(wanted, found, limit)
+    kept = matching(found, asked)
+    if not kept:
+        return (
+            f'[recalled ref="{wanted}": none of its {len(found)} message(s) holds a word of the query {asked!r}; '
+            "recall it without a query to read them all]"
+        )
+    return render_recalled(wanted, kept, limit, of=len(found), query=asked)
 
 
 def compacted_text(strategy: CompactionStrategy, before: int, index: MessageIndex, note: str | None) -> str:
@@ -211,9 +277,11 @@ def compacted_text(strategy: CompactionStrategy, before: int, index: MessageInde
     )
 
 
-def render_recalled(ref: str, messages: Sequence[Message], limit: int) -> str:
+def render_recalled(
+    ref: str, messages: Sequence[Message], limit: int, *, of: int | None = None, query: str | None = None
+) -> str:
     """The recalled messages as text the model reads, within ``limit`` characters (said so, and
-    cut with a marker, beyond it)."""
+    cut with a marker, beyond it); ``of`` and ``query`` say that a query chose them among ``of``."""
     names = {c.call_id: c.name for m in messages for c in m.contents if isinstance(c, FunctionCallContent)}
     lines: list[str] = []
     for message in messages:
@@ -227,7 +295,11 @@ def render_recalled(ref: str, messages: Sequence[Message], limit: int) -> str:
             lines.append(f"{message.role}: {message.text}")
     body = "\n".join(lines)
     count = len(messages)
-    head = f'[recalled ref="{ref}": {count} message{"s" if count != 1 else ""} as stored]'
+    plural = "s" if (of if of is not None else count) != 1 else ""
+    if of is not None and query is not None:
+        head = f'[recalled ref="{ref}": {count} of its {of} message{plural} as stored, the ones closest to {query!r}]'
+    else:
+        head = f'[recalled ref="{ref}": {count} message{plural} as stored]'
     if len(body) <= limit:
         return f"{head}\n{body}"
     left = len(body) - limit
@@ -346,9 +418,9 @@ class RecallableCompaction:
         """What to send for ``messages`` (the whole conversation, system messages included)."""
         return referenced_projection(await self._index(messages), self.references)
 
-    async def recall(self, ref: str, messages: Sequence[Message]) -> str:
-        """``recall_context(ref)`` over the conversation as the framework holds it now."""
-        return recall_text(ref, messages, self.references, self.recall_limit)
+    async def recall(self, ref: str, messages: Sequence[Message], query: str | None = None) -> str:
+        """``recall_context(ref, query?)`` over the conversation as the framework holds it now."""
+        return recall_text(ref, messages, self.references, self.recall_limit, query)
 
     async def compact(self, messages: Sequence[Message], note: str | None = None) -> str:
         """``compact_context(note)`` asked with ``messages`` as they stand (the call that asks

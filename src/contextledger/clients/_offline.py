@@ -73,6 +73,17 @@ def _tool_name(tool: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _takes_query(tools: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the offered ``recall_context`` declares a ``query`` parameter."""
+    for tool in tools:
+        if _tool_name(tool) == _RECALL_TOOL:
+            function = tool.get("function", tool)
+            parameters = function.get("parameters") if isinstance(function, Mapping) else None
+            properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+            return isinstance(properties, Mapping) and "query" in properties
+    return False
+
+
 def _recalled_texts(messages: Sequence[Message]) -> list[str] | None:
     """What ``recall_context`` brought back since the last user message, oldest first, when the
     request ends with such a result (None otherwise)."""
@@ -240,7 +251,8 @@ class OfflineModel:
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]], recalled: list[str]
     ) -> FunctionCallContent | None:
         """A ``recall_context`` call when a question asks what the context (and what was recalled
-        so far) does not say, and a reference not yet recalled is in view: the newest first."""
+        so far) does not say, and a reference not yet recalled is in view: the newest first, with
+        the question as its query where the tool takes one."""
         offered = any(_tool_name(tool) == _RECALL_TOOL for tool in tools)
         asked = next((at for at in range(len(messages) - 1, -1, -1) if messages[at].role == "user"), None)
         if not offered or asked is None or "?" not in messages[asked].text:
@@ -261,6 +273,8 @@ class OfflineModel:
                 if ref not in done:
                     self._calls += 1
                     arguments = {"ref": ref}
+                    if _takes_query(tools):
+                        arguments["query"] = _TAGGED_BLOCK.sub(" ", messages[asked].text).strip()
                     return FunctionCallContent(
                         _call_id(messages, _RECALL_TOOL, arguments), _RECALL_TOOL, json.dumps(arguments)
                     )

@@ -19,6 +19,17 @@ not know the kit's budget: an output over it is reported as such, never cut.
 
 The kit's own reference compactors run beside them on the same sessions, so
 every figure has a yardstick; the lab reports the figures and names no winner.
+
+The kit scores text, so a policy whose model can fetch what it set aside (a
+recall) scores only what it carries unasked.  The kit's own probe says how a
+live agent is probed instead: ask each canary's direct question and grade what
+the agent could read.  So each lab policy is also *asked*: the session is
+replayed once, each canary's ``direct_question`` is put to the policy as the
+next request (on a copy of the session, as the lab's probes are), and the
+kit's direct-recall check is run on what the model read before it answered,
+recalled text included and the question itself left out.  Every call the
+question took is counted in its tokens (one call without a recall, two with
+one).  The kit's reference compactors have no model to ask and are not asked.
 """
 
 from __future__ import annotations
@@ -102,7 +113,8 @@ class PolicyCompactor:
         text = asyncio.run(self._next_request(turns))
         return _kit().CompactedContext(text=text, compactor_name=self.name, round_num=round_num)
 
-    async def _next_request(self, kit_turns: Sequence[Any]) -> str:
+    async def _replayed(self, kit_turns: Sequence[Any]) -> tuple[Any, CallLog]:
+        """The policy after the kit's session was replayed through it, and the log of its calls."""
         timeline = _timeline(kit_turns)
         log = CallLog()
         model = self.model()
@@ -121,6 +133,25 @@ class PolicyCompactor:
                 await policy.run_turn(turn)
             finally:
                 client.scripted_reply = None
+        return policy, log
+
+    async def asked(self, kit_turns: Sequence[Any], questions: Sequence[str]) -> list[tuple[str, int]]:
+        """For each question, asked as the next request: what the model read before it answered
+        (the question left out) and the tokens of every call the question took."""
+        policy, log = await self._replayed(kit_turns)
+        log.take()
+        answers: list[tuple[str, int]] = []
+        for question in questions:
+            await policy.ask(question)
+            records = log.take()
+            tokens = sum(sum(_ESTIMATE.count_messages(record.request)) for record in records)
+            calls = [record for record in records if record.kind == MODEL]
+            read = [message for message in calls[-1].request if message.text != question]
+            answers.append(("\n".join(f"[{message.role}] {message.text}" for message in read if message.text), tokens))
+        return answers
+
+    async def _next_request(self, kit_turns: Sequence[Any]) -> str:
+        policy, log = await self._replayed(kit_turns)
         earlier = log.take()
         await policy.ask(NEXT_REQUEST)
         asked = log.take()
@@ -176,6 +207,36 @@ def _measure(name: str, kind: str, make: Callable[[], Any], seeds: Sequence[int]
     }
 
 
+def _measure_asked(name: str, model: Callable[[], ChatClient], seeds: Sequence[int]) -> dict[str, Any]:
+    """The policy asked each canary's direct question (see the module docstring)."""
+    kit = _kit()
+    probe = kit.DirectRecallProbe()
+    survived: list[int] = []
+    stale: list[int] = []
+    tokens: list[int] = []
+    for seed in seeds:
+        session, canaries = kit.build_random_session(seed)
+        answers = asyncio.run(
+            PolicyCompactor(name, model).asked(list(session.turns), [c.direct_question for c in canaries])
+        )
+        survived.append(sum(probe.probe(c, text).direct_pass for c, (text, _) in zip(canaries, answers)))
+        stale.append(
+            sum(
+                any(token.lower() in text.lower() for token in c.superseded_tokens)
+                for c, (text, _) in zip(canaries, answers)
+                if c.superseded_tokens
+            )
+        )
+        tokens.extend(spent for _, spent in answers)
+    return {
+        "survived_per_seed": survived,
+        "survived_median": statistics.median(survived),
+        "stale_total": sum(stale),
+        "tokens_per_question_median": statistics.median(tokens),
+        "tokens_total": sum(tokens),
+    }
+
+
 def run_kit(
     policies: Sequence[str], model: Callable[[], ChatClient], *, seeds: Sequence[int] = KIT_SEEDS
 ) -> dict[str, Any]:
@@ -191,7 +252,13 @@ def run_kit(
         "checklist-carrying": kit.ChecklistCompactor,
         "update-aware-checklist": kit.UpdateAwareChecklistCompactor,
     }
-    rows = [_measure(name, "lab policy", partial(PolicyCompactor, name, model), seeds) for name in policies]
+    rows = [
+        {
+            **_measure(name, "lab policy", partial(PolicyCompactor, name, model), seeds),
+            "asked": _measure_asked(name, model, seeds),
+        }
+        for name in policies
+    ]
     rows += [_measure(name, "kit reference", references[name], seeds) for name in KIT_REFERENCES]
     return {
         "kit": "compaction-conformance-kit",
@@ -201,5 +268,9 @@ def run_kit(
         "budget_fraction": KIT_BUDGET,
         "budget_unit": "characters, a fraction of the original transcript, fixed across rounds",
         "tokens": "characters / 4 of the last round's compacted text, an estimate",
+        "asked": (
+            "each lab policy asked every canary's direct question on the replayed session: the direct-recall "
+            "check on what the model read before it answered; tokens of every call the question took (estimate)"
+        ),
         "rows": rows,
     }

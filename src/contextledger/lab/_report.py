@@ -190,7 +190,15 @@ KIT_COLUMNS = (
     ("budget", "within the budget every round"),
     ("tokens", "last round's text, tokens (estimate)"),
     ("extra", "extra calls, tokens (estimate)"),
+    ("asked", "asked each canary's question: held, tokens per question (estimate)"),
 )
+
+
+def _asked(row: Mapping[str, Any]) -> str:
+    asked = row.get("asked")
+    if not isinstance(asked, Mapping):
+        return "not asked: no model"
+    return f"{asked['survived_median']:g}/{row['canaries']}, {asked['tokens_per_question_median']:,.0f} tokens"
 
 
 def kit_rows(kit: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -207,6 +215,7 @@ def kit_rows(kit: Mapping[str, Any]) -> list[dict[str, str]]:
                 "budget": "yes" if row["within_budget"] else "no",
                 "tokens": f"{row['final_tokens_estimate_median']:,.0f}",
                 "extra": f"{row['extra_tokens_estimate']:,}",
+                "asked": _asked(row),
             }
         )
     return rows
@@ -475,7 +484,10 @@ def _kit_section(kit: Mapping[str, Any]) -> str:
         f"<p class=muted>{_esc(kit['kit'])} {_esc(kit['kit_version'])}: {_esc(kit['sessions'])}, "
         f"{kit['rounds']} rounds of compaction at a budget of {kit['budget_fraction']:.0%} "
         f"({_esc(kit['budget_unit'])}). Each lab policy's compacted text is the next request it would send; "
-        f"tokens are {_esc(kit['tokens'])}. The kit's reference compactors run on the same sessions.</p>"
+        f"tokens are {_esc(kit['tokens'])}. The kit's reference compactors run on the same sessions. "
+        "Each lab policy is also asked every canary's direct question, as the kit probes a live agent: "
+        "the kit's direct-recall check runs on what the model read before it answered (recalled text "
+        "included, the question left out), and every call the question took is counted.</p>"
         f"{_table(KIT_COLUMNS, kit_rows(kit))}</section>"
     )
 

@@ -113,7 +113,7 @@ class CompactionMiddleware(AgentMiddleware):
     sends the projection of the agent's messages; the agent state, and so the checkpointer, keep
     the full history.  The system prompt is never compacted (LangChain keeps it apart).
 
-    ``agent_tools=True`` registers ``recall_context(ref)`` and ``compact_context(note?)`` with the
+    ``agent_tools=True`` registers ``recall_context(ref, query?)`` and ``compact_context(note?)`` with the
     agent, as :class:`contextledger.agents.CompactionProvider` offers them: collapsed lines and
     notices of messages set aside carry ``ref="..."``, a recall reads the graph state as it is now
     (at most ``recall_limit`` characters), and a compaction the model asks for holds from its next
@@ -148,14 +148,14 @@ class CompactionMiddleware(AgentMiddleware):
             messages = state.get("messages", []) if isinstance(state, Mapping) else getattr(state, "messages", [])
             return from_langchain(list(messages))
 
-        async def recall(ref: str, runtime: ToolRuntime) -> str:
-            return await controls.recall(ref, state_messages(runtime))
+        async def recall(ref: str, runtime: ToolRuntime, query: str | None = None) -> str:
+            return await controls.recall(ref, state_messages(runtime), query)
 
         async def compact(runtime: ToolRuntime, note: str | None = None) -> str:
             return await controls.compact(state_messages(runtime), note)
 
-        def recall_sync(ref: str, runtime: ToolRuntime) -> str:
-            return run_sync(recall(ref, runtime))
+        def recall_sync(ref: str, runtime: ToolRuntime, query: str | None = None) -> str:
+            return run_sync(recall(ref, runtime, query))
 
         def compact_sync(runtime: ToolRuntime, note: str | None = None) -> str:
             return run_sync(compact(runtime, note))

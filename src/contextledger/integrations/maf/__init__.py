@@ -37,7 +37,7 @@ sessions and swaps in contextledger where it wants its guarantees:
   (:class:`ContextLedgerHistoryProvider`): each run stored as one turn, exactly once, under
   the turn id in ``SessionContext.metadata[TURN_ID_KEY]`` or a generated one.
 - **The model's own compaction controls**: :class:`AgentToolsContextProvider` compacts every model
-  call of a run and offers the model ``recall_context(ref)`` and ``compact_context(note?)`` (MAF
+  call of a run and offers the model ``recall_context(ref, query?)`` and ``compact_context(note?)`` (MAF
   lets a context provider add tools and chat middleware to a run).
 - **Controlled facts**: :class:`FactsContextProvider` puts the facts block into the
   instructions before each run and extracts from the run's external user messages after a

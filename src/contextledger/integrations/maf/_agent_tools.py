@@ -3,7 +3,7 @@
 MAF lets a context provider add tools and chat middleware to a run (``SessionContext.extend_tools``,
 ``extend_middleware``), so :class:`AgentToolsContextProvider` does both: the middleware compacts
 what every model call of the run sends (collapsed lines and notices of messages set aside carry
-``ref="..."``), and ``recall_context(ref)`` and ``compact_context(note?)`` are offered in every call,
+``ref="..."``), and ``recall_context(ref, query?)`` and ``compact_context(note?)`` are offered in every call,
 reading the conversation as the middleware last saw it.  The compaction is
 :class:`contextledger.agents.RecallableCompaction`'s: afresh on each call, forced again where the
 model asked, so nothing is kept between calls but the references handed out.
@@ -85,8 +85,8 @@ class AgentToolsContextProvider(maf.ContextProvider):
         conversation = _Conversation()
         controls = self.controls
 
-        async def recall_context(ref: str) -> str:
-            return await controls.recall(ref, conversation.messages)
+        async def recall_context(ref: str, query: str | None = None) -> str:
+            return await controls.recall(ref, conversation.messages, query)
 
         async def compact_context(note: str | None = None) -> str:
             return await controls.compact(conversation.messages, note)
