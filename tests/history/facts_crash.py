@@ -3,7 +3,8 @@ chosen step of the store's driver: the crash tests of ``test_facts_with_turns.py
 per step, then check that the turn and its facts are both stored or neither.
 
 A step is one call into the store's client library once the turn's write has begun: a statement
-given to SQLite, a statement queued or sent on a Postgres connection, a command sent to Redis.
+given to SQLite, a statement queued or sent on a Postgres connection (and the end of a pipeline,
+where what was queued is waited for), a command sent to Redis.
 ``before`` dies as the step is about to run, ``after`` as soon as it returned.
 
     python -m tests.history.facts_crash BACKEND TARGET NAMESPACE SESSION STEP before|after
@@ -122,6 +123,17 @@ def instrument(backend: str, history: HistoryProvider, steps: Steps) -> None:
 
         async def counted_executemany(self: Any, *arguments: Any, **options: Any) -> Any:
             return await steps.around_async(lambda: executemany(self, *arguments, **options))
+
+        # A statement in a pipeline is only queued when ``execute`` returns; the pipeline's end is
+        # where the server's answers, the commit's among them, are waited for.  It is a step too:
+        # dying right after it leaves a commit the server confirmed, dying after the queued COMMIT
+        # leaves one that may or may not have reached the server, as a real crash would.
+        pipeline_exit = psycopg.AsyncPipeline.__aexit__
+
+        async def counted_pipeline_exit(self: Any, *arguments: Any) -> Any:
+            return await steps.around_async(lambda: pipeline_exit(self, *arguments))
+
+        psycopg.AsyncPipeline.__aexit__ = counted_pipeline_exit  # type: ignore[method-assign,assignment]
 
         psycopg.AsyncConnection.execute = counted_execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.executemany = counted_executemany  # type: ignore[method-assign]
