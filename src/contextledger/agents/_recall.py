@@ -64,6 +64,13 @@ RECALL_LIMIT = 16_000
 _TOOL_RESULTS = "tool_results"  # the origin a tool-result collapse gives the lines it writes
 _WORD = re.compile(r"[^\W_]+")  # words, split at underscores too: lookup_stock holds "stock"
 _KEPT_SHARE = 0.5  # a query keeps the pieces scoring at least this share of the best one
+_QUERY_CHARS = 1_000  # what of a query is read: the model's words to look for, not a document
+# How a question is asked, not what it asks for: left out of a query, where in a short run of
+# exchanges a word like "what" can be as rare as the thing asked about.
+_ASKING_WORDS = """a an and are as at be by can could did do does for from had has have how i if in is it its
+me my of on or our please should tell that the their there this to us was we were what when where which who
+whom whose why will with would you your"""
+_ASKING = frozenset(_ASKING_WORDS.split())
 
 
 def reference(messages: Sequence[Message]) -> str:
@@ -214,12 +221,13 @@ def _words(messages: Sequence[Message]) -> set[str]:
 def matching(messages: Sequence[Message], query: str) -> list[Message]:
     """The pieces of ``messages`` that best match ``query``'s words, in stored order.
 
-    Each query word a piece holds counts by how rare it is among the pieces (a word every piece
-    holds, "the", counts for nearly nothing), so what the query names outweighs how it is phrased;
-    the pieces scoring at least half of the best are kept.  No word of the query anywhere: nothing."""
+    Each query word a piece holds (both without their inflections) counts by how rare it is among
+    the pieces, so what the query names outweighs how it is phrased; the words that only ask
+    ("what", "is", "the") are left out, and only the query's first thousand characters are read.
+    The pieces scoring at least half of the best are kept; no word of the query anywhere: none."""
     pieces = _pieces(messages)
     held = [_words(piece) for piece in pieces]
-    asked = {_stem(word) for word in _WORD.findall(query)}
+    asked = {_stem(word) for word in _WORD.findall(query[:_QUERY_CHARS]) if word.lower() not in _ASKING}
     spread = {word: sum(word in words for words in held) for word in asked}
     weight = {word: math.log((1 + len(pieces)) / count) for word, count in spread.items() if count}
     scores = [sum(weight.get(word, 0.0) for word in asked & words) for words in held]
