@@ -26,8 +26,9 @@ it behaves, so tests need no shared switch:
   content chunk every quarter second between its two halves (a stream that outlives a lock's lease);
 - ``fake-cache-SHAPE``: the ordinary reply, with a prompt cache behind it: a request's longest
   prefix of whole messages (model, tools and messages; a message counts ``len(JSON) // 4 + 1``
-  tokens) already seen in an earlier request is read from the cache, the rest up to the last
-  message written to it, and
+  tokens) already seen in an earlier request is read from the cache when it holds at least
+  1,024 tokens (the providers' smallest cacheable prefix: the model and tools alone, which every
+  request to a model shares, are never a hit), the rest up to the last message written to it, and
   the usage reports that in one vendor's fields: ``openai`` (``prompt_tokens_details``),
   ``anthropic`` (``input_tokens`` without the cache, ``cache_read_input_tokens``,
   ``cache_creation_input_tokens``), ``deepseek`` (``prompt_cache_hit_tokens`` / ``_miss_``) or
@@ -67,6 +68,7 @@ RECEIVED: list[dict[str, Any]] = []
 SERIALS = itertools.count(1)
 CACHED_PREFIXES: dict[str, None] = {}  # insertion-ordered; the oldest go past _CACHE_ENTRIES
 _CACHE_ENTRIES = 100_000
+_SMALLEST_CACHED = 1_024  # tokens: a shorter prefix is never read from a provider's cache
 RATE_LIMITS = {
     "x-ratelimit-limit-requests": "100",
     "x-ratelimit-remaining-requests": "99",
@@ -145,6 +147,7 @@ def _usage(model: str, payload: dict[str, Any], text: str) -> dict[str, Any]:
         CACHED_PREFIXES[prefix] = None
     while len(CACHED_PREFIXES) > _CACHE_ENTRIES:
         del CACHED_PREFIXES[next(iter(CACHED_PREFIXES))]
+    read = read if read >= _SMALLEST_CACHED else 0
     # Written up to the request's last message (Anthropic's breakpoint there), that message not.
     written, output = max(0, total - read - last), len(text) // 4 + 1
     shape = model.removeprefix("fake-cache-")
