@@ -1,8 +1,8 @@
 """Three ``contextledger serve`` processes on a Redis Cluster under load while it fails over.
 
-32 clients send session turns for a bounded run (a minute by default,
-``CONTEXTLEDGER_FAILOVER_SECONDS``) over 64 sessions of two tenants, each turn to any of three
-proxies, a sixth of them streamed.  A third of the way in, the master serving one of the sessions
+32 clients send session turns for a bounded run (a minute at the full test size, half of one at
+the small size; ``CONTEXTLEDGER_FAILOVER_SECONDS`` sets it) over 64 sessions of two tenants, each
+turn to any of three proxies, a sixth of them streamed.  A third of the way in, the master serving one of the sessions
 is SIGKILLed (its replica is promoted); two thirds of the way in, one proxy is SIGKILLed while it
 streams and another takes its place.  A client retries a turn that failed (an error, a broken
 stream, a proxy gone) with the same ``Idempotency-Key``, as the proxy's errors tell it to; a turn
@@ -33,6 +33,7 @@ import pytest
 from tests.redis_cluster import RedisCluster, started_redis_cluster
 from tests.serve.conftest import FakeUpstream, Proxy
 from tests.serve.test_session_leases import events, running
+from tests.sizes import sized
 
 from contextledger._keys import slot_key
 from contextledger.serve._sessions import session_key
@@ -40,7 +41,8 @@ from contextledger.serve._tenants import tenant_of
 
 pytestmark = pytest.mark.redis
 
-SECONDS = float(os.environ.get("CONTEXTLEDGER_FAILOVER_SECONDS", "60"))
+# The run's length: the master is killed at a third of it, a proxy at two thirds.
+SECONDS = float(os.environ.get("CONTEXTLEDGER_FAILOVER_SECONDS", sized(60, 30)))
 CLIENTS = 32
 TENANTS = {"sk-failover-tenant-a-0123": "a", "sk-failover-tenant-b-4567": "b"}
 SESSIONS_EACH = 32

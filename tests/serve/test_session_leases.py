@@ -4,7 +4,8 @@ within one lease, and a holder that lost its lease (paused past it) cannot store
 the next holder's.
 
 Every proxy is a real ``contextledger serve`` process on one real Redis, or one real Postgres,
-with a 2-second lease so that a 20-second stream lasts ten leases.
+with a 2-second lease so that a 20-second stream lasts ten leases (five, 10 seconds, at the small
+test size).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ from tests.history.support import RedisServer, free_port
 from tests.postgres_server import PostgresServer
 from tests.serve.conftest import ROOT, FakeUpstream, Proxy, _wait_until_up
 from tests.serve.test_failures import assert_openai_error
+from tests.sizes import sized
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL and SIGSTOP")
 
 KEY = "sk-lease-tenant-3c1d"
 LEASE = 2.0
-# A stream ten leases long; CONTEXTLEDGER_LEASE_STREAM=70 runs the same tests with a 70-second one.
-STREAM = float(os.environ.get("CONTEXTLEDGER_LEASE_STREAM", 10 * LEASE))
+# A stream ten leases long (five at the small size); CONTEXTLEDGER_LEASE_STREAM=70 runs the same
+# tests with a 70-second one.
+STREAM = float(os.environ.get("CONTEXTLEDGER_LEASE_STREAM", sized(10, 5) * LEASE))
 
 
 @pytest.fixture(
