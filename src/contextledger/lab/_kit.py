@@ -146,8 +146,10 @@ class PolicyCompactor:
             records = log.take()
             tokens = sum(sum(_ESTIMATE.count_messages(record.request)) for record in records)
             calls = [record for record in records if record.kind == MODEL]
-            read = [message for message in calls[-1].request if message.text != question]
-            answers.append(("\n".join(f"[{message.role}] {message.text}" for message in read if message.text), tokens))
+            # The question is left out wherever it stands, alone or after a block a provider put in
+            # front of it (the facts): its own words must not count as what the context held.
+            read = (message.text.replace(question, " ") for message in calls[-1].request)
+            answers.append(("\n".join(text for text in read if text.strip()), tokens))
         return answers
 
     async def _next_request(self, kit_turns: Sequence[Any]) -> str:
