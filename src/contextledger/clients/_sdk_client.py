@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from contextledger.exceptions import ConfigurationError
 
-__all__ = ["sdk_client"]
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+__all__ = ["openai_sdk_client", "sdk_client"]
+
+_OPENAI_PLACEHOLDER_KEY = "not-needed"
 
 _Client = TypeVar("_Client")
 
@@ -46,3 +51,33 @@ def sdk_client(
         return make(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
     except refused as error:
         raise ConfigurationError(f"{feature} could not be configured for model {model!r}: {error}; {hint}") from error
+
+
+def openai_sdk_client(
+    openai: Any,
+    given: AsyncOpenAI | None,
+    *,
+    feature: str,
+    model: str,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+    max_retries: int,
+) -> AsyncOpenAI:
+    """:func:`sdk_client` for the two clients on OpenAI's SDK (``openai``, the imported module):
+    its environment variables, and a placeholder key for a local server at a base URL."""
+    return sdk_client(
+        given,
+        cast("Callable[..., AsyncOpenAI]", openai.AsyncOpenAI),
+        openai.OpenAIError,
+        feature=feature,
+        model=model,
+        api_key=api_key,
+        base_url=base_url,
+        key_variable="OPENAI_API_KEY",
+        url_variable="OPENAI_BASE_URL",
+        timeout=timeout,
+        max_retries=max_retries,
+        placeholder_key=_OPENAI_PLACEHOLDER_KEY,
+        hint="pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)",
+    )

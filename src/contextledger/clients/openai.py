@@ -20,7 +20,7 @@ from contextledger._extras import require_extra
 from contextledger._openai_cache import DEFAULT_BREAKPOINT_MODELS, MARKABLE_ROLES, model_takes_breakpoints, with_mark
 from contextledger._tracing import traced_model_call
 from contextledger.clients._protocol import ChatResponse
-from contextledger.clients._sdk_client import sdk_client
+from contextledger.clients._sdk_client import openai_sdk_client
 from contextledger.clients._usage import read_usage
 from contextledger.exceptions import (
     ConfigurationError,
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAIChatClient"]
 
-# Keys a local server is happy with; the SDK refuses to start without some key.
-_PLACEHOLDER_KEY = "not-needed"
 _EXCERPT_CHARS = 200
 
 
@@ -115,20 +113,15 @@ class OpenAIChatClient:
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.backoff = float(backoff)
-        self._client = sdk_client(
+        self._client = openai_sdk_client(
+            openai,
             client,
-            openai.AsyncOpenAI,
-            openai.OpenAIError,
             feature="OpenAIChatClient",
             model=model,
             api_key=api_key,
             base_url=base_url,
-            key_variable="OPENAI_API_KEY",
-            url_variable="OPENAI_BASE_URL",
             timeout=self.timeout,
             max_retries=0,
-            placeholder_key=_PLACEHOLDER_KEY,
-            hint="pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)",
         )
         self.base_url: str = str(self._client.base_url)
 

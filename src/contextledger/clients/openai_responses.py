@@ -33,7 +33,7 @@ from contextledger._extras import require_extra
 from contextledger._tracing import traced_model_call
 from contextledger.clients._compactor import ProviderCompaction
 from contextledger.clients._protocol import ChatResponse
-from contextledger.clients._sdk_client import sdk_client
+from contextledger.clients._sdk_client import openai_sdk_client
 from contextledger.clients._sdk_errors import excerpt, model_error, parse_object
 from contextledger.clients._usage import read_reply_usage
 from contextledger.exceptions import ConfigurationError, InvalidMessageError, ModelResponseError
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 __all__ = ["OpenAIResponsesClient", "responses_tools"]
-
-_PLACEHOLDER_KEY = "not-needed"
 
 
 def responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -118,20 +116,15 @@ class OpenAIResponsesClient:
         openai = require_extra("openai", extra="openai", feature="OpenAIResponsesClient")
         self.model: str = model
         self.timeout = float(timeout)
-        self._client = sdk_client(
+        self._client = openai_sdk_client(
+            openai,
             client,
-            openai.AsyncOpenAI,
-            openai.OpenAIError,
             feature="OpenAIResponsesClient",
             model=model,
             api_key=api_key,
             base_url=base_url,
-            key_variable="OPENAI_API_KEY",
-            url_variable="OPENAI_BASE_URL",
             timeout=self.timeout,
             max_retries=self.max_retries,
-            placeholder_key=_PLACEHOLDER_KEY,
-            hint="pass api_key='...' or set OPENAI_API_KEY (or base_url for a local server)",
         )
         self.base_url: str = str(self._client.base_url)
 
